@@ -1,0 +1,46 @@
+"""kforge-mcp: turn a PyTorch reference into a faster kernel, with tools an agent can call.
+
+The headless API (the same engine the MCP server and the ``kforge`` CLI use)::
+
+    import kforge_mcp
+    kforge_mcp.list_targets()
+    kforge_mcp.compile("triton", "candidate.py", arch="sm_90a")
+    kforge_mcp.verify("problem.py", "candidate.py", target="triton")
+
+Each call runs candidate code in a warm worker process, never in the caller's.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["Engine", "compile", "list_targets", "verify", "__version__"]
+
+
+def __getattr__(name):  # keep `import kforge_mcp` cheap: no torch, no SDK until asked
+    if name == "Engine":
+        from .api import Engine
+
+        return Engine
+    raise AttributeError(name)
+
+
+def list_targets(refresh: bool = False):
+    """Every target with whether it works here, why not, devices and toolchain versions."""
+    from .api import default_engine
+
+    return default_engine().list_targets(refresh=refresh)
+
+
+def compile(target: str, source: str, arch: str | None = None, problem: str | None = None, **kwargs):
+    """Compile a candidate without running it: diagnostics and per-kernel resources."""
+    from .api import default_engine
+
+    return default_engine().compile(target, source, arch=arch, problem=problem, **kwargs)
+
+
+def verify(problem: str, candidate: str, target: str = "triton", **kwargs):
+    """Check a candidate against its reference and time both: a VerifyReport."""
+    from .api import default_engine
+
+    return default_engine().verify(problem, candidate, target=target, **kwargs)

@@ -1,0 +1,1 @@
+"""Profile analysis: parsers, roofline and the performance-analysis agent (see the profiling issue)."""

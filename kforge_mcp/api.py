@@ -1,0 +1,165 @@
+"""The engine behind the tools, the CLI and the library: it checks arguments, picks a lane,
+sends the job to a worker and turns whatever comes back (or doesn't) into a report."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .engine.cache import CompileCache
+from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
+from .errors import InputError, KforgeError
+from .problem import Source, resolve_source
+from .schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
+from .targets import get_target
+
+Progress = Callable[[str], None] | None
+DEFAULT_TIMEOUT_S = 300.0
+BASELINES = ("eager", "compiled")
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("KFORGE_HOME") or Path.home() / ".kforge").expanduser()
+
+
+class Engine:
+    def __init__(self, home: Path | str | None = None, memory_limit_mb: int | None = None):
+        self.home = Path(home).expanduser() if home else default_home()
+        self.home.mkdir(parents=True, exist_ok=True)
+        limit = memory_limit_mb or int(os.environ.get("KFORGE_WORKER_MEMORY_MB", "8192"))
+        self.pool = WorkerPool(self.home, memory_limit_mb=limit)
+        self.compile_cache = CompileCache(self.home / "cache" / "compile")
+        self._targets: TargetsReport | None = None
+        self._targets_lock = threading.Lock()
+
+    # ---- targets ----
+
+    def list_targets(self, refresh: bool = False, on_progress: Progress = None) -> TargetsReport:
+        with self._targets_lock:
+            if self._targets is None or refresh:
+                reply = self.pool.run("compile", "probe", {}, timeout_s=DEFAULT_TIMEOUT_S, on_progress=on_progress)
+                if not reply.get("ok"):
+                    raise KforgeError(f"probing targets failed: {reply.get('message')}")
+                self._targets = TargetsReport.model_validate(reply["value"])
+            return self._targets
+
+    def target_status(self, name: str) -> TargetStatus:
+        get_target(name)  # unknown names fail here, with the list of known ones
+        return next(t for t in self.list_targets().targets if t.name == name)
+
+    def _pick_device(self, status: TargetStatus, device: str | None) -> str:
+        if not status.available:
+            raise InputError(f"target '{status.name}' is not available here: {status.reason}")
+        if device is None:
+            return status.devices[0]
+        device = "cuda:0" if device == "cuda" else "xpu:0" if device == "xpu" else device
+        if device not in status.devices:
+            raise InputError(f"device '{device}' is not available to target '{status.name}' here; "
+                             f"available: {', '.join(status.devices) or 'none'}")  # fmt: skip
+        return device
+
+    # ---- compile ----
+
+    def compile(self, target: str, source: str, arch: str | None = None, problem: str | None = None,
+                emit_ptx: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S, on_progress: Progress = None,
+                cancel: threading.Event | None = None) -> CompileReport:  # fmt: skip
+        started = time.perf_counter()
+        status = self.target_status(target)
+        if not status.can_compile and not status.available:
+            raise InputError(f"target '{target}' cannot compile here: {status.reason}")
+        src = resolve_source(source, "source")
+        prob = resolve_source(problem, "problem") if problem else None
+        arch = arch or self.list_targets().host.get("arch")
+        key = self.compile_cache.key(target=target, source=src.text, problem=prob.text if prob else None,
+                                     arch=arch, emit_ptx=emit_ptx)  # fmt: skip
+        hit = self.compile_cache.get(key)
+        if hit is not None:
+            report = CompileReport.model_validate(hit)
+            report.cached, report.seconds = True, time.perf_counter() - started
+            return report
+        payload = {"target": target, "source": src.to_wire(), "arch": arch, "emit_ptx": emit_ptx,
+                   "problem": prob.to_wire() if prob else None}  # fmt: skip
+        try:
+            reply = self.pool.run("compile", "compile", payload, timeout_s, on_progress, cancel)
+        except JobCancelled:
+            raise
+        except WorkerFailure as e:
+            return CompileReport(ok=False, target=target, arch=arch, seconds=time.perf_counter() - started,
+                                 diagnostics=[_failure_diagnostic(e, src)])  # fmt: skip
+        report = self._reply_to_report(reply, CompileReport, src)
+        if reply.get("ok"):
+            self.compile_cache.put(key, report.model_dump(mode="json"))
+        else:
+            report = CompileReport(ok=False, target=target, arch=arch,
+                                   diagnostics=[Diagnostic(message=reply.get("message", "compile failed"), file=src.name)])  # fmt: skip
+        report.seconds = time.perf_counter() - started
+        return report
+
+    # ---- verify ----
+
+    def verify(self, problem: str, candidate: str, target: str = "triton", device: str | None = None,
+               trials: int = 5, atol: float | None = None, rtol: float | None = None,
+               timeout_s: float = DEFAULT_TIMEOUT_S, baselines: Sequence[str] = BASELINES,
+               timing_budget_s: float = 1.0, on_progress: Progress = None,
+               cancel: threading.Event | None = None) -> VerifyReport:  # fmt: skip
+        started = time.perf_counter()
+        if not 1 <= trials <= 100:
+            raise InputError(f"trials must be between 1 and 100, got {trials}")
+        if timeout_s <= 0:
+            raise InputError(f"timeout_s must be positive, got {timeout_s}")
+        unknown = set(baselines) - set(BASELINES)
+        if unknown:
+            raise InputError(f"unknown baselines {sorted(unknown)}; choose from {list(BASELINES)}")
+        prob = resolve_source(problem, "problem")
+        cand = resolve_source(candidate, "candidate")
+        dev = self._pick_device(self.target_status(target), device)
+        payload = {"problem": prob.to_wire(), "candidate": cand.to_wire(), "target": target, "device": dev,
+                   "trials": trials, "atol": atol, "rtol": rtol, "baselines": list(baselines),
+                   "timing_budget_s": timing_budget_s}  # fmt: skip
+        try:
+            reply = self.pool.run(dev, "verify", payload, timeout_s, on_progress, cancel)
+        except JobCancelled:
+            raise
+        except WorkerFailure as e:
+            report = VerifyReport(verdict="error", correct=False, target=target, device=dev, trials=trials,
+                                  execution=get_target(target).execution(dev),
+                                  errors=[e.message] + ([e.stderr_tail] if e.stderr_tail else []),
+                                  diagnostics=[_failure_diagnostic(e, cand)])  # fmt: skip
+            report.seconds = time.perf_counter() - started
+            return report
+        if not reply.get("ok") and reply.get("kind") == "internal":
+            return VerifyReport(verdict="error", correct=False, target=target, device=dev, trials=trials,
+                                errors=[reply.get("message", ""), reply.get("traceback", "")],
+                                seconds=time.perf_counter() - started)  # fmt: skip
+        return self._reply_to_report(reply, VerifyReport, cand)
+
+    @staticmethod
+    def _reply_to_report(reply: dict, model, source: Source):
+        if reply.get("ok"):
+            return model.model_validate(reply["value"])
+        if reply.get("kind") == "input":
+            diags = [Diagnostic.model_validate(d) for d in reply.get("diagnostics", [])]
+            raise InputError(reply.get("message", "invalid input"), diags)
+        return None
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+def _failure_diagnostic(e: WorkerFailure, source: Source) -> Diagnostic:
+    return Diagnostic(line=e.line, message=e.message, file=source.name if e.line else None)
+
+
+_default: Engine | None = None
+_default_lock = threading.Lock()
+
+
+def default_engine() -> Engine:
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Engine()
+        return _default

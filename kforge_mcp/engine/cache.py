@@ -1,0 +1,51 @@
+"""On-disk compile cache keyed by everything that changes the output: target, source,
+problem (for traced signatures), arch, options and toolchain versions.
+
+Writes go to a temporary file then ``os.replace``, so two workers compiling the same
+source at once both leave a whole entry, never a torn one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for dist in ("triton", "torch", "kforge-mcp"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "-"
+    return out
+
+
+class CompileCache:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def key(self, **parts) -> str:
+        blob = json.dumps({**parts, "versions": _versions()}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        try:
+            return json.loads(self._path(key).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put(self, key: str, value: dict) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(value, f)
+        os.replace(tmp, path)

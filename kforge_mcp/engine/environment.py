@@ -1,0 +1,35 @@
+"""The environment a worker starts with: an allowlist, so API keys, tokens and server
+settings never reach candidate code, plus what its lane needs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import kforge_mcp
+
+ALLOWED = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME", "LD_LIBRARY_PATH", "CC", "CXX"}
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "TORCHINDUCTOR_", "ZE_", "ONEAPI_", "SYCL_", "OMP_")
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
+
+
+def worker_environment(lane: str, home: Path, tmp: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    base = dict(os.environ if base is None else base)
+    env = {
+        k: v
+        for k, v in base.items()
+        if (k in ALLOWED or k.startswith(ALLOWED_PREFIXES)) and not any(m in k.upper() for m in SECRET_MARKERS)
+    }
+    package_root = str(Path(kforge_mcp.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = package_root  # the worker imports kforge_mcp even when it is not installed
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["KFORGE_WORKER_LANE"] = lane
+    env["KFORGE_WORKER_TMP"] = str(tmp)
+    env.setdefault("TRITON_CACHE_DIR", str(home / "cache" / "triton"))
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(home / "cache" / "inductor"))
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's own default; set so it stops warning
+    env.pop("TRITON_INTERPRET", None)
+    if lane == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # no GPU on this lane: kernels run through the interpreter
+    return env

@@ -1,0 +1,269 @@
+"""Warm worker processes, one per lane (a device, or 'compile'), each serving one job at a time.
+
+A worker is a fresh ``python -m kforge_mcp.engine.worker`` with a scrubbed environment, its
+own session (so its whole process group can be killed), no core dumps, and a watchdog in
+the server that enforces the wall-clock timeout and a resident-memory limit. A worker that
+crashes, hangs or overruns is killed and replaced on the next job; the server never waits
+on it longer than the job's timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Callable
+
+from ..errors import KforgeError
+from .environment import worker_environment
+
+STARTUP_TIMEOUT_S = 180.0
+POLL_S = 0.05
+
+
+class WorkerFailure(KforgeError):
+    """The worker died, hung or overran: the job has no result, and this says why."""
+
+    def __init__(self, reason: str, message: str, stderr_tail: str = "", line: int | None = None):
+        super().__init__(message)
+        self.reason = reason  # crash | timeout | memory | cancelled | internal
+        self.stderr_tail = stderr_tail
+        self.line = line
+
+
+class JobCancelled(WorkerFailure):
+    def __init__(self):
+        super().__init__("cancelled", "the job was cancelled")
+
+
+def _limit_child() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of the worker and its direct children, from /proc."""
+    total = 0
+    pids = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def summarize_stderr(lines: list[str], keep: int) -> str:
+    """The end of a worker's stderr, with a faulthandler dump cut to the crashing thread's
+    stack (other threads and the list of extension modules are noise to the reader)."""
+    if any(line.startswith("Current thread") for line in lines):
+        start = max(i for i, line in enumerate(lines) if line.startswith("Current thread"))
+        fatal = [line for line in lines if line.startswith("Fatal Python error")]
+        stack = []
+        for line in lines[start:]:
+            if not line.strip() or line.startswith("Extension modules"):
+                break
+            stack.append(line)
+        lines = fatal[-1:] + stack
+    return "\n".join(lines[-keep:])
+
+
+def _signal_name(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+class Worker:
+    def __init__(self, lane: str, env: dict[str, str]):
+        self.lane = lane
+        self.jobs_served = 0
+        self.stderr = collections.deque(maxlen=300)
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kforge_mcp.engine.worker", str(to_child_r), str(from_child_w)],
+            pass_fds=(to_child_r, from_child_w),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_limit_child,
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.to_worker = Connection(to_child_w, readable=False)
+        self.from_worker = Connection(from_child_r, writable=False)
+        threading.Thread(target=self._drain_stderr, daemon=True, name=f"kforge-stderr-{lane}").start()
+        self.ready = False
+
+    def _drain_stderr(self) -> None:
+        for raw in iter(self.proc.stderr.readline, b""):
+            self.stderr.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def stderr_tail(self, lines: int = 40) -> str:
+        return summarize_stderr(list(self.stderr)[-200:], lines)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for conn in (self.to_worker, self.from_worker):
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def _failure(self, reason: str, message: str) -> WorkerFailure:
+        time.sleep(0.1)  # let the stderr reader catch the last lines (faulthandler's stack)
+        tail = self.stderr_tail()
+        lines = re.findall(r'candidate_\d+\.py", line (\d+)', tail)
+        return WorkerFailure(reason, message, tail, int(lines[-1]) if lines else None)
+
+    def _wait_message(self, deadline: float, memory_limit: int | None, cancel: threading.Event | None,
+                      what: str, timeout_s: float) -> dict:  # fmt: skip
+        while True:
+            if cancel is not None and cancel.is_set():
+                self.kill()
+                raise JobCancelled()
+            if self.from_worker.poll(POLL_S):
+                try:
+                    return json.loads(self.from_worker.recv_bytes())
+                except (EOFError, OSError):
+                    pass  # the worker died mid-message; reported below
+                except ValueError as e:
+                    self.kill()
+                    raise self._failure("internal", f"worker sent a malformed reply: {e}") from None
+            if self.proc.poll() is not None:
+                raise self._failure("crash", f"the worker died during {what} ({_signal_name(self.proc.returncode)})")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise self._failure("timeout", f"{what} did not finish within {timeout_s:g} s; the worker was killed")
+            if memory_limit and _rss_bytes(self.proc.pid) > memory_limit:
+                self.kill()
+                raise self._failure("memory", f"{what} used more than {memory_limit / 2**30:.1f} GiB of memory; the worker was killed")  # noqa: E501
+
+    def wait_ready(self, memory_limit: int | None) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not self.ready:
+            msg = self._wait_message(deadline, memory_limit, None, "worker start-up", STARTUP_TIMEOUT_S)
+            self.ready = msg.get("type") == "ready"
+
+    def run(self, kind: str, payload: dict, timeout_s: float, memory_limit: int | None,
+            on_progress: Callable[[str], None] | None, cancel: threading.Event | None) -> dict:  # fmt: skip
+        self.to_worker.send_bytes(json.dumps({"kind": kind, "payload": payload}).encode())
+        self.jobs_served += 1
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = self._wait_message(deadline, memory_limit, cancel, kind, timeout_s)
+            if msg.get("type") == "progress":
+                if on_progress:
+                    on_progress(str(msg.get("message", ""))[:500])
+            elif msg.get("type") == "result":
+                return msg
+
+
+@dataclass
+class Lane:
+    name: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    worker: Worker | None = None
+
+
+class WorkerPool:
+    def __init__(self, home: Path, memory_limit_mb: int | None = 8192, max_jobs_per_worker: int = 200):
+        self.home = home
+        self.memory_limit = memory_limit_mb * 2**20 if memory_limit_mb else None
+        self.max_jobs_per_worker = max_jobs_per_worker
+        self.tmp = Path(tempfile.mkdtemp(prefix="kforge-workers-"))
+        self._lanes: dict[str, Lane] = {}
+        self._lanes_lock = threading.Lock()
+
+    def _lane(self, name: str) -> Lane:
+        with self._lanes_lock:
+            return self._lanes.setdefault(name, Lane(name))
+
+    def _start(self, lane: str) -> Worker:
+        env = worker_environment(lane, self.home, self.tmp)
+        worker = Worker(lane, env)
+        try:
+            worker.wait_ready(self.memory_limit)
+        except WorkerFailure as e:
+            worker.kill()
+            raise WorkerFailure(e.reason, f"the {lane} worker failed to start: {e.message}\n{e.stderr_tail}") from None
+        return worker
+
+    def prewarm(self, lane: str) -> None:
+        """Start a lane's worker in the background so the first call does not pay for it."""
+
+        def start():
+            state = self._lane(lane)
+            with state.lock:
+                if state.worker is None or not state.worker.alive():
+                    try:
+                        state.worker = self._start(lane)
+                    except WorkerFailure:
+                        state.worker = None
+
+        threading.Thread(target=start, daemon=True, name=f"kforge-prewarm-{lane}").start()
+
+    def run(self, lane: str, kind: str, payload: dict, timeout_s: float,
+            on_progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> dict:  # fmt: skip
+        state = self._lane(lane)
+        with state.lock:
+            if cancel is not None and cancel.is_set():
+                raise JobCancelled()
+            if state.worker is None or not state.worker.alive() or state.worker.jobs_served >= self.max_jobs_per_worker:
+                if state.worker is not None:
+                    state.worker.kill()
+                if on_progress:
+                    on_progress(f"starting a {lane} worker")
+                state.worker = self._start(lane)
+            try:
+                reply = state.worker.run(kind, payload, timeout_s, self.memory_limit, on_progress, cancel)
+            except WorkerFailure:
+                state.worker.kill()
+                state.worker = None
+                raise
+            if not reply.get("ok") and reply.get("kind") == "internal":
+                # the job broke something we did not expect: do not reuse that process
+                state.worker.kill()
+                state.worker = None
+            return reply
+
+    def shutdown(self) -> None:
+        with self._lanes_lock:
+            lanes = list(self._lanes.values())
+        for lane in lanes:
+            if lane.worker is not None:
+                lane.worker.kill()
+                lane.worker = None

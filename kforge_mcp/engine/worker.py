@@ -1,0 +1,124 @@
+"""The worker process: the only place candidate code runs.
+
+Started by the pool with a scrubbed environment and two pipe fds. Requests and replies are
+JSON frames (never pickle: a hostile worker must not be able to run code in the server).
+Anything the candidate prints goes to stderr, which the pool keeps for crash reports.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+
+def discover_devices() -> tuple[list[str], dict[str, str]]:
+    import torch
+
+    devices, names = [], {}
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(i)
+            devices.append(f"cuda:{i}")
+            names[f"cuda:{i}"] = f"{torch.cuda.get_device_name(i)} (sm_{major}{minor})"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        for i in range(xpu.device_count()):
+            devices.append(f"xpu:{i}")
+            names[f"xpu:{i}"] = xpu.get_device_name(i)
+    devices.append("cpu")
+    names["cpu"] = platform.processor() or platform.machine()
+    return devices, names
+
+
+def handle_probe(req, progress, workdir, state) -> dict:
+    import torch
+
+    from ..schemas import TargetsReport
+    from ..targets import TARGETS
+
+    devices, names = discover_devices()
+    host = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
+    host.update({f"device {d}": n for d, n in names.items()})
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(0)
+        host["arch"] = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+    return TargetsReport(targets=[t.probe(devices) for t in TARGETS.values()], host=host).model_dump()
+
+
+def handle_compile(req, progress, workdir, state) -> dict:
+    from ..problem import Source
+    from ..targets import get_target
+
+    target = get_target(req["target"])
+    problem = Source.from_wire(req["problem"]) if req.get("problem") else None
+    progress(f"compiling for {req.get('arch') or 'the default arch'}")
+    report = target.compile(Source.from_wire(req["source"]), req.get("arch"), problem, workdir)
+    if not req.get("emit_ptx"):
+        report.ptx = None
+    return report.model_dump()
+
+
+def handle_verify(req, progress, workdir, state) -> dict:
+    from .verify import BaselineCache, run_verify
+
+    cache = state.setdefault("baselines", BaselineCache())
+    return run_verify(req, progress, workdir, cache).model_dump()
+
+
+HANDLERS = {"probe": handle_probe, "compile": handle_compile, "verify": handle_verify}
+
+
+def serve(conn_in: Connection, conn_out: Connection) -> None:
+    from ..errors import InputError
+
+    state: dict = {}
+
+    def send(message: dict) -> None:
+        conn_out.send_bytes(json.dumps(message, default=str).encode())
+
+    def progress(text: str) -> None:
+        send({"type": "progress", "message": text})
+
+    import torch  # noqa: F401  (warm: a verify must not pay for this)
+
+    send({"type": "ready", "pid": os.getpid()})
+    while True:
+        try:
+            request = json.loads(conn_in.recv_bytes())
+        except EOFError:
+            return
+        workdir = Path(tempfile.mkdtemp(prefix="job-", dir=os.environ.get("KFORGE_WORKER_TMP")))
+        os.chdir(workdir)  # relative writes by the candidate land in its own job folder
+        try:
+            value = HANDLERS[request["kind"]](request["payload"], progress, workdir, state)
+            send({"type": "result", "ok": True, "value": value})
+        except InputError as e:
+            send({"type": "result", "ok": False, "kind": "input", "message": e.message,
+                  "diagnostics": [d.model_dump() for d in e.diagnostics]})  # fmt: skip
+        except BaseException as e:  # noqa: BLE001  (a candidate may raise SystemExit; report it, keep serving)
+            send({"type": "result", "ok": False, "kind": "internal",
+                  "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]})  # fmt: skip
+        finally:
+            os.chdir(workdir.parent)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
+    conn_in, conn_out = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    os.dup2(2, 1)  # candidate prints must never land in the protocol
+    sys.stdout = sys.stderr
+    faulthandler.enable()  # a segfault prints the Python stack, with the candidate's line
+    serve(conn_in, conn_out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Problems (KernelBench-form references) and candidates: resolving them from text or a path,
+and loading and validating them inside a worker.
+
+A problem defines ``class Model(nn.Module)``, ``get_inputs()`` and ``get_init_inputs()``.
+``get_inputs()`` returns CPU tensors; the engine moves them to the device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError
+
+REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Python source text plus the name diagnostics should use for it."""
+
+    text: str
+    name: str  # the submitted path, or "<problem>" / "<candidate>"
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+    def to_wire(self) -> dict:
+        return {"text": self.text, "name": self.name}
+
+    @classmethod
+    def from_wire(cls, d: dict) -> "Source":
+        return cls(text=d["text"], name=d["name"])
+
+
+def resolve_source(value: str, role: str) -> Source:
+    """Accept source text or a path to a .py file. ``role`` names the argument in errors."""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{role}: empty; pass Python source text or a path to a .py file")
+    looks_like_path = "\n" not in value and value.strip().endswith(".py")
+    if looks_like_path:
+        path = Path(value.strip()).expanduser()
+        if not path.is_file():
+            raise InputError(f"{role}: file not found: {path}")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"{role}: cannot read {path}: {e}") from e
+        return Source(text=text, name=str(path))
+    return Source(text=value, name=f"<{role}>")
+
+
+# ---- inside a worker only: these execute the submitted code ----
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def to_device(value, device: str):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(v, device) for v in value)
+    return value
+
+
+@dataclass
+class LoadedProblem:
+    source: Source
+    module: object
+    path: Path
+
+    def call(self, name: str):
+        """Call get_inputs / get_init_inputs, turning a failure into an input error with its line."""
+        from .engine.loader import diagnostics_from_exception
+
+        try:
+            value = getattr(self.module, name)()
+        except Exception as e:
+            raise InputError(f"problem: {name}() raised {type(e).__name__}: {e}",
+                             diagnostics_from_exception(e, self.path, self.source)) from None  # fmt: skip
+        if not isinstance(value, (list, tuple)):
+            raise InputError(f"problem: {name}() must return a list or tuple, got {type(value).__name__}")
+        return list(value)
+
+    def make_inputs(self, seed: int, device: str) -> list:
+        seed_everything(seed)
+        return to_device(self.call("get_inputs"), device)
+
+    def init_inputs(self, device: str) -> list:
+        seed_everything(0)
+        return to_device(self.call("get_init_inputs"), device)
+
+
+def load_problem(source: Source, workdir: Path) -> LoadedProblem:
+    """Import a problem and check it has the KernelBench names. Building and running it is
+    checked by ``build_models`` and the first reference forward."""
+    from .engine.loader import SourceRuntimeError, import_source
+
+    try:
+        module = import_source(source, workdir, "problem")
+    except SourceRuntimeError as e:
+        raise InputError(f"problem: {e}", e.diagnostics) from None
+    missing = [n for n in REQUIRED_PROBLEM_NAMES if not callable(getattr(module, n, None))]
+    if missing:
+        raise InputError(
+            f"problem {source.name} does not define {', '.join(missing)}: a problem needs class Model(nn.Module), "
+            "get_inputs() and get_init_inputs() (KernelBench form)"
+        )
+    return LoadedProblem(source=source, module=module, path=Path(module.__file__))
+
+
+def build_models(problem: LoadedProblem, candidate_module, device: str, build_reference: bool = True):
+    """Model and ModelNew with the same weights: the seed is reset before get_init_inputs()
+    and before each construction."""
+    from .engine.loader import SourceRuntimeError, diagnostics_from_exception
+
+    new_cls = getattr(candidate_module, "ModelNew", None)
+    if new_cls is None:
+        raise InputError("candidate defines no class ModelNew: it must define class ModelNew(nn.Module) "
+                         "with the same constructor and forward signature as Model")  # fmt: skip
+    init = problem.init_inputs(device)
+    reference = None
+    if build_reference:
+        seed_everything(0)
+        try:
+            reference = problem.module.Model(*init).to(device)
+        except Exception as e:
+            raise InputError(f"problem: Model(*get_init_inputs()) raised {type(e).__name__}: {e}",
+                             diagnostics_from_exception(e, problem.path, problem.source)) from None  # fmt: skip
+    seed_everything(0)
+    try:
+        candidate = new_cls(*init).to(device)
+    except Exception as e:
+        diags = diagnostics_from_exception(e, Path(candidate_module.__file__), candidate_module.__kforge_source__)
+        raise SourceRuntimeError(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}", diags) from None
+    return reference, candidate

@@ -1,0 +1,143 @@
+"""Pydantic models that every layer speaks: tools, engine, workers, CLI.
+
+Workers send these as plain dicts over a pipe; the server validates them back into
+models, so a worker that returns garbage is caught at the boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Severity = Literal["error", "warning", "note"]
+Verdict = Literal["pass", "fail", "suspicious", "error"]
+JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
+class Diagnostic(BaseModel):
+    """One compiler or loader message, pointing at a line of the submitted source."""
+
+    line: int | None = Field(None, description="1-based line in the submitted source")
+    column: int | None = Field(None, description="1-based column in the submitted source")
+    severity: Severity = "error"
+    message: str
+    file: str | None = Field(None, description="file the line refers to (the submitted path or <candidate>)")
+    kernel: str | None = Field(None, description="kernel the message belongs to, when known")
+
+
+class KernelResources(BaseModel):
+    """Per-kernel resource use from the compiled binary (cuobjdump / ptxas)."""
+
+    name: str
+    registers: int | None = None
+    spills: int | None = Field(None, description="bytes of local memory used for spills")
+    shared_bytes: int | None = None
+    stack_bytes: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    signature: dict[str, str] = Field(default_factory=dict, description="argument types it was compiled for")
+    constexprs: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobAware(BaseModel):
+    """Results of calls that may outlive their wait_s: then only status and job_id are set."""
+
+    status: Literal["done", "running"] = "done"
+    job_id: str | None = Field(None, description="set when the call outlived wait_s; poll job_status / job_result")
+
+
+class CompileReport(JobAware):
+    ok: bool
+    target: str
+    arch: str | None = None
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    kernels: list[KernelResources] = Field(default_factory=list)
+    cached: bool = False
+    seconds: float = 0.0
+    signature_source: str | None = Field(
+        None, description="where kernel argument types came from: 'traced' (a forward on the problem's inputs) or 'inferred' (static)"
+    )
+    ptx: dict[str, str] | None = Field(None, description="PTX per kernel, when asked for")
+
+
+class TargetStatus(BaseModel):
+    name: str
+    available: bool
+    reason: str | None = Field(None, description="why it is not available here")
+    devices: list[str] = Field(default_factory=list, description="devices this target can run on here")
+    can_compile: bool = Field(False, description="compile works here even without a device")
+    versions: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
+class TargetsReport(BaseModel):
+    targets: list[TargetStatus]
+    host: dict[str, str] = Field(default_factory=dict)
+
+
+class Finding(BaseModel):
+    code: str = Field(description="stable identifier, e.g. 'interpreter_timing'")
+    message: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class Mismatch(BaseModel):
+    """Where and by how much a candidate's output disagreed with the reference."""
+
+    trial: int
+    output_index: int = 0
+    reason: str
+    max_abs_error: float | None = None
+    mean_abs_error: float | None = None
+    max_rel_error: float | None = None
+    first_mismatch_index: list[int] | None = None
+    expected: float | None = None
+    got: float | None = None
+    mismatched_fraction: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+
+class TimingStats(BaseModel):
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    iqr_ms: float
+    spread: float = Field(description="interquartile range over median (0.02 = 2%)")
+    samples: int
+    clock: str = Field(description="device events, or host monotonic clock")
+
+
+class Timing(BaseModel):
+    candidate: TimingStats | None = None
+    eager: TimingStats | None = None
+    compiled: TimingStats | None = None
+
+
+class VerifyReport(JobAware):
+    verdict: Verdict | None = None
+    correct: bool | None = None
+    target: str | None = None
+    device: str | None = None
+    execution: str | None = Field(None, description="how kernels ran: 'cuda', 'xpu' or 'triton-interpreter'")
+    findings: list[Finding] = Field(default_factory=list)
+    speedup: float | None = Field(None, description="baseline median / candidate median, over the faster baseline timed")
+    speedup_over: str | None = Field(None, description="which baseline speedup is measured against")
+    timing: Timing | None = None
+    mismatches: list[Mismatch] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    trials: int | None = None
+    seconds: float | None = None
+
+
+class JobInfo(BaseModel):
+    job_id: str
+    tool: str
+    status: JobState
+    seconds: float
+    progress: str | None = None
+    error: str | None = None
+    result: dict[str, Any] | None = Field(None, description="the tool's own result, when done")

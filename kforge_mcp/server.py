@@ -1,0 +1,30 @@
+"""The MCP server ``kforge``: tools from kforge_mcp/tools, over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+from mcp.server.mcpserver import MCPServer
+
+from . import __version__
+from .api import Engine
+from .tools import compile as compile_tool
+from .tools import jobs, list_targets, verify
+from .tools.common import App
+
+INSTRUCTIONS = """\
+kforge turns a PyTorch reference module into a faster kernel. A problem is KernelBench-form
+Python (class Model, get_inputs, get_init_inputs); a candidate defines class ModelNew with the
+same constructor and forward, doing its work in kernels of one target. Call list_targets first
+to see what runs here; compile gives line-level diagnostics and per-kernel resources without a
+GPU; verify checks correctness against the reference and times eager and torch.compile
+baselines. Calls that outlive wait_s return a job_id: poll job_status / job_result."""
+
+TOOL_MODULES = (list_targets, compile_tool, verify, jobs)
+
+
+def build_server(engine: Engine | None = None) -> MCPServer:
+    app = App(engine=engine or Engine())
+    mcp = MCPServer("kforge", instructions=INSTRUCTIONS, version=__version__)
+    for module in TOOL_MODULES:
+        module.register(mcp, app)
+    mcp.kforge_app = app  # the CLI and tests reach the engine through this
+    return mcp

@@ -1,0 +1,66 @@
+"""What every tool shares: the engine, the job table, and running work under a wait budget
+with progress notifications."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import anyio
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel
+
+from ..api import Engine
+from ..engine.jobs import Job, JobManager, raise_job_error
+from ..errors import KforgeError
+
+# Claude Desktop and the TypeScript SDK cut a call off at about 60 s: answer before that.
+DEFAULT_WAIT_S = 50.0
+HEARTBEAT_S = 5.0  # progress at least this often, so hosts see the call is alive
+
+
+@dataclass
+class App:
+    engine: Engine
+    jobs: JobManager = field(default_factory=JobManager)
+
+
+async def wait_for(job: Job, wait_s: float, ctx: Context | None) -> bool:
+    """Wait up to ``wait_s`` for a job, forwarding its progress. True when it finished.
+    Progress is only ever sent before the result, never after."""
+    started = time.monotonic()
+    last_sent, last_text = 0.0, None
+    while not job.done.is_set():
+        elapsed = time.monotonic() - started
+        if elapsed >= wait_s:
+            return False
+        if ctx is not None and (job.progress != last_text or elapsed - last_sent >= HEARTBEAT_S):
+            try:
+                await ctx.report_progress(round(elapsed, 1), None, job.progress or job.status)
+            except Exception:  # noqa: BLE001  (a client that dropped progress must not fail the call)
+                pass
+            last_sent, last_text = elapsed, job.progress
+        await anyio.sleep(0.05)
+    return True
+
+
+async def run_tool_job(app: App, tool: str, work: Callable[..., BaseModel], wait_s: float, ctx: Context | None,
+                       running: Callable[[Job], BaseModel]) -> BaseModel:  # fmt: skip
+    """Run ``work(progress, cancel)`` as a job; return its result, or ``running(job)`` when
+    it outlives ``wait_s``. Input errors become tool errors the model can read."""
+    if wait_s < 0:
+        raise ToolError("wait_s must be >= 0")
+    job = app.jobs.submit(tool, work)
+    if not await wait_for(job, wait_s, ctx):
+        return running(job)
+    return job_result_or_raise(job)
+
+
+def job_result_or_raise(job: Job) -> BaseModel:
+    try:
+        raise_job_error(job)
+    except KforgeError as e:
+        raise ToolError(str(e)) from None
+    return job.result

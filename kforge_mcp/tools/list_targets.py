@@ -1,0 +1,17 @@
+"""list_targets: every target, whether it works here and why not, devices and versions."""
+
+from __future__ import annotations
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+
+from ..schemas import TargetsReport
+from .common import App
+
+
+def register(mcp: MCPServer, app: App) -> None:
+    @mcp.tool()
+    async def list_targets(refresh: bool = False) -> TargetsReport:
+        """List the kernel targets (cuda, cute, triton, metal): which are available on this
+        machine, why not when they are not, the devices each can run on and toolchain versions."""
+        return await anyio.to_thread.run_sync(lambda: app.engine.list_targets(refresh=refresh))
