@@ -27,6 +27,7 @@ from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
 
 DEFAULT_ARCH = "sm_90a"
+GUESSED_CONSTEXPR = 64  # a power of two, so tl.arange accepts it
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 POINTER_USES = {"load", "store", "make_block_ptr", "make_tensor_descriptor"}
 TORCH_TO_TRITON = {
@@ -178,42 +179,81 @@ def _called_names(fn) -> set[str]:
     }
 
 
+def _pointer_base(expr: ast.expr) -> str | None:
+    """The pointer in ``x_ptr + row * stride + cols`` is the leftmost operand of the sum."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub)):
+        return _pointer_base(expr.left) or _pointer_base(expr.right)
+    return None
+
+
 def _pointer_params(fn) -> set[str]:
-    """Parameters used as the base of tl.load / tl.store / block pointers, or named like pointers."""
+    """Parameters at the base of tl.load / tl.store / block-pointer addresses, or named like pointers."""
     names = {p.name for p in fn.params if "ptr" in p.name.lower()}
     for node in ast.walk(ast.parse(fn.src)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in POINTER_USES:
-            if node.args:
-                names |= {n.id for n in ast.walk(node.args[0]) if isinstance(n, ast.Name)}
+            first = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg in ("pointer", "base")), None)
+            base = _pointer_base(first) if first is not None else None
+            if base:
+                names.add(base)
     return names
 
 
-def infer_launches(kernels: dict[str, Any]) -> tuple[list[Launch], list[Diagnostic]]:
+def launch_site_constants(module_source: str) -> dict[str, dict[str, Any]]:
+    """Constexpr values written at launch sites, ``kernel[grid](..., BLOCK=1024)`` or
+    ``BLOCK=BLOCK`` where ``BLOCK = 1024`` is assigned in the file: kernel -> name -> value."""
+    tree = ast.parse(module_source)
+    assigned = {
+        t.id: node.value.value
+        for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for t in node.targets if isinstance(t, ast.Name)
+    }  # fmt: skip
+    found: dict[str, dict[str, Any]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript):
+            callee = node.func.value
+            name = callee.id if isinstance(callee, ast.Name) else getattr(callee, "attr", None)
+            for kw in node.keywords:
+                if isinstance(kw.value, ast.Constant):
+                    found.setdefault(name, {})[kw.arg] = kw.value.value
+                elif isinstance(kw.value, ast.Name) and kw.value.id in assigned:
+                    found.setdefault(name, {})[kw.arg] = assigned[kw.value.id]
+    return found
+
+
+def infer_launches(kernels: dict[str, Any], module_source: str) -> tuple[list[Launch], list[Diagnostic]]:
     """Without a problem to trace: pointers are fp32, other arguments i32, constexprs take
-    their defaults. Helpers called from other kernels are not compiled on their own."""
+    the value at the launch site, else their default, else a guess (64) that is reported.
+    Helpers called from other kernels are not compiled on their own."""
     helpers = set().union(*(_called_names(fn) for fn in kernels.values())) if kernels else set()
+    at_launch = launch_site_constants(module_source)
     launches, diags = [], []
     for name, fn in kernels.items():
         if name in helpers:
             continue
         pointers = _pointer_params(fn)
-        signature, constexprs, missing = {}, {}, []
+        signature, constexprs, guessed = {}, {}, []
         for p in fn.params:
             default = p._param.default
             if p.is_constexpr:
                 signature[p.name] = "constexpr"
-                if default is p._param.empty:
-                    missing.append(p.name)
-                constexprs[p.name] = default
+                if p.name in at_launch.get(name, {}):
+                    constexprs[p.name] = at_launch[name][p.name]
+                elif default is not p._param.empty:
+                    constexprs[p.name] = default
+                else:
+                    constexprs[p.name] = GUESSED_CONSTEXPR
+                    guessed.append(p.name)
             elif p.annotation_type:
                 signature[p.name] = p.annotation_type
             else:
                 signature[p.name] = "*fp32" if p.name in pointers else "i32"
-        if missing:
+        if guessed:
             diags.append(Diagnostic(line=_def_line(fn), severity="note", kernel=name,
-                                    message=f"kernel {name} not compiled: constexpr {', '.join(missing)} has no default; "
-                                            "pass `problem` so kforge can trace the real launch values"))  # fmt: skip
-            continue
+                                    message=f"kernel {name}: constexpr {', '.join(guessed)} has no default and no constant "
+                                            f"at the launch site; compiled with {GUESSED_CONSTEXPR}. Pass `problem` so "
+                                            "kforge traces the real launch values"))  # fmt: skip
         launches.append(Launch(name, signature, constexprs))
     return launches, diags
 
@@ -352,7 +392,7 @@ class TritonTarget:
                 diags.append(Diagnostic(severity="warning", file=source.name,
                                         message="ModelNew.forward launched no Triton kernel on the problem's inputs"))  # fmt: skip
         else:
-            launches, diags = infer_launches(kernels)
+            launches, diags = infer_launches(kernels, source.text)
             report.signature_source = "inferred"
         seen, ok = set(), True
         for launch in launches:

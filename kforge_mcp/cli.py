@@ -1,0 +1,410 @@
+"""The ``kforge`` command line (targets, compile, verify, serve) and the ``kforge-mcp`` server entry.
+
+Reports go to stdout (``--json``: the report's JSON and nothing else); progress, banners and
+errors go to stderr. Exit codes: 0 ok / pass, 1 compile failed / verdict not pass, 2 bad input,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import signal
+import socket
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from . import __version__
+from .errors import KforgeError
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+EXIT_OK, EXIT_NOT_OK, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "suspicious": "bold yellow", "error": "bold red"}
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "note": "bold cyan"}
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+WILDCARD_HOSTS = ("0.0.0.0", "::")
+
+
+# ---- shared helpers ----
+
+
+@contextmanager
+def open_engine(home: str | None) -> Iterator:
+    from .api import Engine
+
+    engine = Engine(home=home)
+    try:
+        yield engine
+    finally:
+        engine.close()  # kills the workers, whatever happened
+
+
+def with_status(label: str, call: Callable[[Callable[[str], None]], object]):
+    """Run ``call(on_progress)`` under a spinner on stderr fed by the engine's progress lines
+    (sent from the engine's worker-monitoring code, possibly on another thread)."""
+    with err.status(Text(label)) as status:
+        return call(lambda message: status.update(Text(f"{label}: {message}")))
+
+
+def print_json(report) -> None:
+    sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def fmt(value, spec: str = "") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_diagnostics(diagnostics, fallback_file: str) -> None:
+    """``file:line:col: severity: message``, then the source line and a caret, like a compiler."""
+    for d in diagnostics:
+        where = d.file or fallback_file
+        if d.line:
+            where += f":{d.line}" + (f":{d.column}" if d.column else "")
+        line = Text(f"{where}: ", style="bold")
+        line.append(f"{d.severity}: ", style=SEVERITY_STYLE.get(d.severity, "bold"))
+        line.append(d.message)
+        out.print(line, soft_wrap=True)
+        source_line = read_line(d.file or fallback_file, d.line)
+        if source_line is not None:
+            out.print(Text(source_line), soft_wrap=True)
+            if d.column:
+                out.print(Text(" " * (d.column - 1) + "^", style="bold green"))
+
+
+def read_line(path: str, line: int | None) -> str | None:
+    try:
+        return Path(path).read_text().splitlines()[line - 1] if line and line > 0 else None
+    except (OSError, UnicodeDecodeError, IndexError):
+        return None
+
+
+# ---- targets ----
+
+
+def cmd_targets(args) -> int:
+    with open_engine(args.home) as engine:
+        report = with_status("probing targets", lambda p: engine.list_targets(refresh=args.refresh, on_progress=p))
+    if args.json:
+        print_json(report)
+        return EXIT_OK
+    table = Table(title="kforge targets")
+    for column in ("target", "available", "devices", "versions", "reason / notes"):
+        table.add_column(column)
+    for t in report.targets:
+        available = Text("yes", style="green") if t.available else Text("no", style="red")
+        versions = "\n".join(f"{k} {v}" for k, v in t.versions.items())
+        notes = Text("\n".join(t.notes), style="dim")
+        if t.reason:
+            notes = Text.assemble(Text(t.reason, style="yellow"), "\n" if t.notes else "", notes)
+        table.add_row(t.name, available, ", ".join(t.devices) or "-", versions or "-", notes)
+    out.print(table)
+    host = Table.grid(padding=(0, 2))
+    for key, value in report.host.items():
+        host.add_row(Text(key, style="bold"), Text(value))
+    out.print(Text("host", style="bold underline"), host)
+    return EXIT_OK
+
+
+# ---- compile ----
+
+
+def cmd_compile(args) -> int:
+    with open_engine(args.home) as engine:
+        report = with_status(f"compiling {args.file}", lambda p: engine.compile(
+            args.target, args.file, arch=args.arch, problem=args.problem, emit_ptx=args.ptx,
+            on_progress=p))  # fmt: skip
+    if args.json:
+        print_json(report)
+    else:
+        print_compile(report, args.file)
+    return EXIT_OK if report.ok else EXIT_NOT_OK
+
+
+def print_compile(report, file: str) -> None:
+    status = Text("ok", style="bold green") if report.ok else Text("failed", style="bold red")
+    out.print(Text.assemble("compile ", status, f"  target {report.target}, arch {report.arch or 'default'}, "
+                            f"{report.seconds:.2f} s{', cached' if report.cached else ''}"))  # fmt: skip
+    print_diagnostics(report.diagnostics, file)
+    if report.kernels:
+        table = Table(title=f"kernels (signature {report.signature_source or 'unknown'})")
+        for column in ("kernel", "registers", "spills (B)", "shared (B)", "warps", "stages"):
+            table.add_column(column, justify="left" if column == "kernel" else "right")
+        for k in report.kernels:
+            table.add_row(k.name, *(fmt(v) for v in (k.registers, k.spills, k.shared_bytes, k.num_warps, k.num_stages)))
+        out.print(table)
+    for name, ptx in (report.ptx or {}).items():
+        out.rule(f"PTX {name}")
+        out.print(Text(ptx), soft_wrap=True)
+
+
+# ---- verify ----
+
+
+def cmd_verify(args) -> int:
+    with open_engine(args.home) as engine:
+        report = with_status("verifying", lambda p: engine.verify(
+            args.problem, args.candidate, target=args.target, device=args.device, trials=args.trials, atol=args.atol,
+            rtol=args.rtol, timeout_s=args.timeout, baselines=args.baselines, on_progress=p))  # fmt: skip
+    if args.json:
+        print_json(report)
+    else:
+        print_verify(report, args.candidate)
+    return EXIT_OK if report.verdict == "pass" else EXIT_NOT_OK
+
+
+def print_verify(report, candidate: str) -> None:
+    verdict = report.verdict or "unknown"
+    out.print(Text.assemble("verdict ", Text(verdict.upper(), style=VERDICT_STYLE.get(verdict, "bold")),
+                            f"  target {report.target} on {report.device} ({report.execution or '?'}), "
+                            f"{fmt(report.trials)} trials, {fmt(report.seconds, '.1f')} s"))  # fmt: skip
+    if report.speedup is not None:
+        style = "green" if report.speedup >= 1 else "yellow"
+        out.print(Text.assemble("speedup ", Text(f"{report.speedup:.3g}x", style=f"bold {style}"),
+                                f" over {report.speedup_over or 'the baseline'}"))  # fmt: skip
+    print_timing(report.timing)
+    for f in report.findings:
+        out.print(Text.assemble(Text(f"{f.code}: ", style="bold yellow"), f.message), soft_wrap=True)
+    print_mismatches(report.mismatches)
+    for e in report.errors:
+        if e:
+            out.print(Text(e, style="red"), soft_wrap=True)
+    print_diagnostics(report.diagnostics, candidate)
+
+
+def print_timing(timing) -> None:
+    rows = [(name, getattr(timing, name)) for name in ("candidate", "eager", "compiled")] if timing else []
+    rows = [(name, stats) for name, stats in rows if stats is not None]
+    if not rows:
+        return
+    table = Table(title="timing")
+    for column in ("", "median ms", "spread", "samples", "clock"):
+        table.add_column(column, justify="right" if column in ("median ms", "spread", "samples") else "left")
+    for name, s in rows:
+        table.add_row(name, f"{s.median_ms:.4f}", f"{s.spread:.1%}", str(s.samples), s.clock)
+    out.print(table)
+
+
+def print_mismatches(mismatches) -> None:
+    """One line per mismatch: they carry too many numbers for an 80-column table."""
+    for m in mismatches:
+        line = Text(f"mismatch in trial {m.trial}, output {m.output_index}: ", style="bold red")
+        line.append(m.reason)
+        if m.max_abs_error is not None or m.max_rel_error is not None:
+            line.append(f"; max abs error {fmt(m.max_abs_error, '.3g')}, max rel error {fmt(m.max_rel_error, '.3g')}")
+        if m.mismatched_fraction is not None:
+            line.append(f", {m.mismatched_fraction:.2%} of elements")
+        if m.first_mismatch_index is not None:
+            line.append(f"; first at ({', '.join(map(str, m.first_mismatch_index))}): "
+                        f"expected {fmt(m.expected, '.6g')}, got {fmt(m.got, '.6g')}")  # fmt: skip
+        if m.atol is not None or m.rtol is not None:
+            line.append(f" (atol {fmt(m.atol, 'g')}, rtol {fmt(m.rtol, 'g')})", style="dim")
+        out.print(line, soft_wrap=True)
+
+
+# ---- serve ----
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def transport_security(host: str):
+    """DNS-rebinding protection stays on in every case (the SDK turns it off for any host but
+    127.0.0.1 / localhost / ::1). Accepted Host headers: the loopback names, the bound host, and
+    for a remote bind this machine's names and addresses."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    names = list(LOOPBACK_NAMES)
+    wildcard = host in WILDCARD_HOSTS
+    if not wildcard:
+        names.append(url_host(host))
+    if not is_loopback(host):
+        names += [socket.gethostname(), socket.getfqdn()]
+        if wildcard:
+            try:
+                names += [url_host(a[4][0]) for a in socket.getaddrinfo(socket.gethostname(), None)]
+            except OSError:
+                pass
+    names = list(dict.fromkeys(names))
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                     allowed_hosts=[f"{n}:*" for n in names],
+                                     allowed_origins=[f"http://{n}:*" for n in names])  # fmt: skip
+
+
+def banner(args, engine) -> None:
+    name = Text("kforge", style="bold magenta")
+    lines = [Text.assemble(name, f" {__version__}  MCP server, transport {args.transport}")]
+    if args.transport == "stdio":
+        command = "kforge-mcp" + (f" --home {args.home}" if args.home else "")
+        lines.append(Text(f"connect: configure your MCP client to launch the command: {command}"))
+    else:
+        url = f"http://{url_host(args.host)}:{args.port}/mcp"
+        lines.append(Text.assemble("url:     ", Text(url, style="bold"), "  (streamable HTTP)"))
+        reachable = socket.gethostname() if args.host in WILDCARD_HOSTS else url_host(args.host)
+        lines.append(Text(f"connect: point your MCP client at http://{reachable}:{args.port}/mcp"))
+        lines.append(targets_line(engine))
+        if not is_loopback(args.host):
+            lines.append(Text(f"warning: listening on {args.host} without authentication: anyone who can reach this "
+                              "port can run code on this machine", style="bold yellow"))  # fmt: skip
+    lines.append(Text(f"home:    {engine.home}", style="dim"))
+    for line in lines:
+        err.print(line, soft_wrap=True)
+
+
+def targets_line(engine) -> Text:
+    try:
+        report = with_status("probing targets", lambda p: engine.list_targets(on_progress=p))
+    except KforgeError as e:
+        return Text(f"targets: probe failed: {e}", style="yellow")
+    parts = [f"{t.name} ({', '.join(t.devices)})" for t in report.targets if t.available]
+    return Text(f"targets: {', '.join(parts) or 'none available here'}")
+
+
+def cmd_serve(args) -> int:
+    if args.transport == "http" and not is_loopback(args.host) and not args.allow_remote:
+        raise KforgeError(f"refusing to listen on non-loopback host '{args.host}': the server runs submitted code "
+                          "and has no authentication; pass --allow-remote if you really mean it")  # fmt: skip
+    from .server import build_server
+
+    interrupted = False
+    with open_engine(args.home) as engine:
+        server = build_server(engine)
+        banner(args, engine)
+        try:
+            if args.transport == "stdio":
+                engine.pool.prewarm("compile")
+                server.run("stdio")
+            else:
+                server.run("streamable-http", host=args.host, port=args.port,
+                           transport_security=transport_security(args.host))  # fmt: skip
+        except KeyboardInterrupt:
+            interrupted = True
+    err.print(Text("kforge: server stopped", style="dim"))
+    if interrupted and args.transport == "stdio":
+        # anyio's stdin reader is a non-daemon thread blocked in read(): it would hold the exit
+        # until the client closes stdin. The workers are already gone; leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_OK)
+    return EXIT_OK
+
+
+def port_number(value: str) -> int:
+    port = int(value)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be between 1 and 65535, got {port}")
+    return port
+
+
+def add_serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                   help="stdio (default; the client launches the server) or streamable HTTP")  # fmt: skip
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (no authentication!)")
+    p.set_defaults(handler=cmd_serve)
+
+
+def add_home_option(p: argparse.ArgumentParser, default=None) -> None:
+    p.add_argument("--home", default=default, metavar="DIR",
+                   help="engine home: caches, worker state (default $KFORGE_HOME or ~/.kforge)")  # fmt: skip
+
+
+# ---- parsers and entry points ----
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kforge", description="Write, compile and verify GPU kernels against "
+                                     "PyTorch references; serve the same tools over MCP.")  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"kforge {__version__}")
+    add_home_option(parser)
+    common = argparse.ArgumentParser(add_help=False)  # --home after the subcommand too
+    add_home_option(common, default=argparse.SUPPRESS)
+    report = argparse.ArgumentParser(add_help=False, parents=[common])
+    report.add_argument("--json", action="store_true", help="print the report as JSON, nothing else on stdout")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("targets", parents=[report], help="which targets work here, and why not")
+    p.add_argument("--refresh", action="store_true", help="probe again instead of using the cached probe")
+    p.set_defaults(handler=cmd_targets)
+
+    p = sub.add_parser("compile", parents=[report], help="compile a candidate without running it")
+    p.add_argument("file", help="candidate source (.py)")
+    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
+    p.add_argument("--arch", help="e.g. sm_90a (default: this GPU's, or the target's default)")
+    p.add_argument("--problem", help="problem file: trace the real launches for exact kernel signatures")
+    p.add_argument("--ptx", action="store_true", help="also print the PTX of each kernel")
+    p.set_defaults(handler=cmd_compile)
+
+    p = sub.add_parser("verify", parents=[report], help="check a candidate against its reference and time it")
+    p.add_argument("problem", help="reference in KernelBench form (.py)")
+    p.add_argument("candidate", help="source defining class ModelNew (.py)")
+    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
+    p.add_argument("--device", help="e.g. cuda:0, xpu:0 or cpu (default: the best one here)")
+    p.add_argument("--trials", type=int, default=5, help="correctness trials, each on fresh inputs (default 5)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="kill the worker after S seconds")
+    p.add_argument("--baselines", type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
+                   default=["eager", "compiled"],
+                   help="comma-separated baselines to time (default eager,compiled)")  # fmt: skip
+    p.set_defaults(handler=cmd_verify)
+
+    p = sub.add_parser("serve", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
+    add_serve_options(p)
+    return parser
+
+
+def build_server_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kforge-mcp", description="The kforge MCP server.")
+    parser.add_argument("--version", action="version", version=f"kforge-mcp {__version__}")
+    add_home_option(parser)
+    add_serve_options(parser)
+    return parser
+
+
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt  # unwinds through the engine's `finally`, which kills the workers
+
+
+def run(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return args.handler(args)
+    except (KforgeError, OSError) as e:  # bad input, or e.g. an unusable --home
+        err.print(Text(f"error: {e}", style="red"), soft_wrap=True)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        err.print(Text("interrupted", style="yellow"))
+        return EXIT_INTERRUPTED
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run(build_parser().parse_args(argv)))
+
+
+def server_main(argv: list[str] | None = None) -> None:
+    sys.exit(run(build_server_parser().parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

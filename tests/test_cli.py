@@ -1,0 +1,141 @@
+"""The `kforge` CLI and the `kforge-mcp` entry, run for real as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, example, problem
+
+CLI = [sys.executable, "-m", "kforge_mcp.cli"]
+UNDEFINED_NAME = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr = 1024):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, x * undefined_scale, mask=offs < n)  # line 10
+"""
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    return {**os.environ, "KFORGE_HOME": str(tmp_path_factory.mktemp("kforge-home"))}
+
+
+def kforge(env, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_targets_json(env):
+    proc = kforge(env, "targets", "--json")
+    assert proc.returncode == 0, proc.stderr
+    targets = {t["name"]: t for t in json.loads(proc.stdout)["targets"]}
+    assert targets["triton"]["available"] and "cpu" in targets["triton"]["devices"]
+    for name in ("cuda", "cute", "metal"):
+        assert not targets[name]["available"] and targets[name]["reason"]
+
+
+def test_compile_reports_kernel_resources(env):
+    proc = kforge(env, "compile", example("row_softmax", "triton"), "--target", "triton",
+                  "--problem", problem("row_softmax"), "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True
+    assert report["kernels"] and report["kernels"][0]["registers"] > 0
+
+
+def test_compile_error_names_the_line(env, tmp_path):
+    source = tmp_path / "undefined_name.py"
+    source.write_text(UNDEFINED_NAME)
+    proc = kforge(env, "compile", str(source), "--target", "triton")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{source}:10:" in proc.stdout  # file:line:col: error: ...
+    assert "error" in proc.stdout and "undefined_scale" in proc.stdout
+
+
+def test_verify_pass_json(env):
+    proc = kforge(env, "verify", problem("row_softmax"), example("row_softmax", "triton"), "--target", "triton",
+                  "--trials", "2", "--baselines", "eager", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)  # nothing but the report on stdout
+    assert report["verdict"] == "pass" and report["correct"] is True
+    assert report["timing"]["eager"] is not None and report["timing"]["compiled"] is None
+
+
+def test_verify_wrong_candidate_fails(env):
+    proc = kforge(env, "verify", problem("fused_bias_gelu"), example("fused_bias_gelu", "triton_wrong"),
+                  "--target", "triton", "--trials", "2", "--baselines", "eager")  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL" in proc.stdout
+    assert "mismatch" in proc.stdout and "expected" in proc.stdout
+
+
+def test_unknown_target_is_an_input_error(env):
+    proc = kforge(env, "compile", example("row_softmax", "triton"), "--target", "nope")
+    assert proc.returncode == 2
+    assert "unknown target" in proc.stderr and proc.stdout == ""
+
+
+def test_serve_refuses_a_remote_host_without_allow_remote(env):
+    proc = kforge(env, "serve", "--transport", "http", "--host", "0.0.0.0", timeout=60)
+    assert proc.returncode != 0
+    assert "--allow-remote" in proc.stderr and "0.0.0.0" in proc.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(proc: subprocess.Popen, port: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the server exited with {proc.returncode}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.25)
+    raise AssertionError(f"the server did not listen on port {port} within {timeout} s")
+
+
+@pytest.mark.anyio
+async def test_kforge_mcp_over_http(env, tmp_path):
+    from mcp import Client
+
+    script = shutil.which("kforge-mcp", path=str(Path(sys.executable).parent))
+    entry = [script] if script else [sys.executable, "-c", "from kforge_mcp.cli import server_main; server_main()"]
+    port = free_port()
+    with open(tmp_path / "stdout", "w+") as out, open(tmp_path / "stderr", "w+") as err:
+        proc = subprocess.Popen([*entry, "--transport", "http", "--port", str(port)], cwd=ROOT, env=env,
+                                stdout=out, stderr=err)  # fmt: skip
+        try:
+            wait_for_port(proc, port)
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                tools = {t.name for t in (await client.list_tools()).tools}
+            assert {"list_targets", "compile", "verify"} <= tools
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        banner = (tmp_path / "stderr").read_text()
+    assert f"http://127.0.0.1:{port}/mcp" in banner and "kforge" in banner
+    assert "kforge 0.1.0" not in (tmp_path / "stdout").read_text()  # the banner never goes to stdout
