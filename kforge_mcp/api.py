@@ -132,6 +132,7 @@ class Engine:
             return report
         if not reply.get("ok") and reply.get("kind") == "internal":
             return VerifyReport(verdict="error", correct=False, target=target, device=dev, trials=trials,
+                                execution=get_target(target).execution(dev),
                                 errors=[reply.get("message", ""), reply.get("traceback", "")],
                                 seconds=time.perf_counter() - started)  # fmt: skip
         return self._reply_to_report(reply, VerifyReport, cand)
@@ -143,7 +144,9 @@ class Engine:
         if reply.get("kind") == "input":
             diags = [Diagnostic.model_validate(d) for d in reply.get("diagnostics", [])]
             raise InputError(reply.get("message", "invalid input"), diags)
-        return None
+        if reply.get("kind") == "internal":
+            return None  # the caller turns it into its own failed report
+        raise KforgeError(f"the worker sent an unexpected reply: {str(reply)[:300]}")
 
     def close(self) -> None:
         self.pool.shutdown()

@@ -51,8 +51,7 @@ def test_targets_json(env):
 
 
 def test_compile_reports_kernel_resources(env):
-    proc = kforge(env, "compile", example("row_softmax", "triton"), "--target", "triton",
-                  "--problem", problem("row_softmax"), "--json")  # fmt: skip
+    proc = kforge(env, "compile", example("row_softmax", "triton"), "--target", "triton", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] is True

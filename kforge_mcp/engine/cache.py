@@ -7,6 +7,7 @@ source at once both leave a whole entry, never a torn one.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -15,8 +16,18 @@ import tempfile
 from pathlib import Path
 
 
+def _code_digest() -> str:
+    """Our own code that shapes a compile report: a change to it invalidates old entries."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted([*root.glob("targets/*.py"), *root.glob("engine/*.py"), root / "schemas.py"]):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
-    out = {}
+    out = {"kforge-code": _code_digest()}
     for dist in ("triton", "torch", "kforge-mcp"):
         try:
             out[dist] = importlib.metadata.version(dist)

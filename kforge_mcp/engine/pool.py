@@ -14,6 +14,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -267,3 +268,4 @@ class WorkerPool:
             if lane.worker is not None:
                 lane.worker.kill()
                 lane.worker = None
+        shutil.rmtree(self.tmp, ignore_errors=True)

@@ -53,13 +53,11 @@ def time_callable(fn: Callable[[], object], device: str, budget_s: float = 1.0, 
 
 
 def _time_host(fn, budget_s, min_calls, max_calls, warmup_calls) -> TimingStats:
-    started = time.perf_counter()
     for _ in range(warmup_calls):
-        fn()
-    per_call = max((time.perf_counter() - started) / max(warmup_calls, 1), 1e-7)
-    calls = int(min(max_calls, max(min_calls, budget_s / per_call)))
+        fn()  # first calls pay for compiles and caches: never timed
     samples = []
-    for _ in range(calls):
+    deadline = time.perf_counter() + budget_s
+    while len(samples) < max_calls and (len(samples) < min_calls or time.perf_counter() < deadline):
         t0 = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - t0) * 1e3)
@@ -72,12 +70,14 @@ def _time_device(fn, device, api, budget_s, min_calls, max_calls, warmup_calls) 
     flush = _flush_buffers.get(device)
     if flush is None:
         flush = _flush_buffers[device] = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+    for _ in range(warmup_calls):
+        fn()  # first calls pay for compiles and caches: never timed
     api.synchronize()
     started = time.perf_counter()
-    for _ in range(max(warmup_calls, 3)):
+    for _ in range(3):
         fn()
     api.synchronize()
-    per_call = max((time.perf_counter() - started) / max(warmup_calls, 3), 1e-6)
+    per_call = max((time.perf_counter() - started) / 3, 1e-6)
     calls = int(min(max_calls * 5, max(min_calls * 10, budget_s / per_call)))
     starts = [api.Event(enable_timing=True) for _ in range(calls)]
     ends = [api.Event(enable_timing=True) for _ in range(calls)]

@@ -126,7 +126,9 @@ def _time_all(req, problem, reference, candidate, module, device, cache, progres
         progress("timing torch.compile baseline")
         key = (problem.source.digest, device)
         try:
-            compiled = cache.compiled.get(key) or torch.compile(reference)
+            compiled = cache.compiled.get(key)
+            if compiled is None:
+                compiled = torch.compile(reference)
             timing.compiled = time_callable(lambda: compiled(*inputs), device, budget, warmup_calls=2)
             cache.compiled[key] = compiled
         except Exception as e:
