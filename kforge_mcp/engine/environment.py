@@ -21,7 +21,8 @@ def worker_environment(lane: str, home: Path, tmp: Path, base: dict[str, str] | 
         if (k in ALLOWED or k.startswith(ALLOWED_PREFIXES)) and not any(m in k.upper() for m in SECRET_MARKERS)
     }
     package_root = str(Path(kforge_mcp.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = package_root  # the worker imports kforge_mcp even when it is not installed
+    # the worker imports kforge_mcp (and what the server imports) even when it is not installed
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, base.get("PYTHONPATH", "")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env["KFORGE_WORKER_LANE"] = lane

@@ -255,8 +255,8 @@ class WorkerPool:
                 state.worker.kill()
                 state.worker = None
                 raise
-            if not reply.get("ok") and reply.get("kind") == "internal":
-                # the job broke something we did not expect: do not reuse that process
+            if reply.get("recycle") or (not reply.get("ok") and reply.get("kind") == "internal"):
+                # a poisoned device context, or a failure we did not expect: do not reuse that process
                 state.worker.kill()
                 state.worker = None
             return reply

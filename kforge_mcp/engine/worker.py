@@ -73,6 +73,20 @@ def handle_verify(req, progress, workdir, state) -> dict:
     return run_verify(req, progress, workdir, cache).model_dump()
 
 
+def device_healthy() -> bool:
+    """A CUDA fault (illegal address, ...) poisons the context for the life of the process:
+    report it, so the pool replaces this worker instead of failing every later job."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return True
+    try:
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
 HANDLERS = {"probe": handle_probe, "compile": handle_compile, "verify": handle_verify}
 
 
@@ -99,7 +113,7 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
             value = HANDLERS[request["kind"]](request["payload"], progress, workdir, state)
-            send({"type": "result", "ok": True, "value": value})
+            send({"type": "result", "ok": True, "value": value, "recycle": not device_healthy()})
         except InputError as e:
             send({"type": "result", "ok": False, "kind": "input", "message": e.message,
                   "diagnostics": [d.model_dump() for d in e.diagnostics]})  # fmt: skip
