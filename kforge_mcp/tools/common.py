@@ -42,7 +42,7 @@ async def wait_for(job: Job, wait_s: float, ctx: Context | None) -> bool:
             except Exception:  # noqa: BLE001  (a client that dropped progress must not fail the call)
                 pass
             last_sent, last_text = elapsed, job.progress
-        await anyio.sleep(0.05)
+        await anyio.sleep(0.01)  # a cache hit should not wait out a long poll
     return True
 
 
