@@ -29,6 +29,7 @@ def worker_environment(lane: str, home: Path, tmp: Path, base: dict[str, str] | 
     env["KFORGE_WORKER_TMP"] = str(tmp)
     env.setdefault("TRITON_CACHE_DIR", str(home / "cache" / "triton"))
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(home / "cache" / "inductor"))
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(home / "cache" / "torch_extensions"))  # cuda target builds
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's own default; set so it stops warning
     env.pop("TRITON_INTERPRET", None)
     if lane == "cpu":

@@ -63,6 +63,7 @@ def handle_compile(req, progress, workdir, state) -> dict:
     report = target.compile(Source.from_wire(req["source"]), req.get("arch"), problem, workdir)
     if not req.get("emit_ptx"):
         report.ptx = None
+        report.sass = None
     return report.model_dump()
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from ..errors import UnknownTargetError
 from .base import PlannedTarget, Target
+from .cuda import CudaTarget
+from .cute import CuteTarget
 from .triton import TritonTarget
 
 _NOT_BUILT = "not built yet in this version of kforge-mcp"
 
 TARGETS: dict[str, Target] = {
-    "cuda": PlannedTarget("cuda", "CUDA C++ through torch.utils.cpp_extension.load_inline", _NOT_BUILT),
-    "cute": PlannedTarget("cute", "CuTe DSL (nvidia-cutlass-dsl) and CuTe C++ headers", _NOT_BUILT),
+    "cuda": CudaTarget(),
+    "cute": CuteTarget(),
     "triton": TritonTarget(),
     "metal": PlannedTarget("metal", "Metal Shading Language through torch.mps.compile_shader", _NOT_BUILT),
 }

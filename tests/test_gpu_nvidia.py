@@ -1,0 +1,89 @@
+"""cuda and cute targets on an NVIDIA GPU (skipped elsewhere): the real load_inline build,
+its cache and lock, CuTe DSL kernels run, compile defaults to the device arch.
+Run there with: pytest tests/test_gpu_nvidia.py -q"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+
+import pytest
+from conftest import example, problem
+
+from kforge_mcp.api import Engine
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+needs_cute = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None, reason="needs nvidia-cutlass-dsl")
+EXAMPLES = ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"]
+
+
+def test_targets_are_available_on_the_gpu(engine):
+    targets = {t.name: t for t in engine.list_targets().targets}
+    assert targets["cuda"].available and "cuda:0" in targets["cuda"].devices, targets["cuda"]
+    if importlib.util.find_spec("cutlass") is not None:
+        assert targets["cute"].available, targets["cute"]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_cuda_examples_pass(engine, name):
+    report = engine.verify(problem(name), example(name, "cuda"), target="cuda", timeout_s=900)
+    assert report.verdict == "pass", (report.errors, report.mismatches, report.diagnostics)
+    assert report.execution == "cuda" and "events" in report.timing.candidate.clock
+
+
+def test_cuda_build_is_cached_across_verifies(engine):
+    engine.verify(problem("row_softmax"), example("row_softmax", "cuda"), target="cuda", baselines=["eager"], timeout_s=900)
+    started = time.perf_counter()
+    report = engine.verify(problem("row_softmax"), example("row_softmax", "cuda"), target="cuda", baselines=["eager"])
+    assert report.verdict == "pass" and time.perf_counter() - started < 30
+
+
+def test_cuda_build_error_maps_to_the_python_line(engine):
+    src = open(example("row_softmax", "cuda")).read().replace("m = warp_max(m);", "m = warp_max(m) + not_declared;")
+    report = engine.verify(problem("row_softmax"), src, target="cuda", baselines=["eager"], timeout_s=900)
+    assert report.verdict == "error"
+    line = src.splitlines().index(next(t for t in src.splitlines() if "not_declared" in t)) + 1
+    assert any(d.line == line and "not_declared" in d.message for d in report.diagnostics), report.diagnostics
+
+
+def test_two_engines_building_the_same_source_at_once(tmp_path):
+    """Two pools (two worker processes) build one new source into one cache: the lock keeps it whole."""
+    src = open(example("fused_bias_gelu", "cuda")).read().replace('name="bias_gelu_scale"', 'name="bias_gelu_scale_race"')
+    engines = [Engine(home=tmp_path / "home"), Engine(home=tmp_path / "home")]
+    reports = [None, None]
+
+    def run(i):
+        reports[i] = engines[i].verify(problem("fused_bias_gelu"), src, target="cuda", baselines=["eager"], timeout_s=900)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for e in engines:
+            e.close()
+    assert [r.verdict for r in reports] == ["pass", "pass"], [r.errors for r in reports]
+
+
+def test_cuda_compile_defaults_to_the_device_arch(engine):
+    report = engine.compile("cuda", example("gemm_bias_relu", "cuda"))
+    major, minor = torch.cuda.get_device_capability(0)
+    assert report.ok and report.arch == f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+    assert report.kernels[0].registers > 0
+
+
+@needs_cute
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_cute_examples_pass(engine, name):
+    report = engine.verify(problem(name), example(name, "cute"), target="cute", timeout_s=900)
+    assert report.verdict == "pass", (report.errors, report.mismatches, report.diagnostics)
+
+
+@needs_cute
+def test_cute_compile_on_the_gpu_host(engine):
+    report = engine.compile("cute", example("row_softmax", "cute"), problem=problem("row_softmax"))
+    assert report.ok and report.kernels[0].registers > 0
