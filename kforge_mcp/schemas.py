@@ -59,6 +59,7 @@ class CompileReport(JobAware):
         None, description="where kernel argument types came from: 'traced' (a forward on the problem's inputs) or 'inferred' (static)"
     )
     ptx: dict[str, str] | None = Field(None, description="PTX per kernel, when asked for")
+    sass: dict[str, str] | None = Field(None, description="SASS per kernel or extension, when asked for (with emit_ptx)")
 
 
 class TargetStatus(BaseModel):
@@ -80,6 +81,9 @@ class Finding(BaseModel):
     code: str = Field(description="stable identifier, e.g. 'interpreter_timing'")
     message: str
     evidence: dict[str, Any] = Field(default_factory=dict)
+    severity: Literal["info", "warning", "suspicious", "fail"] = Field(
+        "info", description="'suspicious' makes a correct candidate's verdict suspicious; 'fail' makes it fail"
+    )
 
 
 class Mismatch(BaseModel):
@@ -108,6 +112,7 @@ class TimingStats(BaseModel):
     spread: float = Field(description="interquartile range over median (0.02 = 2%)")
     samples: int
     clock: str = Field(description="device events, or host monotonic clock")
+    cv: float = Field(0.0, description="coefficient of variation: standard deviation over mean")
 
 
 class Timing(BaseModel):
@@ -125,6 +130,8 @@ class VerifyReport(JobAware):
     findings: list[Finding] = Field(default_factory=list)
     speedup: float | None = Field(None, description="baseline median / candidate median, over the faster baseline timed")
     speedup_over: str | None = Field(None, description="which baseline speedup is measured against")
+    speedup_ci: list[float] | None = Field(None, description="95% bootstrap confidence interval of the speedup")
+    device_state: dict[str, Any] = Field(default_factory=dict, description="clocks and device facts when known")
     timing: Timing | None = None
     mismatches: list[Mismatch] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
