@@ -14,7 +14,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Engine", "compile", "list_targets", "verify", "__version__"]
+__all__ = ["Engine", "analyze_profile", "compile", "list_targets", "profile", "verify", "__version__"]
 
 
 def __getattr__(name):  # keep `import kforge_mcp` cheap: no torch, no SDK until asked
@@ -44,3 +44,20 @@ def verify(problem: str, candidate: str, target: str = "triton", **kwargs):
     from .api import default_engine
 
     return default_engine().verify(problem, candidate, target=target, **kwargs)
+
+
+def profile(problem: str, candidate: str | None = None, target: str = "triton", **kwargs):
+    """Profile a candidate (the reference when candidate is None): kernels, launches, roofline."""
+    from .api import default_engine
+
+    return default_engine().profile(problem, candidate, target=target, **kwargs)
+
+
+def analyze_profile(profile=None, path: str | None = None, image: str | None = None, problem: str | None = None,
+                    **kwargs):  # fmt: skip
+    """Ranked recommendations from a ProfileReport (or its dict), a captured profiler file, or a screenshot."""
+    from .api import default_engine
+
+    if profile is not None and hasattr(profile, "model_dump"):
+        profile = profile.model_dump()
+    return default_engine().analyze_profile(profile=profile, path=path, image=image, problem=problem, **kwargs)

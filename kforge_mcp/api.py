@@ -137,6 +137,87 @@ class Engine:
                                 seconds=time.perf_counter() - started)  # fmt: skip
         return self._reply_to_report(reply, VerifyReport, cand)
 
+    # ---- profile and analyze ----
+
+    def profile(self, problem: str, candidate: str | None = None, target: str = "triton", device: str | None = None,
+                depth: str = "timeline", iterations: int = 5, proton: bool = False, peaks: dict | None = None,
+                timeout_s: float = DEFAULT_TIMEOUT_S, on_progress: Progress = None,
+                cancel: threading.Event | None = None):  # fmt: skip
+        """Profile the candidate (the reference when candidate is None): a ProfileReport."""
+        from .analysis.report import ProfileReport
+
+        started = time.perf_counter()
+        if depth not in ("timeline", "metrics"):
+            raise InputError(f"depth must be 'timeline' or 'metrics', got '{depth}'")
+        if not 1 <= iterations <= 100:
+            raise InputError(f"iterations must be between 1 and 100, got {iterations}")
+        prob = resolve_source(problem, "problem")
+        cand = resolve_source(candidate, "candidate") if candidate else None
+        dev = self._pick_device(self.target_status(target), device)
+        payload = {"problem": prob.to_wire(), "candidate": cand.to_wire() if cand else None, "target": target,
+                   "device": dev, "depth": depth, "iterations": iterations, "proton": proton, "peaks": peaks}  # fmt: skip
+        try:
+            reply = self.pool.run(dev, "profile", payload, timeout_s, on_progress, cancel)
+        except JobCancelled:
+            raise
+        except WorkerFailure as e:
+            return ProfileReport(target=target, device=dev, errors=[e.message] + ([e.stderr_tail] if e.stderr_tail else []),
+                                 seconds=time.perf_counter() - started)  # fmt: skip
+        report = self._reply_to_report(reply, ProfileReport, cand or prob)
+        if report is None:  # the worker raised
+            report = ProfileReport(target=target, device=dev, errors=[reply.get("message", ""), reply.get("traceback", "")])
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def roofline(self, problem: str, device_name: str | None = None, measured_ms: float | None = None,
+                 peaks: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):  # fmt: skip
+        """The reference's roofline, computed in a worker (the reference is code too)."""
+        from .analysis.report import Roofline
+
+        prob = resolve_source(problem, "problem")
+        payload = {"problem": prob.to_wire(), "device_name": device_name, "measured_ms": measured_ms, "peaks": peaks}
+        try:
+            reply = self.pool.run("compile", "roofline", payload, timeout_s)
+        except WorkerFailure as e:
+            raise KforgeError(f"roofline: the worker failed: {e.message}") from None
+        report = self._reply_to_report(reply, Roofline, prob)
+        if report is None:
+            raise KforgeError(f"roofline failed: {reply.get('message')}")
+        return report
+
+    def analyze_profile(self, profile: dict | None = None, path: str | None = None, image: str | None = None,
+                        problem: str | None = None, forwards: int | None = None, peaks: dict | None = None,
+                        max_bytes: int | None = None):  # fmt: skip
+        """Recommendations from a ProfileReport (dict), a captured file, or a screenshot: an AnalysisReport.
+        Parsing runs here (it runs no submitted code); a problem's roofline is computed in a worker."""
+        from .analysis import agent, loader
+        from .analysis.ncu import ProfileParseError
+        from .analysis.report import ProfileReport
+        from .analysis.roofline import with_measured
+
+        given = [n for n, v in (("profile", profile), ("path", path), ("image", image)) if v]
+        if len(given) != 1:
+            raise InputError("analyze_profile: pass exactly one of profile (a report), path (a captured file) or image"
+                             + (f"; got {', '.join(given)}" if given else ""))  # fmt: skip
+        if image:
+            if not Path(image).expanduser().is_file():
+                raise InputError(f"image: file not found: {image}")
+            return agent.analyze_image(image)
+        if profile is not None:
+            try:
+                report = ProfileReport.model_validate(profile)
+            except Exception as e:  # noqa: BLE001  (pydantic's message says which field)
+                raise InputError(f"profile: not a ProfileReport: {str(e)[:600]}") from None
+        else:
+            try:
+                report = loader.load_profile(path, forwards=forwards, max_bytes=max_bytes or loader.MAX_BYTES)
+            except ProfileParseError as e:
+                raise InputError(str(e)) from None
+        if problem:
+            r = self.roofline(problem, device_name=report.device_name or report.device, peaks=peaks)
+            report.roofline = with_measured(r, report.device_ms_per_forward)
+        return agent.analyze(report)
+
     @staticmethod
     def _reply_to_report(reply: dict, model, source: Source):
         if reply.get("ok"):

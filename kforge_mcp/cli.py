@@ -211,6 +211,85 @@ def print_mismatches(mismatches) -> None:
         out.print(line, soft_wrap=True)
 
 
+# ---- profile and analyze ----
+
+PRIORITY_STYLE = {"high": "bold red", "medium": "bold yellow", "low": "dim"}
+
+
+def cmd_profile(args) -> int:
+    with open_engine(args.home) as engine:
+        report = with_status("profiling", lambda p: engine.profile(
+            args.problem, args.candidate, target=args.target, device=args.device, depth=args.depth,
+            iterations=args.iterations, proton=args.proton, timeout_s=args.timeout, on_progress=p))  # fmt: skip
+        analysis = engine.analyze_profile(profile=report.model_dump()) if args.advise and not report.errors else None
+    if args.json:
+        print_json(report)
+    else:
+        print_profile(report)
+        if analysis is not None:
+            print_analysis(analysis)
+    return EXIT_NOT_OK if report.errors else EXIT_OK
+
+
+def print_profile(report) -> None:
+    out.print(Text.assemble(Text("profile ", style="bold"), f"{report.source or '-'} on {report.device or '?'} "
+                            f"({report.device_name or '?'}), {fmt(report.forwards)} forwards, "
+                            f"{fmt(report.launches_per_forward, 'g')} launches per forward"))  # fmt: skip
+    if report.kernels:
+        table = Table(title="kernels" if report.device_kernels() else "CPU ops (no device kernels)")
+        for column in ("name", "launches", "total ms", "mean us", "grid", "block", "regs", "occupancy %", "sm %", "mem %"):
+            table.add_column(column, justify="left" if column == "name" else "right")
+        for k in report.kernels:
+            name = k.name if len(k.name) <= 60 else k.name[:57] + "..."
+            table.add_row(Text(name), str(k.launches), f"{k.device_ms:.4f}", f"{k.mean_ms * 1e3:.2f}",
+                          "x".join(map(str, k.grid)) if k.grid else "-", "x".join(map(str, k.block)) if k.block else "-",
+                          fmt(k.registers), fmt(k.achieved_occupancy_pct, ".1f"), fmt(k.sm_throughput_pct, ".1f"),
+                          fmt(k.memory_throughput_pct, ".1f"))  # fmt: skip
+        out.print(table)
+    if report.host_overhead_ms is not None:
+        out.print(f"host launch time per forward: {report.host_overhead_ms * 1e3:.1f} us")
+    r = report.roofline
+    if r is not None:
+        out.print(Text.assemble(Text("roofline ", style="bold"), f"{r.device} {r.dtype}: {r.flops:.3g} FLOPs, "
+                                f"{r.bytes:.3g} bytes, T_SOL {r.sol_ms * 1e3:.2f} us, {r.bound}-bound, fraction of SOL "
+                                f"{fmt(r.fraction_of_sol, '.1%')}"))  # fmt: skip
+    for n in report.notes:
+        out.print(Text(n, style="dim"), soft_wrap=True)
+    for e in report.errors:
+        if e:
+            out.print(Text(e, style="red"), soft_wrap=True)
+
+
+def cmd_analyze(args) -> int:
+    with open_engine(args.home) as engine:
+        image = args.file if Path(args.file).suffix.lower() in (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp") else None
+        report = with_status(f"analyzing {args.file}", lambda p: engine.analyze_profile(
+            path=None if image else args.file, image=image, problem=args.problem, forwards=args.forwards))  # fmt: skip
+    if args.json:
+        print_json(report)
+    else:
+        print_analysis(report)
+    return EXIT_OK
+
+
+def print_analysis(report) -> None:
+    out.print(Text(report.summary), soft_wrap=True)
+    if report.recommendations:
+        table = Table(title="recommendations")
+        for column in ("#", "priority", "gain", "title", "evidence", "action"):
+            table.add_column(column, justify="right" if column in ("#", "gain") else "left")
+        for i, rec in enumerate(report.recommendations, 1):
+            evidence = "\n".join(f"{e.metric}{f' [{e.kernel[:24]}]' if e.kernel else ''}: {e.value}" +
+                                  (f" (good: {e.good})" if e.good else "") for e in rec.evidence[:5])  # fmt: skip
+            table.add_row(str(i), Text(rec.priority, style=PRIORITY_STYLE.get(rec.priority, "")),
+                          f"{rec.expected_gain:.0%}", Text(rec.title), Text(evidence), Text(rec.action))  # fmt: skip
+        out.print(table)
+    if report.narrative:
+        out.print(Text(report.narrative), soft_wrap=True)
+    for n in report.notes:
+        out.print(Text(n, style="dim"), soft_wrap=True)
+
+
 # ---- serve ----
 
 
@@ -368,6 +447,26 @@ def build_parser() -> argparse.ArgumentParser:
                    default=["eager", "compiled"],
                    help="comma-separated baselines to time (default eager,compiled)")  # fmt: skip
     p.set_defaults(handler=cmd_verify)
+
+    p = sub.add_parser("profile", parents=[report], help="profile a candidate (or the reference): kernels and roofline")
+    p.add_argument("problem", help="reference in KernelBench form (.py)")
+    p.add_argument("candidate", nargs="?", help="source defining class ModelNew (.py); omit to profile the reference")
+    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
+    p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
+    p.add_argument("--depth", choices=("timeline", "metrics"), default="timeline",
+                   help="timeline: torch.profiler; metrics: also Nsight Compute when ncu is on PATH")  # fmt: skip
+    p.add_argument("--iterations", type=int, default=5, help="profiled forwards (default 5)")
+    p.add_argument("--proton", action="store_true", help="also run Triton's proton profiler")
+    p.add_argument("--advise", action="store_true", help="also print the analysis agent's recommendations")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="kill the worker after S seconds")
+    p.set_defaults(handler=cmd_profile)
+
+    p = sub.add_parser("analyze", parents=[report], help="recommendations from a captured profile (ncu CSV, "
+                       "torch.profiler trace, proton .hatchet) or a screenshot")  # fmt: skip
+    p.add_argument("file", help="the captured profile")
+    p.add_argument("--problem", help="the reference (.py): adds its roofline")
+    p.add_argument("--forwards", type=int, help="forwards the file holds (default: inferred from launch counts)")
+    p.set_defaults(handler=cmd_analyze)
 
     p = sub.add_parser("serve", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
     add_serve_options(p)

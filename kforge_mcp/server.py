@@ -8,6 +8,7 @@ from . import __version__
 from .api import Engine
 from .tools import compile as compile_tool
 from .tools import jobs, list_targets, verify
+from .tools import analyze_profile, profile
 from .tools.common import App
 
 INSTRUCTIONS = """\
@@ -16,9 +17,10 @@ Python (class Model, get_inputs, get_init_inputs); a candidate defines class Mod
 same constructor and forward, doing its work in kernels of one target. Call list_targets first
 to see what runs here; compile gives line-level diagnostics and per-kernel resources without a
 GPU; verify checks correctness against the reference and times eager and torch.compile
-baselines. Calls that outlive wait_s return a job_id: poll job_status / job_result."""
+baselines; profile measures kernels and the roofline, and analyze_profile turns a profile (or a captured
+ncu / torch.profiler / proton file) into ranked advice. Calls that outlive wait_s return a job_id: poll job_status / job_result."""
 
-TOOL_MODULES = (list_targets, compile_tool, verify, jobs)
+TOOL_MODULES = (list_targets, compile_tool, verify, jobs, profile, analyze_profile)
 
 
 def build_server(engine: Engine | None = None) -> MCPServer:

@@ -22,7 +22,8 @@ async def call(server, name, args, **kwargs):
 async def test_tools_are_the_contract(server):
     async with Client(server) as client:
         names = {t.name for t in (await client.list_tools()).tools}
-    assert names == {"list_targets", "compile", "verify", "job_status", "job_result", "job_cancel"}
+    assert names == {"list_targets", "compile", "verify", "job_status", "job_result", "job_cancel", "profile",
+                     "analyze_profile"}
 
 
 async def test_list_targets_reports_every_target_honestly(server):

@@ -1,0 +1,78 @@
+"""The performance-analysis agent: rules over a normalized profile, ranked by expected gain,
+with a plain summary. An LLM narrative can be added (``configure_narrator``); it is off unless
+configured and never replaces the evidence. Screenshots of GUI profilers need an LLM that reads
+images (``configure_image_reader``); without one the agent says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from .report import AnalysisReport, ProfileReport, Recommendation
+from .rules import run_rules
+
+Narrator = Callable[[ProfileReport, list[Recommendation]], str]
+ImageReader = Callable[[bytes, str], AnalysisReport]
+_narrator: Narrator | None = None
+_image_reader: ImageReader | None = None
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
+
+
+def configure_narrator(fn: Narrator | None) -> None:
+    global _narrator
+    _narrator = fn
+
+
+def configure_image_reader(fn: ImageReader | None) -> None:
+    global _image_reader
+    _image_reader = fn
+
+
+def summarize(report: ProfileReport, recs: list[Recommendation]) -> str:
+    dev = report.device_kernels()
+    parts = []
+    where = report.device_name or report.device or "an unknown device"
+    if dev:
+        per = f", {report.launches_per_forward:g} launches per forward" if report.launches_per_forward else ""
+        ms = f", {report.device_ms_per_forward * 1e3:.2f} us device time per forward" if report.device_ms_per_forward else ""
+        parts.append(f"{report.source} profile on {where}: {len(dev)} kernel(s){per}{ms}.")
+    else:
+        parts.append(f"{report.source} profile with no device kernels (CPU ops only): device advice needs a GPU run.")
+    r = report.roofline
+    if r is not None:
+        frac = f", {r.fraction_of_sol:.0%} of speed of light" if r.fraction_of_sol is not None else ""
+        parts.append(f"Roofline ({r.device}, {r.dtype}): {r.bound}-bound, T_SOL {r.sol_ms * 1e3:.2f} us{frac}.")
+    if recs:
+        top = recs[0]
+        parts.append(f"Top recommendation: {top.title} (expected to save ~{top.expected_gain:.0%} of device time; "
+                     f"{top.priority} priority).")  # fmt: skip
+        if len(recs) > 1:
+            parts.append("Then: " + "; ".join(f"{x.title} (~{x.expected_gain:.0%})" for x in recs[1:4]) + ".")
+    elif dev:
+        parts.append("No rule fired: nothing in this profile points at a specific fix.")
+    return " ".join(parts)
+
+
+def analyze(report: ProfileReport, rules=None) -> AnalysisReport:
+    recs, notes = run_rules(report, rules)
+    out = AnalysisReport(recommendations=recs, summary=summarize(report, recs), source=report.source,
+                         file=report.file, roofline=report.roofline, notes=list(report.notes) + notes)  # fmt: skip
+    if _narrator is not None:
+        try:
+            out.narrative = _narrator(report, recs)
+        except Exception as e:  # noqa: BLE001  (the narrative is optional; the evidence stands without it)
+            out.notes.append(f"narrative failed: {type(e).__name__}: {e}")
+    return out
+
+
+def analyze_image(path: str | Path) -> AnalysisReport:
+    p = Path(path).expanduser()
+    if _image_reader is None:
+        return AnalysisReport(
+            summary=f"{p.name}: reading a screenshot of a GUI profiler needs an LLM that reads images, and none is "
+                    "configured (kforge_mcp.analysis.agent.configure_image_reader). Export the profile instead "
+                    "(ncu --csv --page raw, a torch.profiler chrome trace, or a proton .hatchet) and pass its path.",
+            file=str(p), notes=["no image reader configured: no recommendations were made from the image"],
+        )  # fmt: skip
+    return _image_reader(p.read_bytes(), p.name)

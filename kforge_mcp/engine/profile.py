@@ -1,0 +1,250 @@
+"""One profile, inside a worker: run the candidate (or the reference) under torch.profiler for
+a few warm forwards, compute the reference's roofline, attach Triton compile metadata, and
+(depth "metrics", ncu on PATH, a CUDA device) re-run one forward under Nsight Compute in a
+subprocess and merge its metrics. Proton, on request, also runs in its own process: one CUPTI
+user per process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..analysis import ncu as ncu_parse
+from ..analysis.proton import report_from_hatchet
+from ..analysis.report import KernelProfile, ProfileReport
+from ..analysis.roofline import reference_roofline
+from ..analysis.torch_trace import FORWARD_MARK, report_from_trace
+from ..problem import Source, build_models, load_problem, seed_everything
+from ..targets import get_target
+from .loader import SourceRuntimeError
+
+INPUT_SEED = 7
+NCU_TIMEOUT_S = 300
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    api = getattr(torch, device.split(":")[0], None)
+    if device != "cpu" and api is not None and hasattr(api, "synchronize"):
+        api.synchronize()
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    if device.startswith("xpu"):
+        return torch.xpu.get_device_name(torch.device(device))
+    return "cpu" if device == "cpu" else device
+
+
+def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> ProfileReport:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    started = time.perf_counter()
+    target = get_target(req["target"])
+    device = req["device"]
+    depth = req.get("depth", "timeline")
+    iters = int(req.get("iterations", 5))
+    warmup = int(req.get("warmup", 1 if device == "cpu" else 2))  # the interpreter is slow: one warm-up
+    problem = load_problem(Source.from_wire(req["problem"]), workdir)
+    cand = Source.from_wire(req["candidate"]) if req.get("candidate") else None
+    name = device_name(device)
+    report = ProfileReport(source="torch.profiler", target=target.name if cand else "reference", device=device,
+                           device_name=name, execution=target.execution(device) if cand else "pytorch")  # fmt: skip
+
+    progress("building the model")
+    module = None
+    try:
+        if cand is not None:
+            module = target.load(cand, device, workdir)
+            _, model = build_models(problem, module, device, build_reference=False)
+        else:
+            seed_everything(0)
+            model = problem.module.Model(*problem.init_inputs(device)).to(device)
+    except SourceRuntimeError as e:
+        report.errors.append(str(e))
+        report.errors += [f"{d.file or ''}:{d.line or ''}: {d.message}" for d in e.diagnostics]
+        report.seconds = time.perf_counter() - started
+        return report
+    inputs = problem.make_inputs(INPUT_SEED, device)
+
+    activities = [ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+    elif device.startswith("xpu") and hasattr(ProfilerActivity, "XPU"):
+        activities.append(ProfilerActivity.XPU)
+    with torch.no_grad():
+        progress(f"warming up ({warmup} forwards)")
+        for _ in range(warmup):
+            model(*inputs)  # JIT compiles happen here, outside the profile
+        _sync(device)
+        progress(f"profiling {iters} forwards with torch.profiler")
+        t0 = time.perf_counter()
+        with profile(activities=activities) as prof:
+            for _ in range(iters):
+                with record_function(FORWARD_MARK):
+                    model(*inputs)
+                    if device == "cpu":
+                        _sync(device)
+            _sync(device)
+        wall_ms = (time.perf_counter() - t0) * 1e3 / iters
+    trace = workdir / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    parsed = report_from_trace(trace.read_text(), "<torch.profiler trace>", forwards=iters)
+    for key in ("kernels", "forwards", "forwards_inferred", "launches_per_forward", "device_ms_per_forward",
+                "host_overhead_ms", "sm_count"):  # fmt: skip
+        setattr(report, key, getattr(parsed, key))
+    report.notes += parsed.notes
+    if device.startswith("cuda") and report.sm_count is None:
+        report.sm_count = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+    if report.execution == "triton-interpreter":
+        report.notes.append("Triton interpreter on CPU: there are no device kernels; times are CPU times of the "
+                            "interpreter and say nothing about a GPU")  # fmt: skip
+    if module is not None and target.name == "triton" and device != "cpu":
+        _attach_triton_metadata(report, module)
+
+    progress("computing the roofline")
+    measured = report.device_ms_per_forward if report.device_kernels() else wall_ms
+    try:
+        report.roofline = reference_roofline(problem, device, name, measured, req.get("peaks"))
+        if not report.device_kernels():
+            report.roofline.notes.append("measured_ms is host wall time per forward (no device kernels)")
+    except Exception as e:  # noqa: BLE001
+        report.notes.append(f"roofline unavailable: {type(e).__name__}: {e}")
+
+    if depth == "metrics":
+        if not device.startswith("cuda"):
+            report.notes.append(f"depth 'metrics' needs Nsight Compute on a CUDA device; {device} has only the timeline")
+        elif shutil.which("ncu") is None:
+            report.notes.append("depth 'metrics': ncu is not on PATH here; only the torch.profiler timeline was captured")
+        else:
+            progress("re-running one forward under Nsight Compute")
+            _merge_ncu(report, req, workdir)
+    if req.get("proton"):
+        if device.startswith("cuda") or device.startswith("xpu"):
+            progress("re-running under proton")
+            _merge_proton(report, req, workdir)
+        else:
+            report.notes.append("proton needs a GPU device")
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _attach_triton_metadata(report: ProfileReport, module) -> None:
+    from ..targets.triton import jit_functions
+
+    by_name = {k.name: k for k in report.kernels}
+    for fname, fn in jit_functions(module).items():
+        k = by_name.get(fname)
+        if k is None:
+            continue
+        try:
+            for cache in (getattr(fn, "device_caches", {}) or {}).values():
+                kernels = cache[0] if isinstance(cache, tuple) else cache
+                for compiled in list(kernels.values())[:1]:
+                    md = compiled.metadata
+                    k.num_warps = getattr(md, "num_warps", None)
+                    k.num_stages = getattr(md, "num_stages", None)
+                    if k.shared_bytes is None:
+                        k.shared_bytes = getattr(md, "shared", None)
+                    k.spills = getattr(compiled, "n_spills", None)
+                    if k.registers is None:
+                        k.registers = getattr(compiled, "n_regs", None)
+        except Exception:  # noqa: BLE001  (metadata is a bonus; Triton's internals move between versions)
+            continue
+
+
+def _runner_spec(req: dict, workdir: Path, mode: str, extra: dict) -> Path:
+    spec = {"problem": req["problem"], "candidate": req.get("candidate"), "target": req["target"],
+            "device": req["device"], "warmup": int(req.get("warmup", 2)), "mode": mode, **extra}  # fmt: skip
+    path = workdir / f"{mode}-spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def _run(cmd: list[str], workdir: Path, timeout: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def ncu_command(spec: Path, metrics: list[str]) -> list[str]:
+    return ["ncu", "--csv", "--page", "raw", "--profile-from-start", "off", "--metrics", ",".join(metrics),
+            sys.executable, "-m", "kforge_mcp.engine.profile_runner", str(spec)]  # fmt: skip
+
+
+def _merge_ncu(report: ProfileReport, req: dict, workdir: Path) -> None:
+    spec = _runner_spec(req, workdir, "ncu", {})
+    timeout = float(req.get("ncu_timeout_s", NCU_TIMEOUT_S))
+    for metrics in (req.get("metrics") or ncu_parse.DEFAULT_METRICS, ncu_parse.CORE_METRICS):
+        try:
+            proc = _run(ncu_command(spec, metrics), workdir, timeout)
+        except subprocess.TimeoutExpired:
+            report.notes.append(f"ncu did not finish within {timeout:.0f} s; metrics skipped")
+            return
+        try:
+            ncu_report = ncu_parse.report_from_raw(proc.stdout, "<ncu stdout>", forwards=1)
+            break
+        except ncu_parse.ProfileParseError as e:
+            tail = (proc.stderr or "")[-600:]
+            failure = f"ncu (exit {proc.returncode}) gave no metrics: {e}; {tail.strip()}"
+    else:
+        report.notes.append(failure)
+        return
+    merge_ncu(report, ncu_report)
+
+
+def merge_ncu(report: ProfileReport, ncu_report: ProfileReport) -> None:
+    """Put ncu's per-kernel metrics on the timeline's kernels: by exact name, then by launch order."""
+    fields = [f for f in KernelProfile.model_fields if f not in ("name", "kind", "launches", "device_ms", "mean_ms",
+                                                                  "launches_per_forward", "metrics")]  # fmt: skip
+    timeline = report.device_kernels()
+    unmatched = [k for k in timeline]
+    for nk in ncu_report.kernels:
+        target = next((k for k in unmatched if k.name == nk.name), None) or (unmatched[0] if unmatched else None)
+        if target is None:
+            nk.launches_per_forward = nk.launches
+            report.kernels.append(nk)
+            continue
+        unmatched.remove(target)
+        for f in fields:
+            v = getattr(nk, f)
+            if v not in (None, [], {}):
+                setattr(target, f, v)
+        target.metrics["ncu_mean_ms"] = nk.mean_ms
+        target.metrics.update(nk.metrics)
+    report.sm_count = ncu_report.sm_count or report.sm_count
+    report.source = "torch.profiler+ncu"
+    report.notes.append("ncu metrics are from one forward under ncu (clocks locked by ncu's default); device times "
+                        "are torch.profiler's")  # fmt: skip
+
+
+def _merge_proton(report: ProfileReport, req: dict, workdir: Path) -> None:
+    name = str(workdir / "proton")
+    spec = _runner_spec(req, workdir, "proton", {"proton_name": name, "iterations": int(req.get("iterations", 5))})
+    try:
+        proc = _run([sys.executable, "-m", "kforge_mcp.engine.profile_runner", str(spec)], workdir, NCU_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        report.notes.append("proton run timed out")
+        return
+    hatchet = Path(name + ".hatchet")
+    if proc.returncode != 0 or not hatchet.is_file():
+        report.notes.append(f"proton failed (exit {proc.returncode}): {(proc.stderr or '')[-400:].strip()}")
+        return
+    pr = report_from_hatchet(hatchet.read_text(), "<proton>", forwards=int(req.get("iterations", 5)))
+    by_name = {k.name: k for k in report.kernels}
+    for k in pr.kernels:
+        if k.name in by_name:
+            by_name[k.name].metrics["proton_mean_ms"] = k.mean_ms
+    report.source += "+proton"

@@ -1,0 +1,66 @@
+"""profile and analyze_profile end to end through a real MCP client (CPU: the Triton interpreter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import example, problem
+from mcp import Client
+
+pytestmark = pytest.mark.anyio
+DATA = Path(__file__).resolve().parent / "data" / "profiles"
+
+
+async def call(server, name, args):
+    async with Client(server) as client:
+        return await client.call_tool(name, args)
+
+
+async def test_profile_gemm_on_cpu_has_roofline_and_cpu_ops(server):
+    result = await call(server, "profile", {"problem": problem("gemm_bias_relu"), "target": "triton",
+                                            "candidate": example("gemm_bias_relu", "triton"), "iterations": 1,
+                                            "depth": "metrics"})  # fmt: skip
+    assert not result.is_error, result.content
+    r = result.structured_content
+    assert r["source"] == "torch.profiler" and r["device"] == "cpu" and r["execution"] == "triton-interpreter"
+    assert r["kernels"] and all(k["kind"] == "cpu" for k in r["kernels"])
+    assert any("no device kernels" in n for n in r["notes"]) and any("ncu" in n.lower() or "Nsight" in n for n in r["notes"])
+    roof = r["roofline"]
+    assert roof["flops"] == 2 * 256 * 512 * 384 and roof["bytes"] > 0 and roof["sol_ms"] > 0
+    assert roof["bound"] in ("memory", "compute") and roof["fraction_of_sol"] is not None
+
+    advice = await call(server, "analyze_profile", {"profile": r})
+    assert not advice.is_error and "no device kernels" in advice.structured_content["summary"]
+
+
+async def test_profile_reference_without_candidate(server):
+    result = await call(server, "profile", {"problem": problem("row_softmax"), "target": "triton", "iterations": 2})
+    r = result.structured_content
+    assert not result.is_error and r["target"] == "reference" and r["roofline"]["bound"] == "memory"
+    assert any(k["name"] == "aten::softmax" for k in r["kernels"])
+
+
+async def test_analyze_profile_on_a_real_ncu_csv(server):
+    result = await call(server, "analyze_profile", {"path": str(DATA / "fused_bias_gelu-triton_naive.ncu-raw.csv"),
+                                                    "problem": problem("fused_bias_gelu")})  # fmt: skip
+    assert not result.is_error, result.content
+    a = result.structured_content
+    top = a["recommendations"][0]
+    assert top["rule"] == "fuse_launches" and top["priority"] == "high" and top["expected_gain"] > 0.5
+    assert top["evidence"] and top["action"] and a["summary"]
+    assert a["roofline"]["device"] == "H100 SXM" and a["roofline"]["bound"] == "memory"
+    assert a["roofline"]["bytes"] == pytest.approx((512 * 1024 * 2 + 1024) * 4)
+
+
+async def test_analyze_profile_bad_inputs_are_tool_errors(server, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    result = await call(server, "analyze_profile", {"path": str(bad)})
+    assert result.is_error and "bad.json" in result.content[0].text and "truncated" in result.content[0].text
+    both = await call(server, "analyze_profile", {"path": str(bad), "image": str(bad)})
+    assert both.is_error and "exactly one" in both.content[0].text
+    img = tmp_path / "shot.png"
+    img.write_bytes(b"\x89PNG")
+    shot = await call(server, "analyze_profile", {"image": str(img)})
+    assert not shot.is_error and "LLM" in shot.structured_content["summary"]
