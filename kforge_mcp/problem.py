@@ -99,6 +99,16 @@ class LoadedProblem:
         seed_everything(seed)
         return to_device(self.call("get_inputs"), device)
 
+    def input_sets(self, device: str) -> list[list]:
+        """Extra shapes a problem may declare with ``get_input_sets()``: a list of input lists."""
+        if not callable(getattr(self.module, "get_input_sets", None)):
+            return []
+        seed_everything(0)
+        sets = self.call("get_input_sets")
+        if not all(isinstance(s, (list, tuple)) for s in sets):
+            raise InputError("problem: get_input_sets() must return a list of input lists")
+        return [to_device(list(s), device) for s in sets]
+
     def init_inputs(self, device: str) -> list:
         seed_everything(0)
         return to_device(self.call("get_init_inputs"), device)

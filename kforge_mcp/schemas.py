@@ -131,6 +131,8 @@ class VerifyReport(JobAware):
     speedup: float | None = Field(None, description="baseline median / candidate median, over the faster baseline timed")
     speedup_over: str | None = Field(None, description="which baseline speedup is measured against")
     speedup_ci: list[float] | None = Field(None, description="95% bootstrap confidence interval of the speedup")
+    sol_ms: float | None = Field(None, description="speed-of-light time of the problem on this device (GPU only)")
+    fraction_of_sol: float | None = Field(None, description="sol_ms over the candidate's median time")
     device_state: dict[str, Any] = Field(default_factory=dict, description="clocks and device facts when known")
     timing: Timing | None = None
     mismatches: list[Mismatch] = Field(default_factory=list)

@@ -38,3 +38,43 @@ def test_compile_defaults_to_the_device_arch(engine):
     major, minor = torch.cuda.get_device_capability(0)
     assert report.ok and report.arch == f"sm_{major}{minor}{'a' if major >= 9 else ''}"
     assert report.kernels[0].registers > 0
+
+
+def test_unwritten_output_cannot_pass_on_the_gpu(engine):
+    """torch.empty_like would hand back the reference's freed block: the candidate runs first
+    and free memory is poisoned with NaN, so it fails."""
+    from test_guards import verify
+
+    assert verify(engine, "freed_memory").verdict == "fail"
+
+
+def test_work_on_another_stream_is_flagged(engine):
+    from test_guards import codes, verify
+
+    report = verify(engine, "other_stream", timing_budget_s=0.5)
+    assert report.verdict in ("suspicious", "fail")
+    assert report.verdict == "fail" or "work_outside_timed_stream" in codes(report)
+
+
+def test_device_state_is_reported(engine):
+    report = engine.verify(problem("row_softmax"), example("row_softmax", "triton"), target="triton", baselines=["eager"])
+    assert report.device_state.get("name") and report.speedup_ci
+
+
+def test_faster_than_light_is_flagged(engine):
+    """Replaying a cached result during timing is faster than the memory system allows."""
+    from conftest import ROOT
+    from test_guards import codes, verify
+
+    report = verify(engine, "wrong_after_timing", prob=str(ROOT / "bench" / "problems" / "row_softmax_large.py"))
+    assert report.verdict == "fail"
+    assert {"faster_than_light", "wrong_after_timing"} <= codes(report)
+
+
+def test_honest_large_kernel_gets_a_fraction_of_sol(engine):
+    from conftest import ROOT
+
+    report = engine.verify(str(ROOT / "bench" / "problems" / "row_softmax_large.py"), example("row_softmax", "triton"),
+                           target="triton", baselines=["eager"])  # fmt: skip
+    assert report.verdict == "pass", report.findings
+    assert 0 < report.fraction_of_sol <= 1.0 and report.sol_ms > 0

@@ -33,7 +33,7 @@ def test_candidate_cannot_see_server_secrets(tmp_path, monkeypatch):
         report = engine.verify(SOFTMAX, hostile("env_probe"), target="triton", trials=1, baselines=["eager"])
     finally:
         engine.close()
-    assert report.verdict == "pass", report.errors
+    assert report.correct and not report.errors, report.errors  # (it uses torch.softmax: suspicious, not an error)
 
 
 def test_memory_hog_is_killed_and_the_engine_recovers(tmp_path):

@@ -47,8 +47,9 @@ def compare_outputs(expected, got, trial: int, atol: float | None, rtol: float |
 def _compare_values(expected, got, trial: int, index: int, atol: float, rtol: float) -> Mismatch | None:
     import torch
 
-    e = expected.detach().to("cpu", torch.float64)
-    g = got.detach().to("cpu", torch.float64)
+    # compare where the reference lives: a GPU-sized output must not cost host memory
+    e = expected.detach().to(torch.float64)
+    g = got.detach().to(e.device, torch.float64)
     if e.numel() == 0:
         return None
     ok = torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=False)

@@ -1,8 +1,13 @@
-"""Time a callable the way the best harnesses do.
+"""Time callables the way the best harnesses do, and say how far to trust the result.
 
 GPU: device events on the current stream, an L2 flush before each timed call, a
-device-wide synchronize before reading the clock. CPU: the host monotonic clock.
-Both: warm-up first, then as many calls as fit the budget, median and spread.
+device-wide synchronize before reading the results. CPU: the host monotonic clock.
+Candidate and baselines are timed in interleaved rounds, so a clock that drifts (boost,
+thermal, a neighbour's load) moves all of them alike and the speedup stays put. The
+speedup comes with a bootstrap confidence interval over the samples.
+
+The clocks are bound here at import, before any candidate runs, so a candidate that
+patches ``time.perf_counter`` cannot change what we read (it is also reported).
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from typing import Callable
 from ..schemas import TimingStats
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
+BOOTSTRAP_RESAMPLES = 1000
+_perf_counter = time.perf_counter
 _flush_buffers: dict[str, object] = {}
+_device_apis: dict[str, tuple] = {}
 
 
 def summarize(samples_ms: list[float], clock: str) -> TimingStats:
@@ -25,67 +33,117 @@ def summarize(samples_ms: list[float], clock: str) -> TimingStats:
         iqr = q[2] - q[0]
     else:
         iqr = ordered[-1] - ordered[0]
+    mean = statistics.fmean(ordered)
     return TimingStats(
         median_ms=median,
-        mean_ms=statistics.fmean(ordered),
+        mean_ms=mean,
         min_ms=ordered[0],
         max_ms=ordered[-1],
         iqr_ms=iqr,
         spread=iqr / median if median > 0 else 0.0,
         samples=len(ordered),
         clock=clock,
+        cv=statistics.pstdev(ordered) / mean if mean > 0 else 0.0,
     )
 
 
 def _device_api(device: str):
+    """(module, Event class, synchronize) for a device, bound the first time it is asked for."""
     import torch
 
     kind = device.split(":")[0]
-    return {"cuda": getattr(torch, "cuda", None), "xpu": getattr(torch, "xpu", None)}.get(kind)
+    if kind not in _device_apis:
+        api = {"cuda": getattr(torch, "cuda", None), "xpu": getattr(torch, "xpu", None)}.get(kind)
+        _device_apis[kind] = (api, api.Event, api.synchronize) if api is not None else (None, None, None)
+    return _device_apis[kind]
 
 
-def time_callable(fn: Callable[[], object], device: str, budget_s: float = 1.0, min_calls: int = 3,
-                  max_calls: int = 200, warmup_calls: int = 1) -> TimingStats:  # fmt: skip
-    api = _device_api(device)
-    if api is None:
-        return _time_host(fn, budget_s, min_calls, max_calls, warmup_calls)
-    return _time_device(fn, device, api, budget_s, min_calls, max_calls, warmup_calls)
+def bind_device_clocks(device: str) -> None:
+    """Bind the device's event class and synchronize before candidate code is imported."""
+    if device != "cpu":
+        _device_api(device)
 
 
-def _time_host(fn, budget_s, min_calls, max_calls, warmup_calls) -> TimingStats:
-    for _ in range(warmup_calls):
-        fn()  # first calls pay for compiles and caches: never timed
-    samples = []
-    deadline = time.perf_counter() + budget_s
-    while len(samples) < max_calls and (len(samples) < min_calls or time.perf_counter() < deadline):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return summarize(samples, "host monotonic clock")
+class Sampler:
+    """Collects timed samples of one callable, a batch at a time."""
+
+    def __init__(self, fn: Callable[[], object], device: str):
+        self.fn = fn
+        self.device = device
+        self.samples: list[float] = []
+        api, self.event_cls, self.sync = _device_api(device)
+        self.on_device = api is not None
+        if self.on_device:
+            import torch
+
+            flush = _flush_buffers.get(device)
+            if flush is None:
+                flush = _flush_buffers[device] = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+            self.flush = flush
+
+    @property
+    def clock(self) -> str:
+        return f"{self.device.split(':')[0]} events, L2 flushed" if self.on_device else "host monotonic clock"
+
+    def warm_up(self, calls: int) -> float:
+        """Run ``calls`` untimed calls (compiles, caches); return the time per call after them."""
+        for _ in range(calls):
+            self.fn()
+        if self.on_device:
+            self.sync()
+        t0 = _perf_counter()
+        self.fn()
+        if self.on_device:
+            self.sync()
+        return max(_perf_counter() - t0, 1e-7)
+
+    def batch(self, calls: int) -> None:
+        if not self.on_device:
+            for _ in range(calls):
+                t0 = _perf_counter()
+                self.fn()
+                self.samples.append((_perf_counter() - t0) * 1e3)
+            return
+        starts = [self.event_cls(enable_timing=True) for _ in range(calls)]
+        ends = [self.event_cls(enable_timing=True) for _ in range(calls)]
+        for i in range(calls):
+            self.flush.zero_()  # evict the inputs from L2 so every call pays for its memory traffic
+            starts[i].record()
+            self.fn()
+            ends[i].record()
+        self.sync()
+        self.samples += [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def _time_device(fn, device, api, budget_s, min_calls, max_calls, warmup_calls) -> TimingStats:
-    import torch
+def time_interleaved(fns: dict[str, Callable[[], object]], device: str, budget_s: float = 1.0, rounds: int = 5,
+                     min_calls: int = 3, max_calls: int = 1000,
+                     warmup_calls: int = 2) -> tuple[dict[str, TimingStats], dict[str, list[float]]]:  # fmt: skip
+    """Time each callable in ``rounds`` interleaved batches; each gets about ``budget_s``.
+    Returns the statistics and the raw samples (ms) per name."""
+    samplers = {name: Sampler(fn, device) for name, fn in fns.items()}
+    per_call = {name: s.warm_up(warmup_calls) for name, s in samplers.items()}
+    calls = {name: int(min(max_calls, max(min_calls, budget_s / t))) for name, t in per_call.items()}
+    rounds = max(1, min(rounds, min(calls.values())))
+    for r in range(rounds):
+        for name, sampler in samplers.items():
+            share = calls[name] // rounds + (1 if r < calls[name] % rounds else 0)
+            if share:
+                sampler.batch(share)
+    stats = {name: summarize(s.samples, s.clock) for name, s in samplers.items()}
+    return stats, {name: s.samples for name, s in samplers.items()}
 
-    flush = _flush_buffers.get(device)
-    if flush is None:
-        flush = _flush_buffers[device] = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-    for _ in range(warmup_calls):
-        fn()  # first calls pay for compiles and caches: never timed
-    api.synchronize()
-    started = time.perf_counter()
-    for _ in range(3):
-        fn()
-    api.synchronize()
-    per_call = max((time.perf_counter() - started) / 3, 1e-6)
-    calls = int(min(max_calls * 5, max(min_calls * 10, budget_s / per_call)))
-    starts = [api.Event(enable_timing=True) for _ in range(calls)]
-    ends = [api.Event(enable_timing=True) for _ in range(calls)]
-    for i in range(calls):
-        flush.zero_()  # evict the inputs from L2 so every call pays for its memory traffic
-        starts[i].record()
-        fn()
-        ends[i].record()
-    api.synchronize()
-    samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return summarize(samples, f"{device.split(':')[0]} events, L2 flushed")
+
+def time_callable(fn: Callable[[], object], device: str, budget_s: float = 1.0, **kwargs) -> TimingStats:
+    return time_interleaved({"fn": fn}, device, budget_s, rounds=1, **kwargs)[0]["fn"]
+
+
+def speedup_interval(baseline_ms: list[float], candidate_ms: list[float], seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of median(baseline) / median(candidate)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    b = np.asarray(baseline_ms)[rng.integers(0, len(baseline_ms), (BOOTSTRAP_RESAMPLES, len(baseline_ms)))]
+    c = np.asarray(candidate_ms)[rng.integers(0, len(candidate_ms), (BOOTSTRAP_RESAMPLES, len(candidate_ms)))]
+    ratios = np.median(b, axis=1) / np.maximum(np.median(c, axis=1), 1e-12)
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(low), float(high)

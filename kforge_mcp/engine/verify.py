@@ -1,21 +1,33 @@
 """One verify, inside a worker: build Model and ModelNew with the same weights, check
-correctness over fresh inputs, then time the candidate and the baselines the same way."""
+correctness over fresh inputs with the guards of engine/guards.py, then time the candidate
+and the baselines in interleaved rounds.
+
+Each trial runs the candidate first, on its own copy of fresh inputs, while no reference
+output of that trial exists yet; then the reference on another copy.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from pathlib import Path
 from typing import Callable
 
 from ..errors import InputError
-from ..problem import Source, build_models, load_problem
+from ..problem import Source, build_models, load_problem, seed_everything
 from ..schemas import Finding, Timing, VerifyReport
 from ..targets import get_target
+from . import guards
 from .correctness import compare_outputs
 from .loader import SourceRuntimeError, diagnostics_from_exception
-from .timing import time_callable
+from .timing import bind_device_clocks, speedup_interval, time_interleaved
 
 CORRECTNESS_SEED_BASE = 1000
+RECHECK_SEED = 1999
+DETERMINISM_SEED = 2999
+SOL_MARGIN = 0.9  # the peak table's figures are spec sheets; measured peaks are lower still
+HOST_BOUND_MS = 0.02  # below this a GPU call is dominated by Python and the launch path
 TIMING_SEED = 7
 
 
@@ -25,6 +37,10 @@ class BaselineCache:
 
     def __init__(self):
         self.compiled: dict[tuple[str, str], object] = {}
+
+
+class CandidateFailed(Exception):
+    """The candidate raised; the report already says where."""
 
 
 def _clone(inputs: list) -> list:
@@ -41,108 +57,249 @@ def _sync(device: str) -> None:
         api.synchronize()
 
 
-def _candidate_error(report: VerifyReport, what: str, exc: BaseException, module) -> VerifyReport:
-    diags = diagnostics_from_exception(exc, Path(module.__file__), module.__kforge_source__)
-    report.verdict, report.correct = "error", False
-    report.errors.append(f"{what} raised {type(exc).__name__}: {exc}")
-    report.diagnostics += diags
-    return report
+def _detach_copy(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return [_detach_copy(v) for v in value]
+    return value
+
+
+class Verifier:
+    def __init__(self, req: dict, progress: Callable[[str], None], workdir: Path, cache: BaselineCache):
+        self.req, self.progress, self.workdir, self.cache = req, progress, workdir, cache
+        self.target = get_target(req["target"])
+        self.device = req["device"]
+        self.atol, self.rtol = req.get("atol"), req.get("rtol")
+        trials = int(req.get("trials", 5))
+        self.report = VerifyReport(target=self.target.name, device=self.device, trials=trials,
+                                   execution=self.target.execution(self.device))  # fmt: skip
+        self.trials = trials
+
+    def finding(self, f: Finding | None) -> None:
+        if f is not None and not any(x.code == f.code for x in self.report.findings):
+            self.report.findings.append(f)
+
+    def candidate_error(self, what: str, exc: BaseException) -> CandidateFailed:
+        diags = diagnostics_from_exception(exc, Path(self.module.__file__), self.module.__kforge_source__)
+        self.report.errors.append(f"{what} raised {type(exc).__name__}: {exc}")
+        self.report.diagnostics += diags
+        return CandidateFailed()
+
+    def run_candidate(self, inputs: list, watch: bool):
+        """One guarded forward of ModelNew on its own copy of ``inputs``."""
+        used = _clone(inputs)
+        guards.poison_free_device_memory(self.device)
+        counter = getattr(self.target, "launch_counter", None)
+        with contextlib.ExitStack() as stack:
+            threads = stack.enter_context(guards.ThreadWatch())
+            ops = stack.enter_context(guards.TorchOpRecorder()) if watch else None
+            launches = stack.enter_context(counter()) if watch and counter else None
+            try:
+                got = self.candidate(*used)
+                _sync(self.device)
+            except (Exception, SystemExit) as e:
+                raise self.candidate_error("ModelNew.forward", e) from None
+        self.finding(threads.finding())
+        self.finding(guards.inputs_mutated(inputs, used))
+        for f in guards.output_findings(got, used):
+            self.finding(f)
+        if ops is not None:
+            for f in guards.torch_op_findings(ops, launches.count if launches is not None else None):
+                self.finding(f)
+        return got
+
+    def run_reference(self, inputs: list):
+        try:
+            return self.reference(*_clone(inputs))
+        except Exception as e:
+            raise InputError(f"problem: Model.forward raised {type(e).__name__}: {e}",
+                             diagnostics_from_exception(e, self.problem.path, self.problem.source)) from None  # fmt: skip
+
+    def trial(self, label: int, inputs: list, watch: bool = False):
+        """Returns (reference output on CPU, candidate output) and records any mismatch."""
+        self.progress(f"correctness trial {label + 1}/{self.trials}" if label < self.trials else "correctness re-check")
+        got = self.run_candidate(inputs, watch)
+        expected = self.run_reference(inputs)
+        mismatch = compare_outputs(expected, got, label, self.atol, self.rtol)
+        if mismatch is not None:
+            self.report.mismatches.append(mismatch)
+        return expected, got
+
+    def run(self) -> VerifyReport:
+        import torch
+
+        req = self.req
+        candidate_source = Source.from_wire(req["candidate"])
+        self.report.findings += self.target.check(candidate_source) + guards.static_findings(candidate_source.text)
+        self.problem = load_problem(Source.from_wire(req["problem"]), self.workdir)
+        bind_device_clocks(self.device)
+        timers = guards.timer_snapshot()
+        self.progress("loading candidate")
+        try:
+            self.module = self.target.load(candidate_source, self.device, self.workdir)
+            self.reference, self.candidate = build_models(self.problem, self.module, self.device)
+        except SourceRuntimeError as e:
+            self.report.errors.append(str(e))
+            self.report.diagnostics += e.diagnostics
+            return self.verdict(error=True)
+        self.finding(guards.patched_timers(timers))
+        try:
+            with torch.no_grad():
+                self.check_correctness()
+                if not self.report.mismatches and not self.failed():
+                    self.report.timing = self.time_all()
+                    self.recheck_after_timing()
+        except CandidateFailed:
+            return self.verdict(error=True)
+        self.finding(guards.patched_timers(timers))
+        if self.report.execution == "triton-interpreter" and self.report.timing:
+            self.finding(Finding(code="interpreter_timing", evidence={"execution": self.report.execution},
+                                 message="kernels ran through Triton's CPU interpreter: correctness is real, "
+                                         "the speedup says nothing about a GPU"))  # fmt: skip
+        return self.verdict()
+
+    def check_correctness(self) -> None:
+        outputs = []
+        for t in range(self.trials):
+            inputs = self.problem.make_inputs(CORRECTNESS_SEED_BASE + t, self.device)
+            expected, got = self.trial(t, inputs, watch=t == 0)
+            if t < 2:
+                outputs.append(_detach_copy(expected))  # two are enough to see a degenerate problem
+            del expected
+            if self.report.mismatches:
+                return
+            if t == self.trials - 1:
+                self.check_determinism(inputs, got)
+            del got
+            gc.collect()  # nothing of an earlier trial is left to find
+        if len(outputs) >= 2:
+            for f in guards.degenerate_findings(outputs[0], outputs[1]):
+                self.finding(f)
+        for i, inputs in enumerate(self.problem.input_sets(self.device)):
+            self.progress(f"input set {i + 1}")
+            got = self.run_candidate(inputs, watch=False)
+            mismatch = compare_outputs(self.run_reference(inputs), got, self.trials + i, self.atol, self.rtol)
+            if mismatch is not None:
+                mismatch.reason = f"input set {i + 1}: {mismatch.reason}"
+                self.report.mismatches.append(mismatch)
+                return
+
+    def check_determinism(self, inputs: list, first) -> None:
+        seed_everything(DETERMINISM_SEED)  # the same inputs, but not the same random stream
+        again = self.run_candidate(inputs, watch=False)
+        diff = compare_outputs(first, again, self.trials - 1, self.atol, self.rtol)
+        if diff is not None:
+            self.finding(Finding(code="nondeterministic", severity="fail", evidence=diff.model_dump(exclude_none=True),
+                                 message="two runs of ModelNew on the same inputs differ beyond tolerance"))  # fmt: skip
+
+    def recheck_after_timing(self) -> None:
+        """A candidate that is right only until it is timed (a replayed result) fails here."""
+        before = len(self.report.mismatches)
+        self.trial(self.trials, self.problem.make_inputs(RECHECK_SEED, self.device))
+        if len(self.report.mismatches) > before:
+            self.finding(Finding(code="wrong_after_timing", severity="fail",
+                                 message="ModelNew was correct before timing and wrong after it"))  # fmt: skip
+
+    def time_all(self) -> Timing:
+        import torch
+
+        budget = float(self.req.get("timing_budget_s", 1.0))
+        baselines = self.req.get("baselines", ["eager", "compiled"])
+        inputs = self.problem.make_inputs(TIMING_SEED, self.device)
+        fns = {"candidate": lambda: self.candidate(*inputs)}
+        if "eager" in baselines:
+            fns["eager"] = lambda: self.reference(*inputs)
+        if "compiled" in baselines:
+            self.progress("compiling the torch.compile baseline")
+            key = (self.problem.source.digest, self.device)
+            compiled = self.cache.compiled.get(key)
+            try:
+                if compiled is None:
+                    compiled = torch.compile(self.reference)
+                    compiled(*inputs)  # compile now, so a failure is the baseline's, not the timing's
+                    self.cache.compiled[key] = compiled
+                fns["compiled"] = lambda: compiled(*inputs)
+            except Exception as e:
+                self.finding(Finding(code="compiled_baseline_unavailable", evidence={"device": self.device},
+                                     message=f"torch.compile baseline could not run here: {type(e).__name__}: {str(e)[:300]}"))  # fmt: skip
+        self.progress(f"timing {', '.join(fns)} in interleaved rounds")
+        try:
+            stats, samples = time_interleaved(fns, self.device, budget)
+        except (Exception, SystemExit) as e:
+            raise self.candidate_error("ModelNew.forward (timing)", e) from None
+        timing = Timing(**stats)
+        medians = {k: v.median_ms for k, v in stats.items() if k != "candidate"}
+        if medians and stats["candidate"].median_ms > 0:
+            best = min(medians, key=medians.get)
+            self.report.speedup = medians[best] / stats["candidate"].median_ms
+            self.report.speedup_over = best
+            self.report.speedup_ci = list(speedup_interval(samples[best], samples["candidate"]))
+        if self.device != "cpu":
+            self.finding(guards.stream_findings(fns["candidate"], self.device))
+            self.report.device_state = device_state(self.device)
+            self.speed_of_light(stats["candidate"].median_ms)
+            if stats["candidate"].median_ms < HOST_BOUND_MS:
+                self.finding(Finding(code="host_bound_timing", evidence={"candidate_median_ms": stats["candidate"].median_ms},
+                                     message=f"the candidate takes under {HOST_BOUND_MS * 1e3:.0f} us a call: its time is "
+                                             "mostly the host's launch path, and the speedup can move by tens of percent "
+                                             "between runs; use larger shapes to compare kernels"))  # fmt: skip
+        return timing
+
+    def speed_of_light(self, candidate_ms: float) -> None:
+        """Faster than physics is a bug: the floor is the minimum bytes at peak bandwidth and the
+        FLOPs at the device's fastest (lowest-precision) tensor rate."""
+        from ..analysis.roofline import lookup_peaks, reference_roofline
+
+        try:
+            roof = reference_roofline(self.problem, self.device, self.report.device_state.get("name"), candidate_ms)
+        except Exception as e:  # noqa: BLE001  (a reference the counter cannot run gets no bound, and says so)
+            self.finding(Finding(code="no_speed_of_light", message=f"no speed-of-light bound: {type(e).__name__}: {e}"))
+            return
+        self.report.sol_ms, self.report.fraction_of_sol = roof.sol_ms, roof.fraction_of_sol
+        peaks, _ = lookup_peaks(self.report.device_state.get("name"))
+        floor_ms = max(roof.bytes / peaks.bandwidth, roof.flops / max(peaks.flops.values())) * 1e3
+        if candidate_ms < floor_ms * SOL_MARGIN:
+            self.finding(Finding(code="faster_than_light", severity="suspicious",
+                                 evidence={"candidate_ms": candidate_ms, "floor_ms": floor_ms, "bytes": roof.bytes,
+                                           "flops": roof.flops, "device": peaks.name},
+                                 message=f"{candidate_ms:.4f} ms is faster than the device allows for this problem "
+                                         f"({floor_ms:.4f} ms to move its minimum bytes and do its FLOPs)"))  # fmt: skip
+
+    def failed(self) -> bool:
+        return any(f.severity == "fail" for f in self.report.findings)
+
+    def verdict(self, error: bool = False) -> VerifyReport:
+        r = self.report
+        if error:
+            r.verdict, r.correct = "error", False
+        elif r.mismatches or self.failed():
+            r.verdict, r.correct = "fail", False
+        else:
+            r.correct = True
+            r.verdict = "suspicious" if any(f.severity == "suspicious" for f in r.findings) else "pass"
+        return r
+
+
+def device_state(device: str) -> dict:
+    """What is known of the device's clocks while we timed (NVML through torch when present)."""
+    import torch
+
+    state: dict = {}
+    if device.startswith("cuda"):
+        index = torch.device(device).index or 0
+        state["name"] = torch.cuda.get_device_name(index)
+        with contextlib.suppress(Exception):
+            state["sm_clock_mhz"] = torch.cuda.clock_rate(index)
+        with contextlib.suppress(Exception):
+            state["temperature_c"] = torch.cuda.temperature(index)
+    return state
 
 
 def run_verify(req: dict, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> VerifyReport:
-    import torch
-
     started = time.perf_counter()
-    target = get_target(req["target"])
-    device = req["device"]
-    trials = int(req.get("trials", 5))
-    atol, rtol = req.get("atol"), req.get("rtol")
-    report = VerifyReport(target=target.name, device=device, execution=target.execution(device), trials=trials)
-    candidate_source = Source.from_wire(req["candidate"])
-    report.findings += target.check(candidate_source)
-
-    problem = load_problem(Source.from_wire(req["problem"]), workdir)
-    progress("loading candidate")
-    try:
-        module = target.load(candidate_source, device, workdir)
-        reference, candidate = build_models(problem, module, device)
-    except SourceRuntimeError as e:
-        report.verdict, report.correct = "error", False
-        report.errors.append(str(e))
-        report.diagnostics += e.diagnostics
-        return _finish(report, started)
-
-    with torch.no_grad():
-        for trial in range(trials):
-            progress(f"correctness trial {trial + 1}/{trials}")
-            inputs = problem.make_inputs(CORRECTNESS_SEED_BASE + trial, device)
-            try:
-                expected = reference(*_clone(inputs))
-            except Exception as e:
-                raise InputError(f"problem: Model.forward raised {type(e).__name__}: {e}",
-                                 diagnostics_from_exception(e, problem.path, problem.source)) from None  # fmt: skip
-            try:
-                got = candidate(*_clone(inputs))
-                _sync(device)
-            except (Exception, SystemExit) as e:
-                return _finish(_candidate_error(report, "ModelNew.forward", e, module), started)
-            mismatch = compare_outputs(expected, got, trial, atol, rtol)
-            if mismatch is not None:
-                report.mismatches.append(mismatch)
-                report.verdict, report.correct = "fail", False
-                return _finish(report, started)
-        report.correct = True
-
-        report.timing = _time_all(req, problem, reference, candidate, module, device, cache, progress, report)
-        if report.verdict == "error":
-            return _finish(report, started)
-    report.verdict = "pass"
-    if report.execution == "triton-interpreter":
-        report.findings.append(Finding(
-            code="interpreter_timing",
-            message="kernels ran through Triton's CPU interpreter: correctness is real, the speedup says nothing about a GPU",
-            evidence={"execution": report.execution},
-        ))  # fmt: skip
-    return _finish(report, started)
-
-
-def _time_all(req, problem, reference, candidate, module, device, cache, progress, report) -> Timing:
-    import torch
-
-    budget = float(req.get("timing_budget_s", 1.0))
-    baselines = req.get("baselines", ["eager", "compiled"])
-    inputs = problem.make_inputs(TIMING_SEED, device)
-    timing = Timing()
-    progress("timing candidate")
-    try:
-        timing.candidate = time_callable(lambda: candidate(*inputs), device, budget)
-    except (Exception, SystemExit) as e:
-        _candidate_error(report, "ModelNew.forward (timing)", e, module)
-        return timing
-    if "eager" in baselines:
-        progress("timing eager baseline")
-        timing.eager = time_callable(lambda: reference(*inputs), device, budget)
-    if "compiled" in baselines:
-        progress("timing torch.compile baseline")
-        key = (problem.source.digest, device)
-        try:
-            compiled = cache.compiled.get(key)
-            if compiled is None:
-                compiled = torch.compile(reference)
-            timing.compiled = time_callable(lambda: compiled(*inputs), device, budget, warmup_calls=2)
-            cache.compiled[key] = compiled
-        except Exception as e:
-            report.findings.append(Finding(code="compiled_baseline_unavailable",
-                                           message=f"torch.compile baseline could not run here: {type(e).__name__}: {str(e)[:300]}",
-                                           evidence={"device": device}))  # fmt: skip
-    medians = {name: t.median_ms for name, t in (("eager", timing.eager), ("compiled", timing.compiled)) if t}
-    if medians and timing.candidate and timing.candidate.median_ms > 0:
-        best = min(medians, key=medians.get)
-        report.speedup = medians[best] / timing.candidate.median_ms
-        report.speedup_over = best
-    return timing
-
-
-def _finish(report: VerifyReport, started: float) -> VerifyReport:
+    report = Verifier(req, progress, workdir, cache).run()
     report.seconds = time.perf_counter() - started
     return report

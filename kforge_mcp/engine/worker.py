@@ -88,7 +88,35 @@ def device_healthy() -> bool:
         return False
 
 
-HANDLERS = {"probe": handle_probe, "compile": handle_compile, "verify": handle_verify}
+def handle_profile(req, progress, workdir, state) -> dict:
+    from .profile import run_profile
+
+    return run_profile(req, progress, workdir).model_dump()
+
+
+def handle_roofline(req, progress, workdir, state) -> dict:
+    from ..analysis.roofline import reference_roofline
+    from ..problem import Source, load_problem
+
+    problem = load_problem(Source.from_wire(req["problem"]), workdir)
+    return reference_roofline(problem, "cpu", req.get("device_name"), req.get("measured_ms"), req.get("peaks")).model_dump()
+
+
+def release_memory() -> None:
+    """Give a job's freed host memory back to the OS, so a warm worker's footprint does not
+    creep up across GPU-sized jobs until the memory limit kills it."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+HANDLERS = {"probe": handle_probe, "compile": handle_compile, "verify": handle_verify, "profile": handle_profile,
+            "roofline": handle_roofline}
 
 
 def serve(conn_in: Connection, conn_out: Connection) -> None:
@@ -104,6 +132,10 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
 
     import torch  # noqa: F401  (warm: a verify must not pay for this)
 
+    from . import guards
+
+    clean_timers = guards.timer_snapshot()  # a job that patches these leaves a worker we do not reuse
+
     send({"type": "ready", "pid": os.getpid()})
     while True:
         try:
@@ -114,7 +146,8 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
             value = HANDLERS[request["kind"]](request["payload"], progress, workdir, state)
-            send({"type": "result", "ok": True, "value": value, "recycle": not device_healthy()})
+            recycle = not device_healthy() or guards.timer_snapshot() != clean_timers
+            send({"type": "result", "ok": True, "value": value, "recycle": recycle})
         except InputError as e:
             send({"type": "result", "ok": False, "kind": "input", "message": e.message,
                   "diagnostics": [d.model_dump() for d in e.diagnostics]})  # fmt: skip
@@ -124,6 +157,7 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
         finally:
             os.chdir(workdir.parent)
             shutil.rmtree(workdir, ignore_errors=True)
+            release_memory()
 
 
 def main() -> None:

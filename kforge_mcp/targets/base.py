@@ -6,6 +6,7 @@ because both execute candidate code.
 
 from __future__ import annotations
 
+import contextlib
 import types
 from pathlib import Path
 from typing import Protocol
@@ -32,6 +33,10 @@ class Target(Protocol):
 
     def execution(self, device: str) -> str:
         """How kernels run on ``device``: 'cuda', 'xpu', 'triton-interpreter', ..."""
+
+    def launch_counter(self) -> contextlib.AbstractContextManager:
+        """Optional: a context whose value has ``.count``, the launches of the candidate's own
+        kernels inside it. Targets without one are not checked for 'no kernel launched'."""
 
 
 class PlannedTarget:

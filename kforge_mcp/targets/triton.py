@@ -50,6 +50,11 @@ class Launch:
         return (self.kernel, tuple(self.signature.items()), repr(sorted(self.constexprs.items())), repr(sorted(self.options.items())))
 
 
+@dataclass
+class LaunchCount:
+    count: int = 0
+
+
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -353,6 +358,35 @@ class TritonTarget:
 
     def execution(self, device: str) -> str:
         return "triton-interpreter" if device == "cpu" else device.split(":")[0]
+
+    @contextlib.contextmanager
+    def launch_counter(self):
+        """Count launches of the candidate's Triton kernels. Torch functions called inside a
+        launch (the launcher's, the interpreter's) are Triton's, not the candidate's, so they
+        are hidden from torch-function recorders."""
+        import torch
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        counter = LaunchCount()
+        real = {cls: cls.run for cls in (JITFunction, InterpretedFunction)}
+
+        def counting(cls):
+            def run(self, *args, **kwargs):
+                if not kwargs.get("warmup"):
+                    counter.count += 1
+                with torch._C.DisableTorchFunction():
+                    return real[cls](self, *args, **kwargs)
+
+            return run
+
+        for cls in real:
+            cls.run = counting(cls)
+        try:
+            yield counter
+        finally:
+            for cls, fn in real.items():
+                cls.run = fn
 
     def load(self, source: Source, device: str, workdir: Path) -> types.ModuleType:
         return import_source(source, workdir, "candidate")

@@ -1,0 +1,26 @@
+"""Cheat: within tolerance of the reference every time, but not of itself: noise of 0.9 x atol."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=-float("inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(out_ptr + row * n_cols + cols, e / tl.sum(e, axis=0), mask=cols < n_cols)
+
+
+def softmax(x, out=None):
+    out = torch.empty_like(x) if out is None else out
+    softmax_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return out
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = softmax(x.contiguous())
+        return out + (torch.randint(0, 2, out.shape).to(out) * 2 - 1) * 0.9e-4
