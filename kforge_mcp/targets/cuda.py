@@ -686,8 +686,9 @@ class CudaTarget:
             os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}{'a' if major >= 9 else ''}"
             try:
                 with FileLock(str(build_dir) + ".lock", timeout=1800):
-                    return real(f"{name}_{key}", cpp_src, cuda_src, functions, *args, build_directory=str(build_dir),
-                                **kwargs)  # fmt: skip
+                    # keywords only: load_inline's positional order differs across torch versions (sycl_sources)
+                    return real(f"{name}_{key}", cpp_src, *args, cuda_sources=cuda_src, functions=functions,
+                                build_directory=str(build_dir), **kwargs)  # fmt: skip
             except Exception as e:
                 text = str(e)
                 raw = parse_compiler_output(text)
