@@ -38,10 +38,10 @@ WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
 @contextmanager
-def open_engine(home: str | None) -> Iterator:
+def open_engine(home: str | None, allow_dirs: list[str] | None = None) -> Iterator:
     from .api import Engine
 
-    engine = Engine(home=home)
+    engine = Engine(home=home, allow_dirs=allow_dirs)
     try:
         yield engine
     finally:
@@ -341,9 +341,16 @@ def banner(args, engine) -> None:
         reachable = socket.gethostname() if args.host in WILDCARD_HOSTS else url_host(args.host)
         lines.append(Text(f"connect: point your MCP client at http://{reachable}:{args.port}/mcp"))
         lines.append(targets_line(engine))
+        if args.token:
+            lines.append(Text("auth:    bearer token required (Authorization: Bearer <token>)"))
         if not is_loopback(args.host):
-            lines.append(Text(f"warning: listening on {args.host} without authentication: anyone who can reach this "
-                              "port can run code on this machine", style="bold yellow"))  # fmt: skip
+            lines.append(Text(f"warning: listening on {args.host}: anyone with the token can run code on this machine",
+                              style="bold yellow"))  # fmt: skip
+    lines.append(Text(f"paths:   problems and candidates given as paths must lie under "
+                      f"{', '.join(map(str, engine.allow_dirs))}", style="dim"))  # fmt: skip
+    sandbox = engine.list_targets().host.get("sandbox") if engine._targets is not None else None
+    if sandbox:
+        lines.append(Text(f"sandbox: {sandbox}", style="dim"))
     lines.append(Text(f"home:    {engine.home}", style="dim"))
     for line in lines:
         err.print(line, soft_wrap=True)
@@ -359,13 +366,16 @@ def targets_line(engine) -> Text:
 
 
 def cmd_serve(args) -> int:
-    if args.transport == "http" and not is_loopback(args.host) and not args.allow_remote:
-        raise KforgeError(f"refusing to listen on non-loopback host '{args.host}': the server runs submitted code "
-                          "and has no authentication; pass --allow-remote if you really mean it")  # fmt: skip
+    from .http_transport import TOKEN_ENV
+
+    args.token = args.token or os.environ.get(TOKEN_ENV) or None
+    if args.transport == "http" and not is_loopback(args.host) and not args.token:
+        raise KforgeError(f"refusing to listen on non-loopback host '{args.host}' without authentication: the server "
+                          f"runs submitted code; set a bearer token with --token or ${TOKEN_ENV}")  # fmt: skip
     from .server import build_server
 
     interrupted = False
-    with open_engine(args.home) as engine:
+    with open_engine(args.home, args.allow_dir or [os.getcwd()]) as engine:
         server = build_server(engine)
         banner(args, engine)
         try:
@@ -373,8 +383,10 @@ def cmd_serve(args) -> int:
                 engine.pool.prewarm("compile")
                 server.run("stdio")
             else:
-                server.run("streamable-http", host=args.host, port=args.port,
-                           transport_security=transport_security(args.host))  # fmt: skip
+                from . import http_transport
+
+                http_transport.serve(server, args.host, args.port, transport_security(args.host), token=args.token,
+                                     max_request_bytes=int(args.max_request_mb * 2**20))  # fmt: skip
         except KeyboardInterrupt:
             interrupted = True
     err.print(Text("kforge: server stopped", style="dim"))
@@ -399,7 +411,13 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
                    help="stdio (default; the client launches the server) or streamable HTTP")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=8765, help="HTTP port (default 8765)")
-    p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (no authentication!)")
+    p.add_argument("--token", help="HTTP bearer token clients must send (default $KFORGE_HTTP_TOKEN); required "
+                   "for a non-loopback --host")  # fmt: skip
+    p.add_argument("--max-request-mb", type=float, default=4.0, metavar="MB",
+                   help="largest HTTP request body accepted (default 4)")  # fmt: skip
+    p.add_argument("--allow-dir", action="append", metavar="DIR",
+                   help="problems and candidates given as paths must lie under one of these (repeatable; "
+                   "default: the working directory)")  # fmt: skip
     p.set_defaults(handler=cmd_serve)
 
 
@@ -467,6 +485,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--problem", help="the reference (.py): adds its roofline")
     p.add_argument("--forwards", type=int, help="forwards the file holds (default: inferred from launch counts)")
     p.set_defaults(handler=cmd_analyze)
+
+    from .agents.cli_loop import add_parser as add_run_loop
+
+    add_run_loop(sub, [report])
 
     p = sub.add_parser("serve", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
     add_serve_options(p)

@@ -8,8 +8,11 @@ A problem defines ``class Model(nn.Module)``, ``get_inputs()`` and ``get_init_in
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from .errors import InputError
 
@@ -35,13 +38,33 @@ class Source:
         return cls(text=d["text"], name=d["name"])
 
 
-def resolve_source(value: str, role: str) -> Source:
-    """Accept source text or a path to a .py file. ``role`` names the argument in errors."""
+def default_allowed_roots() -> list[Path]:
+    """Where the library and the CLI verbs read paths from by default: the working directory
+    and the system temp dir (``kforge serve`` allows only its working directory unless told)."""
+    return [Path.cwd(), Path(tempfile.gettempdir())]
+
+
+def check_allowed_path(path: Path | str, role: str, allowed_roots: Sequence[Path | str]) -> Path:
+    """The real path of ``path`` when it lies under one of ``allowed_roots`` (both resolved, so
+    neither ``..`` nor a symlink leads out); an InputError otherwise."""
+    real = Path(os.path.realpath(Path(path).expanduser()))
+    roots = [Path(os.path.realpath(Path(r).expanduser())) for r in allowed_roots]
+    if any(real == root or real.is_relative_to(root) for root in roots):
+        return real
+    raise InputError(f"{role}: {path} is outside the allowed directories ({', '.join(map(str, roots)) or 'none'}); "
+                     "pass the source text instead, or allow its directory (kforge-mcp --allow-dir DIR)")  # fmt: skip
+
+
+def resolve_source(value: str, role: str, allowed_roots: Sequence[Path | str] | None = None) -> Source:
+    """Accept source text or a path to a .py file. ``role`` names the argument in errors.
+    With ``allowed_roots``, a path must resolve to a file under one of them."""
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"{role}: empty; pass Python source text or a path to a .py file")
     looks_like_path = "\n" not in value and value.strip().endswith(".py")
     if looks_like_path:
         path = Path(value.strip()).expanduser()
+        if allowed_roots is not None:
+            check_allowed_path(path, role, allowed_roots)
         if not path.is_file():
             raise InputError(f"{role}: file not found: {path}")
         try:

@@ -90,10 +90,11 @@ def test_unknown_target_is_an_input_error(env):
     assert "unknown target" in proc.stderr and proc.stdout == ""
 
 
-def test_serve_refuses_a_remote_host_without_allow_remote(env):
+def test_serve_refuses_a_remote_host_without_a_token(env):
+    env = {k: v for k, v in env.items() if k != "KFORGE_HTTP_TOKEN"}
     proc = kforge(env, "serve", "--transport", "http", "--host", "0.0.0.0", timeout=60)
     assert proc.returncode != 0
-    assert "--allow-remote" in proc.stderr and "0.0.0.0" in proc.stderr
+    assert "--token" in proc.stderr and "0.0.0.0" in proc.stderr
 
 
 def free_port() -> int:

@@ -31,6 +31,16 @@ def worker_environment(lane: str, home: Path, tmp: Path, base: dict[str, str] | 
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(home / "cache" / "inductor"))
     env.setdefault("TORCH_EXTENSIONS_DIR", str(home / "cache" / "torch_extensions"))  # cuda target builds
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's own default; set so it stops warning
+    # sandbox settings reach the worker; with the sandbox on, temp files and tool caches go to
+    # dirs the worker may write (Landlock leaves it only those: see sandbox.py)
+    env.update({k: v for k, v in base.items() if k.startswith("KFORGE_SANDBOX")})
+    from .sandbox import enabled
+
+    if enabled("landlock", base):
+        env["TMPDIR"] = str(tmp)
+        env.setdefault("TRITON_HOME", str(home / "cache" / "triton_home"))
+        env.setdefault("CUDA_CACHE_PATH", str(home / "cache" / "cuda_jit"))
+        env.setdefault("XDG_CACHE_HOME", str(home / "cache" / "xdg"))
     env.pop("TRITON_INTERPRET", None)
     if lane == "cpu":
         env["TRITON_INTERPRET"] = "1"  # no GPU on this lane: kernels run through the interpreter

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import KforgeError
+from . import sandbox
 from .environment import worker_environment
 
 STARTUP_TIMEOUT_S = 180.0
@@ -63,12 +64,26 @@ def _rss_bytes(pid: int) -> int:
     except OSError:
         pass
     for p in pids:
+        if p != pid and (pss := _pss_bytes(p)) is not None:
+            total += pss  # a forked child shares the worker's pages: count its share, not them all
+            continue
         try:
             with open(f"/proc/{p}/statm") as f:
                 total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, ValueError, IndexError):
             pass
     return total
+
+
+def _pss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def summarize_stderr(lines: list[str], keep: int) -> str:
@@ -96,8 +111,9 @@ def _signal_name(returncode: int) -> str:
 
 
 class Worker:
-    def __init__(self, lane: str, env: dict[str, str]):
+    def __init__(self, lane: str, env: dict[str, str], cgroup: sandbox.PidsCgroup | None = None):
         self.lane = lane
+        self.cgroup = cgroup  # the worker joins it; kill() kills every process in it
         self.jobs_served = 0
         self.stderr = collections.deque(maxlen=300)
         to_child_r, to_child_w = os.pipe()
@@ -138,6 +154,8 @@ class Worker:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        if self.cgroup is not None:
+            self.cgroup.kill_and_remove()  # children that left the process group, too
         for conn in (self.to_worker, self.from_worker):
             try:
                 conn.close()
@@ -215,7 +233,12 @@ class WorkerPool:
 
     def _start(self, lane: str) -> Worker:
         env = worker_environment(lane, self.home, self.tmp)
-        worker = Worker(lane, env)
+        cgroup = None
+        if sandbox.enabled("cgroup"):
+            cgroup = sandbox.PidsCgroup.create(sandbox._int_env("KFORGE_SANDBOX_MAX_PROCS", sandbox.DEFAULT_MAX_PROCS))
+        if cgroup is not None:
+            env["KFORGE_SANDBOX_CGROUP"] = str(cgroup.path)
+        worker = Worker(lane, env, cgroup)
         try:
             worker.wait_ready(self.memory_limit)
         except WorkerFailure as e:

@@ -1,0 +1,380 @@
+"""The sandbox a worker enters before any candidate code runs.
+
+Protections, each on by default and each reported (``describe()`` / ``host["sandbox"]``):
+
+* **limits** - RLIMIT_NOFILE, RLIMIT_CPU (a backstop, reset per job), RLIMIT_NPROC (not
+  enforced by Linux for uid 0) and, where the pids cgroup is writable, a ``pids.max`` cap the
+  pool sets on a cgroup of the worker's own, which also holds as root and lets the pool kill
+  every process a candidate started (``setsid`` does not escape it).
+* **network** - a fresh network namespace (``unshare(CLONE_NEWNET)``): only a down loopback
+  device, so no connection can be made anywhere; Landlock's TCP rules back it up. The pipes
+  to the server are inherited fds and keep working; GPUs are not affected.
+* **filesystem** - Landlock: read and execute everywhere, write only to the worker's temp dir
+  and the compile caches (triton, inductor, torch_extensions, ...) and the device files a
+  GPU stack needs. The engine home itself (run store, compile-report cache) and ``~`` are
+  read-only. Where the ABI allows, signals to processes outside the sandbox are blocked too.
+
+Configuration (environment of the server; the pool passes it to the worker):
+``KFORGE_SANDBOX=off`` turns everything off; ``KFORGE_SANDBOX_DISABLE=landlock,network,limits,cgroup``
+turns single protections off; ``KFORGE_SANDBOX_MAX_PROCS`` (default 1024, counts threads),
+``KFORGE_SANDBOX_NOFILE`` (default 4096), ``KFORGE_SANDBOX_CPU_S`` (CPU seconds per job,
+default 3600).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import resource
+import signal
+import time
+from pathlib import Path
+
+PROTECTIONS = ("landlock", "network", "limits", "cgroup")
+DEFAULT_MAX_PROCS = 1024
+DEFAULT_NOFILE = 4096
+DEFAULT_CPU_S = 3600
+
+# The NVIDIA driver's cuInit fails under our Landlock ruleset (CUDA error 304, seen on the lent
+# H100 even with /dev/nvidia* writable), so on a machine with NVIDIA devices the filesystem
+# rule is off and says why; the network namespace and the limits still apply there.
+NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"
+LANDLOCK_OFF_WITH_NVIDIA = "off (the NVIDIA driver fails under Landlock here: CUDA error 304)"
+
+# what this process ended up with: filled by apply(), read by the probe
+STATUS: dict[str, str] = {}
+
+
+def enabled(name: str, env: dict | None = None) -> bool:
+    env = os.environ if env is None else env
+    if env.get("KFORGE_SANDBOX", "on").strip().lower() in ("off", "0", "false", "no"):
+        return False
+    disabled = {p.strip().lower() for p in env.get("KFORGE_SANDBOX_DISABLE", "").split(",")}
+    return name not in disabled
+
+
+def _int_env(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+# ---- pids cgroup (created and removed by the pool, joined by the worker) ----
+
+
+def _pids_cgroup_root() -> Path | None:
+    """The directory of this process's pids cgroup, where we may create children (v1 or v2)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, rel = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/pids")
+            return base / rel.lstrip("/") if base.is_dir() else None
+    for line in lines:  # cgroup v2: the unified hierarchy, if pids is delegated to our children
+        if line.startswith("0::"):
+            here = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+            try:
+                if "pids" in (here / "cgroup.subtree_control").read_text().split():
+                    return here
+            except OSError:
+                return None
+    return None
+
+
+class PidsCgroup:
+    """A pids cgroup for one worker: the cap holds for root too, and kill() reaches every
+    process in it, whatever session or process group it moved to."""
+
+    _counter = 0
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, max_procs: int) -> "PidsCgroup | None":
+        root = _pids_cgroup_root()
+        if root is None:
+            return None
+        cls._counter += 1
+        path = root / f"kforge-{os.getpid()}-{cls._counter}"
+        try:
+            path.mkdir()
+            (path / "pids.max").write_text(str(max_procs))
+        except OSError:
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+            return None
+        return cls(path)
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def current(self) -> int | None:
+        try:
+            return int((self.path / "pids.current").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def kill_and_remove(self) -> None:
+        for _ in range(50):  # a fork loop may add processes while we kill: repeat until empty
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.05)  # killed processes are still being reaped
+
+
+def _join_cgroup(path: str) -> str:
+    try:
+        Path(path, "cgroup.procs").write_text(str(os.getpid()))
+        return f"pids.max {Path(path, 'pids.max').read_text().strip()}"
+    except OSError as e:
+        return f"joining the pids cgroup failed: {e.strerror}"
+
+
+# ---- rlimits ----
+
+
+def _set_limit(which: int, soft: int) -> None:
+    _, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(which, (soft, hard))
+
+
+def _apply_limits() -> list[str]:
+    done = []
+    max_procs = _int_env("KFORGE_SANDBOX_MAX_PROCS", DEFAULT_MAX_PROCS)
+    try:
+        _set_limit(resource.RLIMIT_NPROC, max_procs)
+        done.append("nproc" if os.geteuid() != 0 else "nproc (rlimit not enforced for root)")
+    except (ValueError, OSError):
+        pass
+    try:
+        _set_limit(resource.RLIMIT_NOFILE, _int_env("KFORGE_SANDBOX_NOFILE", DEFAULT_NOFILE))
+        done.append("nofile")
+    except (ValueError, OSError):
+        pass
+    if reset_cpu_limit():
+        done.append("cpu")
+    return done
+
+
+def reset_cpu_limit() -> bool:
+    """RLIMIT_CPU counts the process's whole life: before each job, allow this much more."""
+    if not enabled("limits"):
+        return False
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = int(usage.ru_utime + usage.ru_stime)
+    try:
+        _set_limit(resource.RLIMIT_CPU, used + _int_env("KFORGE_SANDBOX_CPU_S", DEFAULT_CPU_S))
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+# ---- network namespace ----
+
+CLONE_NEWNET = 0x40000000
+
+
+def _libc():
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _unshare_network() -> str:
+    try:
+        if hasattr(os, "unshare"):  # Python 3.12+
+            os.unshare(CLONE_NEWNET)
+        elif _libc().unshare(CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            return f"off (unshare failed: {os.strerror(err)})"
+        return "on (network namespace)"
+    except OSError as e:
+        return f"off (unshare failed: {e.strerror})"
+
+
+# ---- Landlock ----
+
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH, LANDLOCK_RULE_NET_PORT = 1, 2
+PR_SET_NO_NEW_PRIVS = 38
+O_PATH = getattr(os, "O_PATH", 0o10000000)
+
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_CHAR, FS_MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+FS_MAKE_REG, FS_MAKE_SOCK, FS_MAKE_FIFO, FS_MAKE_BLOCK, FS_MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
+FS_REFER, FS_TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+SCOPE_SIGNAL = 1 << 1  # ABI 6
+
+READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE
+# device files a GPU stack opens read-write (created ones under /dev/shm are covered by the dir rule)
+DEVICE_GLOBS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/nvidia*",
+                "/dev/nvidia-caps/*", "/dev/dri/*", "/dev/kfd", "/dev/accel/*")
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]  # fmt: skip
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                       ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))  # fmt: skip
+    return int(abi) if abi > 0 else 0
+
+
+def writable_dirs(env: dict | None = None) -> list[str]:
+    """Where a sandboxed worker may write: its temp dir and the caches compiling needs."""
+    env = os.environ if env is None else env
+    keys = ("KFORGE_WORKER_TMP", "TMPDIR", "TRITON_CACHE_DIR", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR",
+            "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")  # fmt: skip
+    return list(dict.fromkeys(env[k] for k in keys if env.get(k)))
+
+
+def _landlock(write_dirs: list[str]) -> str:
+    abi = landlock_abi()
+    if abi < 1:
+        return "off (Landlock is not available in this kernel)"
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    write = FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG | FS_MAKE_SOCK \
+        | FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM  # fmt: skip
+    if abi >= 2:
+        write |= FS_REFER
+    if abi >= 3:
+        write |= FS_TRUNCATE
+    handled = READ | write
+    attr = _RulesetAttr(handled_access_fs=handled,
+                        handled_access_net=(NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
+                        scoped=SCOPE_SIGNAL if abi >= 6 else 0)  # fmt: skip
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
+    ruleset = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return f"off (landlock_create_ruleset: {os.strerror(ctypes.get_errno())})"
+    ruleset = int(ruleset)
+    try:
+        def allow(path: str, access: int) -> bool:
+            try:
+                fd = os.open(path, O_PATH | os.O_CLOEXEC)
+            except OSError:
+                return False
+            try:
+                if not os.path.isdir(path):
+                    access &= FILE_RIGHTS
+                rule = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
+                return libc.syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+                                    ctypes.byref(rule), ctypes.c_uint32(0)) == 0  # fmt: skip
+            finally:
+                os.close(fd)
+
+        if not allow("/", READ):
+            return f"off (landlock_add_rule: {os.strerror(ctypes.get_errno())})"
+        allowed = []
+        for d in write_dirs:
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError:
+                pass
+            if allow(d, READ | write):
+                allowed.append(d)
+        for pattern in DEVICE_GLOBS:
+            for dev in glob.glob(pattern):
+                allow(dev, READ | FS_WRITE_FILE | FS_TRUNCATE)
+        if os.path.isdir("/dev/shm"):
+            allow("/dev/shm", READ | write)
+        if os.geteuid() != 0 and _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return f"off (prctl(NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())})"
+        if libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            return f"off (landlock_restrict_self: {os.strerror(ctypes.get_errno())})"
+    finally:
+        os.close(ruleset)
+    extra = (", tcp" if abi >= 4 else "") + (", signals" if abi >= 6 else "")
+    return f"on (ABI {abi}; writes only to {len(allowed)} dirs{extra})"
+
+
+# ---- entry point ----
+
+
+def apply() -> dict[str, str]:
+    """Enter the sandbox (the worker calls this before it reads its first job). Never raises:
+    a protection that cannot be had is reported as off, with the reason."""
+    STATUS.clear()
+    if not enabled("landlock") and not enabled("network") and not enabled("limits") and not enabled("cgroup"):
+        STATUS.update({p: "off (disabled)" for p in PROTECTIONS})
+        return STATUS
+    cgroup = os.environ.get("KFORGE_SANDBOX_CGROUP")
+    if not enabled("cgroup"):
+        STATUS["cgroup"] = "off (disabled)"
+    elif cgroup:
+        STATUS["cgroup"] = _join_cgroup(cgroup)
+        if "failed" not in STATUS["cgroup"]:
+            STATUS["cgroup"] = "on (" + STATUS["cgroup"] + ")"
+        else:
+            STATUS["cgroup"] = "off (" + STATUS["cgroup"] + ")"
+    else:
+        STATUS["cgroup"] = "off (no writable pids cgroup)"
+    if enabled("limits"):
+        STATUS["limits"] = "on (" + ", ".join(_apply_limits()) + ")"
+    else:
+        STATUS["limits"] = "off (disabled)"
+    STATUS["network"] = _unshare_network() if enabled("network") else "off (disabled)"
+    if not enabled("landlock"):
+        STATUS["landlock"] = "off (disabled)"
+    elif os.path.exists(NVIDIA_CONTROL_DEVICE):
+        STATUS["landlock"] = LANDLOCK_OFF_WITH_NVIDIA
+    else:
+        STATUS["landlock"] = _landlock(writable_dirs())
+    return STATUS
+
+
+def leftover_processes() -> int:
+    """Child processes this worker still has after a job (a candidate that forked)."""
+    count = 0
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                count += len(f.read().split())
+    except OSError:
+        pass
+    return count
+
+
+def describe(status: dict[str, str] | None = None) -> str:
+    status = STATUS if status is None else status
+    if not status:
+        return "not applied"
+    return "; ".join(f"{k}: {status[k]}" for k in PROTECTIONS if k in status)
