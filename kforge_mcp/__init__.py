@@ -14,7 +14,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Engine", "analyze_profile", "compile", "list_targets", "profile", "verify", "__version__"]
+__all__ = ["Engine", "analyze_profile", "compile", "list_targets", "profile", "run_loop", "verify", "__version__"]
 
 
 def __getattr__(name):  # keep `import kforge_mcp` cheap: no torch, no SDK until asked
@@ -61,3 +61,12 @@ def analyze_profile(profile=None, path: str | None = None, image: str | None = N
     if profile is not None and hasattr(profile, "model_dump"):
         profile = profile.model_dump()
     return default_engine().analyze_profile(profile=profile, path=path, image=image, problem=problem, **kwargs)
+
+
+def run_loop(problem: str, target: str = "triton", generate=None, provider: str | None = None, max_iterations: int = 8,
+             **kwargs):  # fmt: skip
+    """The whole KForge loop headless: ``generate(prompt) -> reply`` (or provider='anthropic'|'openai')
+    writes candidates; repaired until correct, then optimized from profiles. A LoopResult (run_id, best, attempts)."""
+    from .agents.loop import run_loop as _run_loop
+
+    return _run_loop(problem, target, generate, provider=provider, max_iterations=max_iterations, **kwargs)

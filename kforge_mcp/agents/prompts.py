@@ -1,0 +1,93 @@
+"""Render the generation agent's prompts from the Jinja2 templates in prompts/<target>/.
+
+Each target has ``first.j2`` (the first attempt), ``repair.j2`` (fix a candidate that failed to
+compile, crashed, or gave wrong results) and ``optimize.j2`` (make a correct one faster from the
+profile and the analysis agent's advice), all extending ``prompts/_base.j2``. The one-shot example
+of a target is a shipped candidate, read from examples/ by path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+
+from ..errors import InputError
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS_DIR = Path(os.environ.get("KFORGE_PROMPTS_DIR") or ROOT / "prompts")
+EXAMPLES_DIR = ROOT / "examples"
+Kind = Literal["first", "repair", "optimize"]
+KINDS = ("first", "repair", "optimize")
+
+# one-shot example per target: (reference problem, its candidate), relative to examples/
+ONE_SHOTS = {
+    "triton": ("problems/fused_bias_gelu.py", "candidates/fused_bias_gelu/triton.py"),
+    "cuda": ("problems/fused_bias_gelu.py", "candidates/fused_bias_gelu/cuda.py"),
+}
+TITLES = {"triton": "Triton", "cuda": "CUDA C++", "cute": "CuTe", "metal": "Metal"}
+
+_env: jinja2.Environment | None = None
+
+
+def environment() -> jinja2.Environment:
+    global _env
+    if _env is None:
+        _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), undefined=jinja2.StrictUndefined,
+                                  keep_trailing_newline=True, autoescape=False)  # fmt: skip
+    return _env
+
+
+def targets_with_prompts() -> list[str]:
+    if not PROMPTS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in PROMPTS_DIR.iterdir() if p.is_dir() and (p / "first.j2").is_file())
+
+
+def one_shot(target: str) -> tuple[str, str] | None:
+    pair = ONE_SHOTS.get(target)
+    if pair is None:
+        return None
+    problem, candidate = (EXAMPLES_DIR / p for p in pair)
+    if not (problem.is_file() and candidate.is_file()):
+        return None
+    return problem.read_text(), candidate.read_text()
+
+
+def device_facts(target: str, status=None) -> str:
+    """A short paragraph about where the kernels will run (from list_targets' TargetStatus)."""
+    if status is None:
+        return f"Target {target}; device facts unknown."
+    devices = ", ".join(status.devices) or "none"
+    parts = [f"Target {target}, devices here: {devices}."]
+    if status.versions:
+        parts.append("Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(status.versions.items())) + ".")
+    if status.devices and all(d == "cpu" for d in status.devices) and target == "triton":
+        parts.append("Kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1): correctness is exact, "
+                     "timings are not GPU timings.")  # fmt: skip
+    parts.extend(status.notes)
+    return " ".join(parts)
+
+
+def render(kind: Kind, target: str, problem: str, *, previous: str | None = None, feedback: str | None = None,
+           attempt_index: int | None = None, speedup: float | None = None, device: str | None = None,
+           reference_impl: str | None = None, reference_target: str | None = None,
+           include_one_shot: bool = True) -> str:  # fmt: skip
+    """The prompt text for one pass. ``problem`` is the reference's source text."""
+    if kind not in KINDS:
+        raise InputError(f"prompt kind must be one of {list(KINDS)}, got '{kind}'")
+    if target not in targets_with_prompts():
+        raise InputError(f"no prompt templates for target '{target}'; templates exist for: "
+                         f"{', '.join(targets_with_prompts()) or 'none'} (add prompts/{target}/first.j2, repair.j2, optimize.j2)")  # fmt: skip
+    shot = one_shot(target) if include_one_shot else None
+    template = environment().get_template(f"{target}/{kind}.j2")
+    return template.render(
+        target=target, target_title=TITLES.get(target, target), problem=problem.strip(),
+        device_facts=device or f"Target {target}; device facts unknown.",
+        one_shot_problem=shot[0].strip() if shot else None, one_shot=shot[1].strip() if shot else None,
+        reference_impl=reference_impl.strip() if reference_impl else None, reference_target=reference_target,
+        previous=(previous or "").strip(), feedback=(feedback or "").strip(), attempt_index=attempt_index,
+        speedup="unknown" if speedup is None else f"{speedup:.3g}x",
+    ).strip() + "\n"

@@ -1,0 +1,39 @@
+"""MCP resources over the run store: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best."""
+
+from __future__ import annotations
+
+import json
+
+from mcp.server.mcpserver import MCPServer
+
+from ..agents.loop import summarize
+from ..store import RunStore
+from .common import App
+
+
+def register(mcp: MCPServer, app: App) -> None:
+    def store() -> RunStore:
+        return RunStore.for_home(app.engine.home)
+
+    @mcp.resource("kforge://runs", name="runs", mime_type="application/json")
+    def runs() -> str:
+        """Loop runs, newest first: id, problem, target, status, best attempt."""
+        return json.dumps([r.model_dump(mode="json", exclude={"problem"}) for r in store().list_runs()], indent=1)
+
+    @mcp.resource("kforge://runs/{run_id}", name="run", mime_type="application/json")
+    def run(run_id: str) -> str:
+        """One run: its options, status and every attempt (pass, verdict, speedup, reports, recommendations)."""
+        s = store()
+        r = s.get_run(run_id)
+        attempts = s.attempts(run_id)
+        return json.dumps({**r.model_dump(mode="json"),
+                           "summary": [summarize(a).model_dump(mode="json", by_alias=True) for a in attempts],
+                           "attempts": [a.model_dump(mode="json", by_alias=True) for a in attempts]}, indent=1)  # fmt: skip
+
+    @mcp.resource("kforge://runs/{run_id}/best", name="best candidate", mime_type="text/x-python")
+    def best(run_id: str) -> str:
+        """The best correct candidate of a run (source text), by speedup."""
+        a = store().best(run_id)
+        if a is None:
+            raise ValueError(f"run '{run_id}' has no correct candidate yet")
+        return a.candidate

@@ -1,0 +1,38 @@
+"""The generation agent's prompt templates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from loop_replies import PROBLEM
+
+from kforge_mcp.agents import prompts
+from kforge_mcp.errors import InputError
+
+PROBLEM_TEXT = Path(PROBLEM).read_text()
+
+
+@pytest.mark.parametrize("target", ["triton", "cuda"])
+@pytest.mark.parametrize("kind", ["first", "repair", "optimize"])
+def test_every_template_renders_the_problem_rules_one_shot_and_format(target, kind):
+    text = prompts.render(kind, target, PROBLEM_TEXT, previous="OLD_CODE", feedback="FEEDBACK_LINE", attempt_index=1,
+                          speedup=1.25, device="DEVICE_FACTS")  # fmt: skip
+    assert "return torch.softmax(x, dim=-1)" in text and "DEVICE_FACTS" in text
+    assert "Forbidden" in text and "one fenced ```python" in text and "class ModelNew" in text
+    shot = Path(prompts.EXAMPLES_DIR / prompts.ONE_SHOTS[target][1]).read_text().strip()
+    assert shot in text  # the shipped example, read by path
+    if kind != "first":
+        assert "OLD_CODE" in text and "FEEDBACK_LINE" in text
+    if kind == "optimize":
+        assert "1.25x" in text
+    if target == "cuda":
+        assert "load_inline" in text
+
+
+def test_cross_target_reference_and_unknown_target():
+    text = prompts.render("first", "cuda", PROBLEM_TEXT, reference_impl="TRITON_IMPL", reference_target="triton")
+    assert "for another target (triton)" in text and "TRITON_IMPL" in text
+    with pytest.raises(InputError, match="no prompt templates for target 'metal'"):
+        prompts.render("first", "metal", PROBLEM_TEXT)
+    assert {"triton", "cuda"} <= set(prompts.targets_with_prompts())
