@@ -12,7 +12,8 @@ from typing import Callable, Sequence
 from .engine.cache import CompileCache
 from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
 from .errors import InputError, KforgeError
-from .problem import Source, resolve_source
+from .problem import Source, check_allowed_path, default_allowed_roots
+from .problem import resolve_source as _resolve_source
 from .schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
 from .targets import get_target
 
@@ -26,14 +27,22 @@ def default_home() -> Path:
 
 
 class Engine:
-    def __init__(self, home: Path | str | None = None, memory_limit_mb: int | None = None):
+    def __init__(self, home: Path | str | None = None, memory_limit_mb: int | None = None,
+                 allow_dirs: Sequence[Path | str] | None = None):  # fmt: skip
         self.home = Path(home).expanduser() if home else default_home()
+        # a problem or candidate given as a path must resolve under one of these
+        self.allow_dirs = [Path(d).expanduser().resolve() for d in allow_dirs] if allow_dirs is not None \
+            else default_allowed_roots()  # fmt: skip
         self.home.mkdir(parents=True, exist_ok=True)
         limit = memory_limit_mb or int(os.environ.get("KFORGE_WORKER_MEMORY_MB", "8192"))
         self.pool = WorkerPool(self.home, memory_limit_mb=limit)
         self.compile_cache = CompileCache(self.home / "cache" / "compile")
         self._targets: TargetsReport | None = None
         self._targets_lock = threading.Lock()
+
+    def resolve_source(self, value: str, role: str) -> Source:
+        """Source text, or a .py path under the allowed directories (``allow_dirs``)."""
+        return _resolve_source(value, role, self.allow_dirs)
 
     # ---- targets ----
 
@@ -67,11 +76,11 @@ class Engine:
                 emit_ptx: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S, on_progress: Progress = None,
                 cancel: threading.Event | None = None) -> CompileReport:  # fmt: skip
         started = time.perf_counter()
+        src = self.resolve_source(source, "source")
+        prob = self.resolve_source(problem, "problem") if problem else None
         status = self.target_status(target)
         if not status.can_compile and not status.available:
             raise InputError(f"target '{target}' cannot compile here: {status.reason}")
-        src = resolve_source(source, "source")
-        prob = resolve_source(problem, "problem") if problem else None
         arch = arch or self.list_targets().host.get("arch")
         key = self.compile_cache.key(target=target, source=src.text, problem=prob.text if prob else None,
                                      arch=arch, emit_ptx=emit_ptx)  # fmt: skip
@@ -113,8 +122,8 @@ class Engine:
         unknown = set(baselines) - set(BASELINES)
         if unknown:
             raise InputError(f"unknown baselines {sorted(unknown)}; choose from {list(BASELINES)}")
-        prob = resolve_source(problem, "problem")
-        cand = resolve_source(candidate, "candidate")
+        prob = self.resolve_source(problem, "problem")
+        cand = self.resolve_source(candidate, "candidate")
         dev = self._pick_device(self.target_status(target), device)
         payload = {"problem": prob.to_wire(), "candidate": cand.to_wire(), "target": target, "device": dev,
                    "trials": trials, "atol": atol, "rtol": rtol, "baselines": list(baselines),
@@ -151,8 +160,8 @@ class Engine:
             raise InputError(f"depth must be 'timeline' or 'metrics', got '{depth}'")
         if not 1 <= iterations <= 100:
             raise InputError(f"iterations must be between 1 and 100, got {iterations}")
-        prob = resolve_source(problem, "problem")
-        cand = resolve_source(candidate, "candidate") if candidate else None
+        prob = self.resolve_source(problem, "problem")
+        cand = self.resolve_source(candidate, "candidate") if candidate else None
         dev = self._pick_device(self.target_status(target), device)
         payload = {"problem": prob.to_wire(), "candidate": cand.to_wire() if cand else None, "target": target,
                    "device": dev, "depth": depth, "iterations": iterations, "proton": proton, "peaks": peaks}  # fmt: skip
@@ -174,7 +183,7 @@ class Engine:
         """The reference's roofline, computed in a worker (the reference is code too)."""
         from .analysis.report import Roofline
 
-        prob = resolve_source(problem, "problem")
+        prob = self.resolve_source(problem, "problem")
         payload = {"problem": prob.to_wire(), "device_name": device_name, "measured_ms": measured_ms, "peaks": peaks}
         try:
             reply = self.pool.run("compile", "roofline", payload, timeout_s)
@@ -199,6 +208,9 @@ class Engine:
         if len(given) != 1:
             raise InputError("analyze_profile: pass exactly one of profile (a report), path (a captured file) or image"
                              + (f"; got {', '.join(given)}" if given else ""))  # fmt: skip
+        for role, value in (("path", path), ("image", image)):
+            if value:
+                check_allowed_path(value, role, self.allow_dirs)
         if image:
             if not Path(image).expanduser().is_file():
                 raise InputError(f"image: file not found: {image}")

@@ -43,10 +43,12 @@ def handle_probe(req, progress, workdir, state) -> dict:
 
     from ..schemas import TargetsReport
     from ..targets import TARGETS
+    from . import sandbox
 
     devices, names = discover_devices()
     host = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
     host.update({f"device {d}": n for d, n in names.items()})
+    host["sandbox"] = sandbox.describe()
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability(0)
         host["arch"] = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
@@ -115,6 +117,8 @@ def release_memory() -> None:
         pass
 
 
+MAX_LEFTOVER_CHILDREN = 16  # more than a compile pool leaves: the worker is replaced (with them)
+
 HANDLERS = {"probe": handle_probe, "compile": handle_compile, "verify": handle_verify, "profile": handle_profile,
             "roofline": handle_roofline}
 
@@ -132,7 +136,7 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
 
     import torch  # noqa: F401  (warm: a verify must not pay for this)
 
-    from . import guards
+    from . import guards, sandbox
 
     clean_timers = guards.timer_snapshot()  # a job that patches these leaves a worker we do not reuse
 
@@ -142,11 +146,16 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
             request = json.loads(conn_in.recv_bytes())
         except EOFError:
             return
+        sandbox.reset_cpu_limit()  # a CPU-time backstop per job, not per worker life
         workdir = Path(tempfile.mkdtemp(prefix="job-", dir=os.environ.get("KFORGE_WORKER_TMP")))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
             value = HANDLERS[request["kind"]](request["payload"], progress, workdir, state)
-            recycle = not device_healthy() or guards.timer_snapshot() != clean_timers
+            # a poisoned device, patched clocks, or threads the candidate left running (they
+            # would run on into the next job): this process is not reused
+            left_threads = any(f.get("code") == "spawned_threads" for f in (value or {}).get("findings", []))
+            recycle = not device_healthy() or guards.timer_snapshot() != clean_timers or left_threads
+            recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
             send({"type": "result", "ok": True, "value": value, "recycle": recycle})
         except InputError as e:
             send({"type": "result", "ok": False, "kind": "input", "message": e.message,
@@ -166,6 +175,9 @@ def main() -> None:
     os.dup2(2, 1)  # candidate prints must never land in the protocol
     sys.stdout = sys.stderr
     faulthandler.enable()  # a segfault prints the Python stack, with the candidate's line
+    from .sandbox import apply
+
+    apply()  # limits, no network, writes only to its temp dir and caches: before any candidate code
     serve(conn_in, conn_out)
 
 
