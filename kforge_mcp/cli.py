@@ -362,6 +362,7 @@ def targets_line(engine) -> Text:
     except KforgeError as e:
         return Text(f"targets: probe failed: {e}", style="yellow")
     parts = [f"{t.name} ({', '.join(t.devices)})" for t in report.targets if t.available]
+    parts += [f"{t.name} (compile only)" for t in report.targets if not t.available and t.can_compile]
     return Text(f"targets: {', '.join(parts) or 'none available here'}")
 
 
