@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-
 
 def add_parser(sub, parents) -> None:
     p = sub.add_parser("run-loop", parents=parents, help="generate, repair and optimize a kernel with an LLM provider")

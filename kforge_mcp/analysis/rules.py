@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .report import Evidence, KernelProfile, ProfileReport, Recommendation
+from .report import Evidence, ProfileReport, Recommendation
 
 Rule = Callable[[ProfileReport], list[Recommendation]]
 RULES: list[Rule] = []

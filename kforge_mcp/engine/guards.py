@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import ast
 import threading
-import time
 
 from ..schemas import Finding
+from .correctness import flatten_outputs
 
 # torch functions a ModelNew may call around its kernels: allocation, shape and layout.
 ALLOWED_TORCH_OPS = {
@@ -132,11 +132,7 @@ def static_findings(source_text: str) -> list[Finding]:
 def _tensors(value) -> list:
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
+    return [t for t in flatten_outputs(value) if isinstance(t, torch.Tensor)]
 
 
 def output_findings(outputs, inputs) -> list[Finding]:
@@ -145,7 +141,7 @@ def output_findings(outputs, inputs) -> list[Finding]:
 
     findings = []
     input_ptrs = {t.untyped_storage().data_ptr() for t in _tensors(inputs) if t.numel()}
-    for i, out in enumerate(_tensors(outputs) if not isinstance(outputs, torch.Tensor) else [outputs]):
+    for i, out in enumerate(_tensors(outputs)):
         if type(out) is not torch.Tensor:
             findings.append(Finding(code="output_not_plain_tensor", severity="fail", evidence={"type": type(out).__name__, "output": i},
                                     message=f"output {i} is a {type(out).__name__}, not a plain torch.Tensor"))  # fmt: skip

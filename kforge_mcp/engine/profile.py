@@ -24,17 +24,10 @@ from ..analysis.torch_trace import FORWARD_MARK, report_from_trace
 from ..problem import Source, build_models, load_problem, seed_everything
 from ..targets import get_target
 from .loader import SourceRuntimeError
+from .timing import sync_device
 
 INPUT_SEED = 7
 NCU_TIMEOUT_S = 300
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    api = getattr(torch, device.split(":")[0], None)
-    if device != "cpu" and api is not None and hasattr(api, "synchronize"):
-        api.synchronize()
 
 
 def device_name(device: str) -> str:
@@ -88,16 +81,14 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
         progress(f"warming up ({warmup} forwards)")
         for _ in range(warmup):
             model(*inputs)  # JIT compiles happen here, outside the profile
-        _sync(device)
+        sync_device(device)
         progress(f"profiling {iters} forwards with torch.profiler")
         t0 = time.perf_counter()
         with profile(activities=activities) as prof:
             for _ in range(iters):
                 with record_function(FORWARD_MARK):
                     model(*inputs)
-                    if device == "cpu":
-                        _sync(device)
-            _sync(device)
+            sync_device(device)
         wall_ms = (time.perf_counter() - t0) * 1e3 / iters
     trace = workdir / "trace.json"
     prof.export_chrome_trace(str(trace))

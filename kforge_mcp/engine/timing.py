@@ -58,6 +58,13 @@ def _device_api(device: str):
     return _device_apis[kind]
 
 
+def sync_device(device: str) -> None:
+    """Wait for everything queued on ``device`` (nothing to wait for on the CPU)."""
+    api, _, synchronize = _device_api(device) if device != "cpu" else (None, None, None)
+    if api is not None:
+        synchronize()
+
+
 def bind_device_clocks(device: str) -> None:
     """Bind the device's event class and synchronize before candidate code is imported."""
     if device != "cpu":
@@ -131,10 +138,6 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: str, budget_s
                 sampler.batch(share)
     stats = {name: summarize(s.samples, s.clock) for name, s in samplers.items()}
     return stats, {name: s.samples for name, s in samplers.items()}
-
-
-def time_callable(fn: Callable[[], object], device: str, budget_s: float = 1.0, **kwargs) -> TimingStats:
-    return time_interleaved({"fn": fn}, device, budget_s, rounds=1, **kwargs)[0]["fn"]
 
 
 def speedup_interval(baseline_ms: list[float], candidate_ms: list[float], seed: int = 0) -> tuple[float, float]:

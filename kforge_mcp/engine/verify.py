@@ -20,7 +20,7 @@ from ..targets import get_target
 from . import guards
 from .correctness import compare_outputs
 from .loader import SourceRuntimeError, diagnostics_from_exception
-from .timing import _perf_counter, bind_device_clocks, speedup_interval, time_interleaved
+from .timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device, time_interleaved
 
 CORRECTNESS_SEED_BASE = 1000
 RECHECK_SEED = 1999
@@ -46,14 +46,6 @@ def _clone(inputs: list) -> list:
     import torch
 
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    api = getattr(torch, device.split(":")[0], None)
-    if device != "cpu" and api is not None and hasattr(api, "synchronize"):
-        api.synchronize()
 
 
 def _detach_copy(value):
@@ -98,7 +90,7 @@ class Verifier:
             launches = stack.enter_context(counter()) if watch and counter else None
             try:
                 got = self.candidate(*used)
-                _sync(self.device)
+                sync_device(self.device)
             except (Exception, SystemExit) as e:
                 raise self.candidate_error("ModelNew.forward", e) from None
         self.finding(threads.finding())

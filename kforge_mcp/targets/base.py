@@ -7,12 +7,49 @@ because both execute candidate code.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import shutil
 import types
 from pathlib import Path
 from typing import Protocol
 
 from ..problem import Source
 from ..schemas import CompileReport, Finding, TargetStatus
+
+
+BUNDLED_BY_TRITON = ("cuobjdump", "nvdisasm", "ptxas")
+
+
+def dist_version(dist: str) -> str | None:
+    """An installed distribution's version, without importing it."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _triton_bundled(name: str) -> str | None:
+    spec = importlib.util.find_spec("triton") if name in BUNDLED_BY_TRITON else None
+    if spec and spec.origin:
+        bundled = Path(spec.origin).parent / "backends" / "nvidia" / "bin" / name
+        if bundled.exists():
+            return str(bundled)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def find_tool(name: str, prefer_triton_bundle: bool = False) -> str | None:
+    """A CUDA tool: the toolkit's (CUDA_HOME, CUDA_PATH, /usr/local/cuda), then PATH, then the copy
+    Triton bundles. Triton asks for its bundle first, so its cubins meet the tools they came with."""
+    if prefer_triton_bundle and _triton_bundled(name):
+        return _triton_bundled(name)
+    for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if base and Path(base, "bin", name).exists():
+            return str(Path(base, "bin", name))
+    return shutil.which(name) or _triton_bundled(name)
 
 
 class Target(Protocol):

@@ -39,6 +39,7 @@ from ..engine.loader import SourceRuntimeError, import_source
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
+from .base import find_tool
 from .cuda_lean_header import TORCH_LEAN_H
 
 DEFAULT_ARCH = "sm_90a"
@@ -53,23 +54,6 @@ LEAN_SUSPECT = re.compile(r"\b(at|c10|torch|pybind11|py)::|Tensor|TensorOptions|
 
 
 # ---- toolchain ----
-
-
-@functools.lru_cache(maxsize=None)
-def find_tool(name: str) -> str | None:
-    for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if base and Path(base, "bin", name).exists():
-            return str(Path(base, "bin", name))
-    found = shutil.which(name)
-    if found:
-        return found
-    if name in ("cuobjdump", "nvdisasm", "ptxas"):  # Triton bundles these
-        spec = importlib.util.find_spec("triton")
-        if spec and spec.origin:
-            bundled = Path(spec.origin).parent / "backends" / "nvidia" / "bin" / name
-            if bundled.exists():
-                return str(bundled)
-    return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -13,7 +13,6 @@ DSL errors carry the Python traceback of the candidate's kernel, so they map to 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -27,17 +26,11 @@ from ..engine.loader import SourceRuntimeError, import_source
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
+from .base import dist_version
 from .cuda import NEEDS_GPU, CudaTarget, normalize_arch
 
 DEFAULT_ARCH = "sm_90a"
 PIP = "pip install 'kforge-mcp[cute]' (or pip install nvidia-cutlass-dsl nvidia-cutlass)"
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def is_cpp(source: Source) -> bool:
@@ -147,8 +140,8 @@ class CuteTarget:
     def probe(self, devices: list[str]) -> TargetStatus:
         import torch
 
-        dsl = _version("nvidia-cutlass-dsl")
-        versions = {k: v for k, v in {"nvidia-cutlass-dsl": dsl, "nvidia-cutlass": _version("nvidia-cutlass"),
+        dsl = dist_version("nvidia-cutlass-dsl")
+        versions = {k: v for k, v in {"nvidia-cutlass-dsl": dsl, "nvidia-cutlass": dist_version("nvidia-cutlass"),
                                       "torch": torch.__version__}.items() if v}  # fmt: skip
         if dsl is None:
             return TargetStatus(name=self.name, available=False, versions=versions,

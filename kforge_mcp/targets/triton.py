@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.metadata
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -25,6 +23,7 @@ from ..engine.loader import SourceRuntimeError, diagnostics_from_exception, impo
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
+from .base import dist_version, find_tool
 
 DEFAULT_ARCH = "sm_90a"
 GUESSED_CONSTEXPR = 64  # a power of two, so tl.arange accepts it
@@ -53,13 +52,6 @@ class Launch:
 @dataclass
 class LaunchCount:
     count: int = 0
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def parse_arch(arch: str | None) -> int:
@@ -263,18 +255,9 @@ def infer_launches(kernels: dict[str, Any], module_source: str) -> tuple[list[La
     return launches, diags
 
 
-def _tool(name: str) -> str | None:
-    import triton
-
-    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
-    if bundled.exists():
-        return str(bundled)
-    return shutil.which(name) or (f"/usr/local/cuda/bin/{name}" if Path(f"/usr/local/cuda/bin/{name}").exists() else None)
-
-
 def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:
     """Parse ``cuobjdump --dump-resource-usage``: REG, STACK, SHARED, LOCAL per function."""
-    tool = _tool("cuobjdump")
+    tool = find_tool("cuobjdump", prefer_triton_bundle=True)
     if tool is None:
         return {}
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -328,8 +311,8 @@ class TritonTarget:
     summary = "Triton kernels (@triton.jit): NVIDIA and Intel XPU GPUs, or the CPU interpreter"
 
     def probe(self, devices: list[str]) -> TargetStatus:
-        version = _version("triton") or _version("pytorch-triton-xpu") or _version("pytorch-triton")
-        versions = {k: v for k, v in {"triton": version, "torch": _version("torch")}.items() if v}
+        version = dist_version("triton") or dist_version("pytorch-triton-xpu") or dist_version("pytorch-triton")
+        versions = {k: v for k, v in {"triton": version, "torch": dist_version("torch")}.items() if v}
         if version is None:
             return TargetStatus(name=self.name, available=False, reason="triton is not installed (pip install triton)",
                                 versions=versions)  # fmt: skip
@@ -337,7 +320,7 @@ class TritonTarget:
         notes = []
         if not gpus:
             notes.append("no GPU found: kernels run through Triton's interpreter on CPU (correctness only; timings are not representative)")
-        can_compile = _tool("cuobjdump") is not None or _tool("ptxas") is not None
+        can_compile = any(find_tool(t, prefer_triton_bundle=True) for t in ("cuobjdump", "ptxas"))
         if can_compile:
             notes.append(f"compile: ahead of time to PTX and cubin for any NVIDIA arch (default {DEFAULT_ARCH})")
         return TargetStatus(name=self.name, available=True, devices=gpus + ["cpu"], can_compile=can_compile,
