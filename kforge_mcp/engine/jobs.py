@@ -26,6 +26,7 @@ class Job:
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
     progress: str | None = None
+    progress_log: list[str] = field(default_factory=list)  # every line, so a fast job loses none
     result: BaseModel | None = None
     error: BaseException | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -57,6 +58,7 @@ class JobManager:
                 self._jobs.popitem(last=False)
 
         def progress(text: str) -> None:
+            job.progress_log.append(text)
             job.progress = text
 
         def run() -> None:

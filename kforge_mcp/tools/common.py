@@ -31,19 +31,32 @@ async def wait_for(job: Job, wait_s: float, ctx: Context | None) -> bool:
     """Wait up to ``wait_s`` for a job, forwarding its progress. True when it finished.
     Progress is only ever sent before the result, never after."""
     started = time.monotonic()
-    last_sent, last_text = 0.0, None
-    while not job.done.is_set():
+    last_sent, sent = 0.0, 0
+
+    async def report(message: str) -> None:
+        try:
+            await ctx.report_progress(round(time.monotonic() - started, 1), None, message)
+        except Exception:  # noqa: BLE001  (a client that dropped progress must not fail the call)
+            pass
+
+    while True:
+        finished = job.done.is_set()
         elapsed = time.monotonic() - started
+        if ctx is not None:
+            new = job.progress_log[sent:]  # every line in order, however fast the job wrote them
+            sent += len(new)
+            for message in new:
+                await report(message)
+            if new:
+                last_sent = elapsed
+            elif not finished and elapsed - last_sent >= HEARTBEAT_S:
+                await report(job.progress or job.status)
+                last_sent = elapsed
+        if finished:
+            return True
         if elapsed >= wait_s:
             return False
-        if ctx is not None and (job.progress != last_text or elapsed - last_sent >= HEARTBEAT_S):
-            try:
-                await ctx.report_progress(round(elapsed, 1), None, job.progress or job.status)
-            except Exception:  # noqa: BLE001  (a client that dropped progress must not fail the call)
-                pass
-            last_sent, last_text = elapsed, job.progress
         await anyio.sleep(0.01)  # a cache hit should not wait out a long poll
-    return True
 
 
 async def run_tool_job(app: App, tool: str, work: Callable[..., BaseModel], wait_s: float, ctx: Context | None,
