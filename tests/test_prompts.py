@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from loop_replies import PROBLEM
 
 from kforge_mcp.agents import prompts
@@ -20,8 +21,8 @@ def test_every_template_renders_the_problem_rules_one_shot_and_format(target, ki
                           speedup=1.25, device="DEVICE_FACTS")  # fmt: skip
     assert "return torch.softmax(x, dim=-1)" in text and "DEVICE_FACTS" in text
     assert "Forbidden" in text and "one fenced ```python" in text and "class ModelNew" in text
-    shot = Path(prompts.EXAMPLES_DIR / prompts.ONE_SHOTS[target][1]).read_text().strip()
-    assert shot in text  # the shipped example, read by path
+    shot = (ROOT / "examples" / "candidates" / "fused_bias_gelu" / f"{target}.py").read_text().strip()
+    assert shot in text  # the shipped example (prompts/<target>/one_shot.py links to it)
     if kind != "first":
         assert "OLD_CODE" in text and "FEEDBACK_LINE" in text
     if kind == "optimize":

@@ -3,7 +3,7 @@
 Each target has ``first.j2`` (the first attempt), ``repair.j2`` (fix a candidate that failed to
 compile, crashed, or gave wrong results) and ``optimize.j2`` (make a correct one faster from the
 profile and the analysis agent's advice), all extending ``prompts/_base.j2``. The one-shot example
-of a target is a shipped candidate, read from examples/ by path.
+of a target is a shipped candidate: prompts/<target>/one_shot.py.
 """
 
 from __future__ import annotations
@@ -16,17 +16,11 @@ import jinja2
 
 from ..errors import InputError
 
-ROOT = Path(__file__).resolve().parents[2]
-PROMPTS_DIR = Path(os.environ.get("KFORGE_PROMPTS_DIR") or ROOT / "prompts")
-EXAMPLES_DIR = ROOT / "examples"
+# shipped inside the package so an installed wheel has them; one_shot*.py link to files in examples/
+PROMPTS_DIR = Path(os.environ.get("KFORGE_PROMPTS_DIR") or Path(__file__).resolve().parents[1] / "prompts")
 Kind = Literal["first", "repair", "optimize"]
 KINDS = ("first", "repair", "optimize")
 
-# one-shot example per target: (reference problem, its candidate), relative to examples/
-ONE_SHOTS = {
-    "triton": ("problems/fused_bias_gelu.py", "candidates/fused_bias_gelu/triton.py"),
-    "cuda": ("problems/fused_bias_gelu.py", "candidates/fused_bias_gelu/cuda.py"),
-}
 TITLES = {"triton": "Triton", "cuda": "CUDA C++", "cute": "CuTe", "metal": "Metal"}
 
 _env: jinja2.Environment | None = None
@@ -47,10 +41,11 @@ def targets_with_prompts() -> list[str]:
 
 
 def one_shot(target: str) -> tuple[str, str] | None:
-    pair = ONE_SHOTS.get(target)
-    if pair is None:
-        return None
-    problem, candidate = (EXAMPLES_DIR / p for p in pair)
+    """The project's one-shot example for a target: prompts/<target>/one_shot.py solves the
+    problem in prompts/<target>/one_shot_problem.py, or in prompts/one_shot_problem.py."""
+    candidate = PROMPTS_DIR / target / "one_shot.py"
+    problem = PROMPTS_DIR / target / "one_shot_problem.py"
+    problem = problem if problem.is_file() else PROMPTS_DIR / "one_shot_problem.py"
     if not (problem.is_file() and candidate.is_file()):
         return None
     return problem.read_text(), candidate.read_text()

@@ -1,0 +1,1 @@
+../../examples/problems/fused_bias_gelu.py
