@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
 from .engine.cache import CompileCache
+from .engine.executor import Executor, LocalExecutor
 from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
 from .errors import InputError, KforgeError
 from .problem import Source, check_allowed_path, default_allowed_roots
@@ -28,14 +30,15 @@ def default_home() -> Path:
 
 class Engine:
     def __init__(self, home: Path | str | None = None, memory_limit_mb: int | None = None,
-                 allow_dirs: Sequence[Path | str] | None = None):  # fmt: skip
+                 allow_dirs: Sequence[Path | str] | None = None, executor: Executor | None = None):  # fmt: skip
         self.home = Path(home).expanduser() if home else default_home()
         # a problem or candidate given as a path must resolve under one of these
         self.allow_dirs = [Path(d).expanduser().resolve() for d in allow_dirs] if allow_dirs is not None \
             else default_allowed_roots()  # fmt: skip
         self.home.mkdir(parents=True, exist_ok=True)
         limit = memory_limit_mb or int(os.environ.get("KFORGE_WORKER_MEMORY_MB", "8192"))
-        self.pool = WorkerPool(self.home, memory_limit_mb=limit)
+        # where worker jobs run: this machine's pool unless an executor (e.g. Ray) is given
+        self.executor: Executor = executor or LocalExecutor(WorkerPool(self.home, memory_limit_mb=limit))
         self.compile_cache = CompileCache(self.home / "cache" / "compile")
         self._targets: TargetsReport | None = None
         self._targets_lock = threading.Lock()
@@ -49,7 +52,7 @@ class Engine:
     def list_targets(self, refresh: bool = False, on_progress: Progress = None) -> TargetsReport:
         with self._targets_lock:
             if self._targets is None or refresh:
-                reply = self.pool.run("compile", "probe", {}, timeout_s=DEFAULT_TIMEOUT_S, on_progress=on_progress)
+                reply = self.executor.run("compile", "probe", {}, timeout_s=DEFAULT_TIMEOUT_S, on_progress=on_progress)
                 if not reply.get("ok"):
                     raise KforgeError(f"probing targets failed: {reply.get('message')}")
                 self._targets = TargetsReport.model_validate(reply["value"])
@@ -92,7 +95,7 @@ class Engine:
         payload = {"target": target, "source": src.to_wire(), "arch": arch, "emit_ptx": emit_ptx,
                    "problem": prob.to_wire() if prob else None}  # fmt: skip
         try:
-            reply = self.pool.run("compile", "compile", payload, timeout_s, on_progress, cancel)
+            reply = self.executor.run("compile", "compile", payload, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
         except WorkerFailure as e:
@@ -129,7 +132,7 @@ class Engine:
                    "trials": trials, "atol": atol, "rtol": rtol, "baselines": list(baselines),
                    "timing_budget_s": timing_budget_s}  # fmt: skip
         try:
-            reply = self.pool.run(dev, "verify", payload, timeout_s, on_progress, cancel)
+            reply = self.executor.run(dev, "verify", payload, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
         except WorkerFailure as e:
@@ -145,6 +148,55 @@ class Engine:
                                 errors=[reply.get("message", ""), reply.get("traceback", "")],
                                 seconds=time.perf_counter() - started)  # fmt: skip
         return self._reply_to_report(reply, VerifyReport, cand)
+
+    def verify_batch(self, items: Sequence[dict], on_result: Callable[[int, VerifyReport], None] | None = None,
+                     on_progress: Progress = None, cancel: threading.Event | None = None,
+                     **common) -> list[VerifyReport]:  # fmt: skip
+        """Verify many candidates, as many at once as the executor has workers for their lane.
+
+        Each item holds ``verify`` arguments (at least problem and candidate); ``common`` fills
+        what an item leaves out. ``on_result(index, report)`` is called as each one finishes, in
+        completion order. A bad item becomes an ``error`` report naming what was wrong; it never
+        stops the batch. Returns the reports in item order."""
+        if not items:
+            return []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not item.get("problem") or not item.get("candidate"):
+                raise InputError(f"items[{i}]: needs 'problem' and 'candidate'")
+        merged = [{**common, **item} for item in items]
+        lanes = {self._lane_for(m) for m in merged}
+        width = max(1, sum(self.executor.slots(lane) for lane in lanes))
+        reports: list[VerifyReport | None] = [None] * len(merged)
+        done_lock, done = threading.Lock(), [0]
+
+        def one(i: int) -> None:
+            args = merged[i]
+            if cancel is not None and cancel.is_set():
+                report = VerifyReport(verdict="error", correct=False, target=args.get("target"), errors=["cancelled"])
+            else:
+                try:
+                    report = self.verify(**args, cancel=cancel)
+                except JobCancelled:
+                    report = VerifyReport(verdict="error", correct=False, target=args.get("target"), errors=["cancelled"])
+                except KforgeError as e:  # bad input for this item: its own verdict, not the batch's
+                    report = VerifyReport(verdict="error", correct=False, target=args.get("target"), errors=[str(e)])
+            reports[i] = report
+            with done_lock:
+                done[0] += 1
+                if on_progress:
+                    on_progress(f"verified {done[0]}/{len(merged)}: item {i} {report.verdict}")
+                if on_result:
+                    on_result(i, report)
+
+        with ThreadPoolExecutor(max_workers=min(width, len(merged)), thread_name_prefix="kforge-batch") as ex:
+            list(ex.map(one, range(len(merged))))
+        return reports  # type: ignore[return-value]
+
+    def _lane_for(self, args: dict) -> str:
+        try:
+            return self._pick_device(self.target_status(args.get("target", "triton")), args.get("device"))
+        except KforgeError:
+            return "invalid"  # verify reports it per item
 
     # ---- profile and analyze ----
 
@@ -166,7 +218,7 @@ class Engine:
         payload = {"problem": prob.to_wire(), "candidate": cand.to_wire() if cand else None, "target": target,
                    "device": dev, "depth": depth, "iterations": iterations, "proton": proton, "peaks": peaks}  # fmt: skip
         try:
-            reply = self.pool.run(dev, "profile", payload, timeout_s, on_progress, cancel)
+            reply = self.executor.run(dev, "profile", payload, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
         except WorkerFailure as e:
@@ -186,7 +238,7 @@ class Engine:
         prob = self.resolve_source(problem, "problem")
         payload = {"problem": prob.to_wire(), "device_name": device_name, "measured_ms": measured_ms, "peaks": peaks}
         try:
-            reply = self.pool.run("compile", "roofline", payload, timeout_s)
+            reply = self.executor.run("compile", "roofline", payload, timeout_s)
         except WorkerFailure as e:
             raise KforgeError(f"roofline: the worker failed: {e.message}") from None
         report = self._reply_to_report(reply, Roofline, prob)
@@ -241,8 +293,13 @@ class Engine:
             return None  # the caller turns it into its own failed report
         raise KforgeError(f"the worker sent an unexpected reply: {str(reply)[:300]}")
 
+    @property
+    def pool(self) -> WorkerPool | None:
+        """The local worker pool (None when jobs run elsewhere)."""
+        return getattr(self.executor, "pool", None)
+
     def close(self) -> None:
-        self.pool.shutdown()
+        self.executor.shutdown()
 
 
 def _failure_diagnostic(e: WorkerFailure, source: Source) -> Diagnostic:

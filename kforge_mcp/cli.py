@@ -381,7 +381,7 @@ def cmd_serve(args) -> int:
         banner(args, engine)
         try:
             if args.transport == "stdio":
-                engine.pool.prewarm("compile")
+                engine.executor.prewarm("compile")
                 server.run("stdio")
             else:
                 from . import http_transport
