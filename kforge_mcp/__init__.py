@@ -14,7 +14,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Engine", "analyze_profile", "compile", "list_targets", "profile", "run_loop", "verify", "__version__"]
+__all__ = ["Engine", "analyze_profile", "compile", "list_targets", "profile", "run_bench", "run_loop", "verify",
+           "write_report", "__version__"]
 
 
 def __getattr__(name):  # keep `import kforge_mcp` cheap: no torch, no SDK until asked
@@ -63,10 +64,31 @@ def analyze_profile(profile=None, path: str | None = None, image: str | None = N
     return default_engine().analyze_profile(profile=profile, path=path, image=image, problem=problem, **kwargs)
 
 
-def run_loop(problem: str, target: str = "triton", generate=None, provider: str | None = None, max_iterations: int = 8,
-             **kwargs):  # fmt: skip
+def run_bench(problems: str, candidates: str | None = None, target: str = "triton", out: str = "kforge-bench",
+              **kwargs):  # fmt: skip
+    """Judge a suite (KernelBench layout: ``candidates/<problem stem>/*.py``) and score it: results.jsonl,
+    summary.json (correctness, geomean speedup, fast_p), bench.png and bench.html under ``out``. A BenchSummary.
+    ``generate=callable`` or ``provider=...`` runs the loop per problem instead; a rerun skips what is done."""
+    from .suite import run_bench as _run_bench
+
+    return _run_bench(problems, candidates, target, out, **kwargs)
+
+
+def run_loop(problem: str, target: str = "triton", generate=None, provider: str | None = None,
+             max_iterations: int | None = None, **kwargs):  # fmt: skip
     """The whole KForge loop headless: ``generate(prompt) -> reply`` (or provider='anthropic'|'openai')
-    writes candidates; repaired until correct, then optimized from profiles. A LoopResult (run_id, best, attempts)."""
+    writes candidates; repaired until correct, then optimized from profiles. A LoopResult (run_id, best, attempts,
+    report). ``run_id=...`` resumes a stopped or interrupted run from its last attempt. max_iterations: default 8."""
     from .agents.loop import run_loop as _run_loop
 
     return _run_loop(problem, target, generate, provider=provider, max_iterations=max_iterations, **kwargs)
+
+
+def write_report(run_id: str, out: str | None = None, home: str | None = None):
+    """Draw a loop run: an HTML page (plot, attempts, best kernel) and a PNG, in ``out`` (default
+    <KFORGE_HOME>/reports/<run_id>/). Returns their paths (ReportFiles)."""
+    from .api import default_home
+    from .run_report import write_report as _write
+    from .store import RunStore
+
+    return _write(RunStore.for_home(home or default_home()), run_id, out)

@@ -14,6 +14,7 @@ from .engine.cache import CompileCache
 from .engine.executor import Executor, LocalExecutor
 from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
 from .errors import InputError, KforgeError
+from .home import check_home
 from .problem import Source, check_allowed_path, default_allowed_roots
 from .problem import resolve_source as _resolve_source
 from .schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
@@ -35,7 +36,7 @@ class Engine:
         # a problem or candidate given as a path must resolve under one of these
         self.allow_dirs = [Path(d).expanduser().resolve() for d in allow_dirs] if allow_dirs is not None \
             else default_allowed_roots()  # fmt: skip
-        self.home.mkdir(parents=True, exist_ok=True)
+        check_home(self.home)  # read-only or full: a clear error naming the path, before any worker starts
         limit = memory_limit_mb or int(os.environ.get("KFORGE_WORKER_MEMORY_MB", "8192"))
         # where worker jobs run: this machine's pool unless an executor (e.g. Ray) is given
         self.executor: Executor = executor or LocalExecutor(WorkerPool(self.home, memory_limit_mb=limit))
@@ -68,6 +69,9 @@ class Engine:
         if device is None:
             return status.devices[0]
         device = "cuda:0" if device == "cuda" else "xpu:0" if device == "xpu" else device
+        missing = status.unavailable_devices.get(device.split(":")[0])
+        if device not in status.devices and missing:  # a device kind the target supports, absent here
+            raise InputError(f"device '{device}' is not available to target '{status.name}' here: {missing}")
         if device not in status.devices:
             raise InputError(f"device '{device}' is not available to target '{status.name}' here; "
                              f"available: {', '.join(status.devices) or 'none'}")  # fmt: skip
@@ -83,7 +87,9 @@ class Engine:
         prob = self.resolve_source(problem, "problem") if problem else None
         status = self.target_status(target)
         if not status.can_compile and not status.available:
-            raise InputError(f"target '{target}' cannot compile here: {status.reason}")
+            # checks that need no device (they run no submitted code) still come back, as diagnostics
+            static = getattr(get_target(target), "static_diagnostics", None)
+            raise InputError(f"target '{target}' cannot compile here: {status.reason}", static(src) if static else None)
         arch = arch or self.list_targets().host.get("arch")
         key = self.compile_cache.key(target=target, source=src.text, problem=prob.text if prob else None,
                                      arch=arch, emit_ptx=emit_ptx)  # fmt: skip
@@ -103,7 +109,10 @@ class Engine:
                                  diagnostics=[_failure_diagnostic(e, src)])  # fmt: skip
         report = self._reply_to_report(reply, CompileReport, src)
         if reply.get("ok"):
-            self.compile_cache.put(key, report.model_dump(mode="json"))
+            try:
+                self.compile_cache.put(key, report.model_dump(mode="json"))
+            except KforgeError as e:  # a full or read-only home: the compile is still good, say why it is not cached
+                report.diagnostics.append(Diagnostic(severity="warning", message=f"not cached: {e}"))
         else:
             report = CompileReport(ok=False, target=target, arch=arch,
                                    diagnostics=[Diagnostic(message=reply.get("message", "compile failed"), file=src.name)])  # fmt: skip
@@ -147,7 +156,9 @@ class Engine:
                                 execution=get_target(target).execution(dev),
                                 errors=[reply.get("message", ""), reply.get("traceback", "")],
                                 seconds=time.perf_counter() - started)  # fmt: skip
-        return self._reply_to_report(reply, VerifyReport, cand)
+        report = self._reply_to_report(reply, VerifyReport, cand)
+        report.node = reply.get("node")  # where a cluster executor ran it
+        return report
 
     def verify_batch(self, items: Sequence[dict], on_result: Callable[[int, VerifyReport], None] | None = None,
                      on_progress: Progress = None, cancel: threading.Event | None = None,

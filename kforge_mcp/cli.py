@@ -38,14 +38,41 @@ WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
 @contextmanager
-def open_engine(home: str | None, allow_dirs: list[str] | None = None) -> Iterator:
+def open_engine(home: str | None, allow_dirs: list[str] | None = None, args=None) -> Iterator:
     from .api import Engine
 
-    engine = Engine(home=home, allow_dirs=allow_dirs)
+    engine = Engine(home=home, allow_dirs=allow_dirs, executor=executor_from(args, home) if args else None)
     try:
         yield engine
     finally:
         engine.close()  # kills the workers, whatever happened
+
+
+def executor_from(args, home: str | None):
+    """The executor the options (or $KFORGE_EXECUTOR) ask for; None: the engine's local default."""
+    name = getattr(args, "executor", None) or os.environ.get("KFORGE_EXECUTOR")
+    cpu_workers = getattr(args, "cpu_workers", None)
+    if not name and not cpu_workers:
+        return None
+    from .engine.executor import make_executor
+
+    options = {"accelerator_type": args.ray_accelerator_type} if getattr(args, "ray_accelerator_type", None) else {}
+    if name == "ray":
+        err.print(Text("starting Ray" + (f" (cluster {args.ray_address})" if getattr(args, "ray_address", None)
+                                         else " (a local Ray: no --ray-address)"), style="dim"))  # fmt: skip
+    return make_executor(name, home=home, ray_address=getattr(args, "ray_address", None), cpu_workers=cpu_workers,
+                         **options)  # fmt: skip
+
+
+def add_executor_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--executor", choices=("local", "ray"), help="where jobs run: this machine's workers (local, the "
+                   "default) or a Ray cluster (ray); default $KFORGE_EXECUTOR")  # fmt: skip
+    p.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to join (default $KFORGE_RAY_ADDRESS; none: "
+                   "start a local Ray)")  # fmt: skip
+    p.add_argument("--cpu-workers", type=int, metavar="N", help="workers for CPU-only jobs (compile, the Triton "
+                   "interpreter): local default $KFORGE_CPU_WORKERS or 1; Ray default half the cluster's CPUs")  # fmt: skip
+    p.add_argument("--ray-accelerator-type", metavar="TYPE", help="GPU jobs only on Ray nodes with this "
+                   "accelerator type (e.g. H100)")  # fmt: skip
 
 
 def with_status(label: str, call: Callable[[Callable[[str], None]], object]):
@@ -151,7 +178,7 @@ def print_compile(report, file: str) -> None:
 
 
 def cmd_verify(args) -> int:
-    with open_engine(args.home) as engine:
+    with open_engine(args.home, args=args) as engine:
         report = with_status("verifying", lambda p: engine.verify(
             args.problem, args.candidate, target=args.target, device=args.device, trials=args.trials, atol=args.atol,
             rtol=args.rtol, timeout_s=args.timeout, baselines=args.baselines, on_progress=p))  # fmt: skip
@@ -160,6 +187,50 @@ def cmd_verify(args) -> int:
     else:
         print_verify(report, args.candidate)
     return EXIT_OK if report.verdict == "pass" else EXIT_NOT_OK
+
+
+def cmd_verify_batch(args) -> int:
+    import time
+
+    from .schemas import VerifyBatchReport, summarize_batch
+
+    items = [{"problem": args.problem, "candidate": c} for c in args.candidates]
+    n, done = len(items), [0]
+    with open_engine(args.home, args=args) as engine:
+        with err.status(Text(f"verifying {n} candidates")) as status:
+
+            def on_result(i: int, r) -> None:  # one line per candidate as it finishes
+                done[0] += 1
+                status.update(Text(f"verified {done[0]}/{n}"))
+                if not args.json:
+                    err.print(Text.assemble(f"[{done[0]}/{n}] ", Text(f"{r.verdict:<10}", style=VERDICT_STYLE.get(
+                        r.verdict, "bold")), f" {args.candidates[i]}", f"  {r.speedup:.3g}x" if r.speedup else ""))  # fmt: skip
+
+            started = time.perf_counter()
+            reports = engine.verify_batch(items, on_result=on_result, target=args.target, device=args.device,
+                                          trials=args.trials, timeout_s=args.timeout, baselines=args.baselines)  # fmt: skip
+    report = VerifyBatchReport(reports=reports, summary=summarize_batch(reports, time.perf_counter() - started))
+    if args.json:
+        print_json(report)
+    else:
+        print_batch(report, args.candidates)
+    return EXIT_OK if all(r.verdict == "pass" for r in reports) else EXIT_NOT_OK
+
+
+def print_batch(report, candidates: list[str]) -> None:
+    table = Table(title=f"{report.summary.total} candidates")
+    for column in ("#", "candidate", "verdict", "speedup", "candidate ms", "seconds", "node / note"):
+        table.add_column(column, justify="right" if column in ("#", "speedup", "candidate ms", "seconds") else "left")
+    for i, (r, c) in enumerate(zip(report.reports, candidates)):
+        ms = r.timing.candidate.median_ms if r.timing and r.timing.candidate else None
+        note = next((e for e in r.errors if e), "")[:80] or (r.node or "")[:12]
+        table.add_row(str(i), c, Text(r.verdict or "?", style=VERDICT_STYLE.get(r.verdict, "")), fmt(r.speedup, ".3g"),
+                      fmt(ms, ".4f"), fmt(r.seconds, ".1f"), Text(note))  # fmt: skip
+    out.print(table)
+    s = report.summary
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(s.verdicts.items()))
+    best = f"; best: #{s.best_index} at {s.best_speedup:.3g}x" if s.best_index is not None else ""
+    out.print(f"{counts}{best}; {s.seconds:.1f} s, {fmt(s.candidates_per_minute, '.1f')} candidates per minute")
 
 
 def print_verify(report, candidate: str) -> None:
@@ -376,7 +447,7 @@ def cmd_serve(args) -> int:
     from .server import build_server
 
     interrupted = False
-    with open_engine(args.home, args.allow_dir or [os.getcwd()]) as engine:
+    with open_engine(args.home, args.allow_dir or [os.getcwd()], args=args) as engine:
         server = build_server(engine)
         banner(args, engine)
         try:
@@ -419,6 +490,7 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-dir", action="append", metavar="DIR",
                    help="problems and candidates given as paths must lie under one of these (repeatable; "
                    "default: the working directory)")  # fmt: skip
+    add_executor_options(p)
     p.set_defaults(handler=cmd_serve)
 
 
@@ -465,7 +537,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baselines", type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
                    default=["eager", "compiled"],
                    help="comma-separated baselines to time (default eager,compiled)")  # fmt: skip
+    add_executor_options(p)
     p.set_defaults(handler=cmd_verify)
+
+    p = sub.add_parser("verify-batch", parents=[report], help="verify many candidates of one problem at once")
+    p.add_argument("problem", help="reference in KernelBench form (.py)")
+    p.add_argument("candidates", nargs="+", help="sources defining class ModelNew (.py)")
+    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
+    p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
+    p.add_argument("--trials", type=int, default=5, help="correctness trials per candidate (default 5)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="per candidate: kill its worker after S seconds")
+    p.add_argument("--baselines", type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
+                   default=["eager", "compiled"], help="comma-separated baselines to time (default eager,compiled)")  # fmt: skip
+    add_executor_options(p)
+    p.set_defaults(handler=cmd_verify_batch)
 
     p = sub.add_parser("profile", parents=[report], help="profile a candidate (or the reference): kernels and roofline")
     p.add_argument("problem", help="reference in KernelBench form (.py)")
@@ -490,6 +576,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .agents.cli_loop import add_parser as add_run_loop
 
     add_run_loop(sub, [report])
+
+    from .bench_cli import add_parser as add_bench
+
+    add_bench(sub, [report], add_executor_options)
 
     p = sub.add_parser("serve", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
     add_serve_options(p)

@@ -70,11 +70,31 @@ class TargetStatus(BaseModel):
     can_compile: bool = Field(False, description="compile works here even without a device")
     versions: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
+    requires: list[str] = Field(default_factory=list, description="device resources a machine needs to run this target "
+                                "('metal', 'xpu', 'cuda'), for executors that route jobs to such a machine")  # fmt: skip
+    unavailable_devices: dict[str, str] = Field(default_factory=dict, description="device kinds this target supports "
+                                                "that are missing here, and what they need")  # fmt: skip
+
+
+class ClusterNode(BaseModel):
+    """One node of a cluster executor (Ray): what it has and which targets run there."""
+
+    node_id: str
+    address: str | None = None
+    alive: bool = True
+    resources: dict[str, float] = Field(default_factory=dict,
+                                        description="e.g. CPU, GPU, xpu, metal, accelerator_type:H100")
+    targets: list[str] = Field(default_factory=list, description="targets available on this node")
+    devices: list[str] = Field(default_factory=list, description="devices on this node (node-local names)")
+    host: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None
 
 
 class TargetsReport(BaseModel):
     targets: list[TargetStatus]
     host: dict[str, str] = Field(default_factory=dict)
+    nodes: list[ClusterNode] = Field(default_factory=list,
+                                     description="with a cluster executor: each node and what it offers")
 
 
 class Finding(BaseModel):
@@ -140,6 +160,32 @@ class VerifyReport(JobAware):
     diagnostics: list[Diagnostic] = Field(default_factory=list)
     trials: int | None = None
     seconds: float | None = None
+    node: str | None = Field(None, description="the cluster node it ran on (Ray executor; see list_targets nodes)")
+
+
+class BatchSummary(BaseModel):
+    total: int = 0
+    verdicts: dict[str, int] = Field(default_factory=dict, description="how many items got each verdict")
+    best_index: int | None = Field(None, description="the passing item with the highest speedup")
+    best_speedup: float | None = None
+    seconds: float = 0.0
+    candidates_per_minute: float | None = None
+
+
+class VerifyBatchReport(JobAware):
+    reports: list[VerifyReport] = Field(default_factory=list, description="one VerifyReport per item, in item order")
+    summary: BatchSummary = Field(default_factory=BatchSummary)
+
+
+def summarize_batch(reports: list[VerifyReport], seconds: float) -> BatchSummary:
+    verdicts: dict[str, int] = {}
+    for r in reports:
+        verdicts[r.verdict or "unknown"] = verdicts.get(r.verdict or "unknown", 0) + 1
+    passing = [(r.speedup, i) for i, r in enumerate(reports) if r.verdict == "pass" and r.speedup is not None]
+    best = max(passing) if passing else None
+    return BatchSummary(total=len(reports), verdicts=verdicts, best_index=best[1] if best else None,
+                        best_speedup=best[0] if best else None, seconds=round(seconds, 3),
+                        candidates_per_minute=round(60 * len(reports) / seconds, 2) if seconds > 0 else None)  # fmt: skip
 
 
 class JobInfo(BaseModel):

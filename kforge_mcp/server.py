@@ -10,6 +10,7 @@ from .tools import compile as compile_tool
 from .tools import jobs, list_targets, verify
 from .tools import analyze_profile, profile
 from .tools import loop, prompts, runs
+from .tools import verify_batch
 from .tools.common import App
 
 INSTRUCTIONS = """\
@@ -18,12 +19,13 @@ Python (class Model, get_inputs, get_init_inputs); a candidate defines class Mod
 same constructor and forward, doing its work in kernels of one target. Call list_targets first
 to see what runs here; compile gives line-level diagnostics and per-kernel resources without a
 GPU; verify checks correctness against the reference and times eager and torch.compile
-baselines; profile measures kernels and the roofline, and analyze_profile turns a profile (or a captured
+baselines (verify_batch: many candidates at once, on every worker); profile measures kernels and the roofline, and analyze_profile turns a profile (or a captured
 ncu / torch.profiler / proton file) into ranked advice. Calls that outlive wait_s return a job_id: poll job_status / job_result.
 run_loop runs the whole generate / repair / optimize loop with your model via sampling; without sampling, drive it
-with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best."""
+with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best, kforge://runs/{run_id}/report (HTML)."""
 
-TOOL_MODULES = (list_targets, compile_tool, verify, jobs, profile, analyze_profile, loop, prompts, runs)
+TOOL_MODULES = (list_targets, compile_tool, verify, jobs, profile, analyze_profile, loop, prompts, runs,
+                verify_batch)
 
 
 def build_server(engine: Engine | None = None) -> MCPServer:

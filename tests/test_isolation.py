@@ -68,3 +68,20 @@ def test_tolerance_is_settable(engine, atol):
     report = engine.verify(problem("fused_bias_gelu"), example("fused_bias_gelu", "triton_wrong"), target="triton",
                            trials=1, baselines=["eager"], atol=atol, rtol=atol)  # fmt: skip
     assert report.verdict == ("fail" if atol is None else "pass")
+
+
+def test_a_crash_reads_as_a_crash_even_when_the_server_ignores_sigchld(engine):
+    """ray.init (with the raylet subreaper option) makes its process ignore SIGCHLD, which children
+    inherit and which makes a worker's death by SIGABRT read as "exit code 0". The pool puts the
+    default back before each job and in each worker."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None)
+    libc.signal(ctypes.c_int(signal.SIGCHLD), ctypes.c_void_p(1))  # SIG_IGN, as Ray's driver has it
+    try:
+        report = engine.verify(problem("fused_bias_gelu"), example("fused_bias_gelu", "triton_crash"),
+                               target="triton", trials=1, baselines=["eager"], timing_budget_s=0.1)  # fmt: skip
+    finally:
+        libc.signal(ctypes.c_int(signal.SIGCHLD), ctypes.c_void_p(0))
+    assert report.verdict == "error" and "SIGABRT" in report.errors[0], report.errors

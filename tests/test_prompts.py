@@ -14,7 +14,7 @@ from kforge_mcp.errors import InputError
 PROBLEM_TEXT = Path(PROBLEM).read_text()
 
 
-@pytest.mark.parametrize("target", ["triton", "cuda"])
+@pytest.mark.parametrize("target", ["triton", "cuda", "cute", "metal"])
 @pytest.mark.parametrize("kind", ["first", "repair", "optimize"])
 def test_every_template_renders_the_problem_rules_one_shot_and_format(target, kind):
     text = prompts.render(kind, target, PROBLEM_TEXT, previous="OLD_CODE", feedback="FEEDBACK_LINE", attempt_index=1,
@@ -29,11 +29,15 @@ def test_every_template_renders_the_problem_rules_one_shot_and_format(target, ki
         assert "1.25x" in text
     if target == "cuda":
         assert "load_inline" in text
+    if target == "metal":
+        assert "torch.mps.compile_shader" in text and "constant long&" in text
+    if target == "cute":
+        assert "@cute.kernel" in text and "cute.compile" in text and "from_dlpack" in text
 
 
 def test_cross_target_reference_and_unknown_target():
     text = prompts.render("first", "cuda", PROBLEM_TEXT, reference_impl="TRITON_IMPL", reference_target="triton")
     assert "for another target (triton)" in text and "TRITON_IMPL" in text
-    with pytest.raises(InputError, match="no prompt templates for target 'metal'"):
-        prompts.render("first", "metal", PROBLEM_TEXT)
-    assert {"triton", "cuda"} <= set(prompts.targets_with_prompts())
+    with pytest.raises(InputError, match="no prompt templates for target 'rocm'"):
+        prompts.render("first", "rocm", PROBLEM_TEXT)
+    assert {"triton", "cuda", "cute", "metal"} <= set(prompts.targets_with_prompts())

@@ -99,6 +99,16 @@ def test_secrets_stay_out(sandboxed):
     assert report.correct and not report.errors, report.errors
 
 
+def test_reading_an_api_key_fails_and_the_verdict_says_why(sandboxed):
+    engine, _ = sandboxed
+    assert os.environ["KFORGE_TEST_API_KEY"] == "sk-secret"  # the server has it
+    report = verify(engine, hostile("hostile_env_key"))
+    assert report.verdict in ("error", "fail") and not report.correct
+    text = "\n".join(report.errors)
+    assert "KeyError: 'KFORGE_TEST_API_KEY'" in text and "sk-secret" not in report.model_dump_json(), text
+    assert_still_serving(engine)
+
+
 @pytest.mark.skipif(sandbox.landlock_abi() == 0 and not IS_ROOT, reason="neither Landlock TCP rules nor a netns")
 def test_no_network(sandboxed):
     engine, _ = sandboxed
@@ -143,6 +153,104 @@ def test_fork_bomb_is_stopped_by_the_process_cap(sandboxed):
     text = "\n".join(report.errors)
     assert "fork refused after" in text and "Resource temporarily unavailable" in text, text
     assert_still_serving(engine)  # the worker and every child it left were replaced
+
+
+# ---- the process cap without a pids cgroup ----
+
+
+@pytest.fixture(scope="module")
+def no_cgroup(tmp_path_factory):
+    """An engine whose workers get no pids cgroup: the fallback cap has to hold."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KFORGE_SANDBOX_MAX_PROCS", str(MAX_PROCS))
+        mp.setenv("KFORGE_SANDBOX_DISABLE", "cgroup")
+        mp.delenv("KFORGE_SANDBOX", raising=False)
+        eng = Engine(home=tmp_path_factory.mktemp("no-cgroup-home"))
+        try:
+            yield eng
+        finally:
+            eng.close()
+
+
+def worker_processes(engine) -> list[int]:
+    """Every process that inherited this engine's worker environment (workers and their forks)."""
+    marker = f"KFORGE_WORKER_TMP={engine.pool.tmp}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_without_a_cgroup_the_status_names_the_fallback_cap(no_cgroup):
+    status = no_cgroup.list_targets().host["sandbox"]
+    assert "cgroup: off (disabled)" in status, status
+    assert f"process cap: server watchdog (kills the worker's process tree above {MAX_PROCS} tasks" in status, status
+    assert "not a subreaper" not in status, status
+    if not IS_ROOT:
+        assert f"RLIMIT_NPROC {MAX_PROCS}" in status, status
+
+
+def test_without_a_cgroup_a_fork_bomb_is_still_stopped(no_cgroup):
+    started = time.monotonic()
+    report = verify(no_cgroup, hostile("hostile_fork"))
+    assert time.monotonic() - started < 120
+    assert report.verdict == "error" and not report.correct
+    text = "\n".join(report.errors)
+    if IS_ROOT:  # RLIMIT_NPROC does not hold for root: the watchdog must have killed it
+        assert f"started more than {MAX_PROCS} processes and threads" in text, text
+    else:  # either one may stop it first
+        assert "processes and threads" in text or "fork refused after" in text, text
+    time.sleep(0.5)
+    assert len(worker_processes(no_cgroup)) <= 2, "children of the killed worker are still alive"
+    assert_still_serving(no_cgroup)
+
+
+def test_without_a_cgroup_an_orphaned_fork_bomb_is_counted_and_killed(no_cgroup):
+    """A double fork out of the worker's session: the subreaper keeps it in the tree."""
+    report = verify(no_cgroup, hostile("hostile_fork_escape"))
+    text = "\n".join(report.errors)
+    assert report.verdict == "error" and "processes and threads" in text, (report.verdict, text)
+    time.sleep(0.5)
+    assert len(worker_processes(no_cgroup)) <= 2, "the orphaned fork bomb survived the kill"
+    assert_still_serving(no_cgroup)
+
+
+def test_kill_tree_reaches_processes_in_other_sessions():
+    import subprocess
+    import sys
+
+    # a parent that starts a child in a new session and waits: killpg on the parent misses it
+    code = ("import os,subprocess,sys,time\n"
+            "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'], start_new_session=True)\n"
+            "time.sleep(60)\n")  # fmt: skip
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+        while len(sandbox.tree_pids(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = sandbox.tree_pids(parent.pid)
+        assert len(pids) == 2 and sandbox.tree_tasks(parent.pid) >= 2
+        sandbox.kill_tree(parent.pid)
+        parent.wait(timeout=10)
+        child = pids[1]
+        deadline = time.monotonic() + 10
+        state = "R"
+        while time.monotonic() < deadline and state not in ("Z", "X"):  # gone, or dead and not yet reaped
+            try:
+                state = Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0]
+            except OSError:
+                state = "X"
+            time.sleep(0.05)
+        assert state in ("Z", "X"), f"the child in its own session survived (state {state})"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
 
 
 # ---- paths ----

@@ -23,7 +23,7 @@ async def test_stdio_server_serves_every_tool(tmp_path):
         assert client.server_info.name == "kforge"
         names = {t.name for t in (await client.list_tools()).tools}
         assert names == {"list_targets", "compile", "verify", "job_status", "job_result", "job_cancel", "profile",
-                         "analyze_profile", "run_loop", "loop_start", "loop_submit"}
+                         "analyze_profile", "run_loop", "loop_start", "loop_submit", "verify_batch"}
         targets = (await client.call_tool("list_targets", {})).structured_content["targets"]
         assert next(t for t in targets if t["name"] == "triton")["available"]
         crash = await client.call_tool("verify", {"problem": problem("fused_bias_gelu"), "target": "triton",

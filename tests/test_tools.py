@@ -25,7 +25,7 @@ async def test_tools_are_the_contract(server):
     async with Client(server) as client:
         names = {t.name for t in (await client.list_tools()).tools}
     assert names == {"list_targets", "compile", "verify", "job_status", "job_result", "job_cancel", "profile",
-                     "analyze_profile", "run_loop", "loop_start", "loop_submit"}
+                     "analyze_profile", "run_loop", "loop_start", "loop_submit", "verify_batch"}
 
 
 async def test_list_targets_reports_every_target_honestly(server):

@@ -1,45 +1,76 @@
-"""``kforge run-loop``: the whole loop headless, with an LLM provider as the generation agent."""
+"""``kforge run-loop``: the whole loop headless, with an LLM provider as the generation agent;
+``kforge report``: a run drawn as an HTML page and a PNG."""
 
 from __future__ import annotations
 
 
 def add_parser(sub, parents) -> None:
     p = sub.add_parser("run-loop", parents=parents, help="generate, repair and optimize a kernel with an LLM provider")
-    p.add_argument("problem", help="reference in KernelBench form (.py)")
-    p.add_argument("--target", required=True, help="triton or cuda (targets with prompt templates)")
+    p.add_argument("problem", nargs="?", help="reference in KernelBench form (.py); not with --resume")
+    p.add_argument("--target", help="triton, cuda or cute (targets with prompt templates)")
     p.add_argument("--provider", choices=("anthropic", "openai"), default=None,
-                   help="LLM provider (key from ANTHROPIC_API_KEY / OPENAI_API_KEY)")  # fmt: skip
+                   help="LLM provider (key from ANTHROPIC_API_KEY / OPENAI_API_KEY); with --resume, default: the run's")  # fmt: skip
     p.add_argument("--model", help="model name (default: $KFORGE_MODEL or the provider's default)")
     p.add_argument("--base-url", help="an API-compatible endpoint for the provider")
-    p.add_argument("--max-iterations", type=int, default=8, help="attempts in all (default 8)")
+    p.add_argument("--max-iterations", type=int, help="attempts in all (default 8; with --resume, the run's)")
     p.add_argument("--max-seconds", type=float, help="wall-time budget")
-    p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--max-tokens", type=int, help="token budget of the run (prompt + completion, all attempts, as the "
+                   "provider reports them); stops with max_tokens")  # fmt: skip
+    p.add_argument("--candidates-per-round", type=int, metavar="N",
+                   help="ask for N replies to each prompt at once and check them side by side (default 1; each "
+                        "counts toward --max-iterations)")  # fmt: skip
+    p.add_argument("--trials", type=int, help="correctness trials per attempt (default 5)")
     p.add_argument("--baselines", type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
-                   default=["eager", "compiled"], help="comma-separated baselines (default eager,compiled)")  # fmt: skip
-    p.add_argument("--resume", metavar="RUN_ID", help="continue this run instead of starting one")
+                   help="comma-separated baselines (default eager,compiled)")  # fmt: skip
+    p.add_argument("--no-profile", dest="profile", action="store_false", default=None,
+                   help="do not profile correct candidates (no analysis-agent advice)")  # fmt: skip
+    p.add_argument("--resume", metavar="RUN_ID", help="continue this run from its last attempt instead of starting one")
     p.add_argument("--output", "-o", help="write the best candidate here")
     p.set_defaults(handler=cmd_run_loop)
 
+    p = sub.add_parser("report", parents=parents, help="draw a loop run: HTML page and PNG of speedup per attempt")
+    p.add_argument("run_id", help="a run id (kforge://runs, or the id run-loop printed)")
+    p.add_argument("--out", metavar="DIR", help="write report.html and report.png here (default <home>/reports/RUN_ID)")
+    p.set_defaults(handler=cmd_report)
+
 
 def cmd_run_loop(args) -> int:
+    from ..api import default_home
     from ..cli import EXIT_NOT_OK, EXIT_OK, err, open_engine, out, print_json
+    from ..errors import InputError
+    from ..store import RunStore
     from .loop import LoopDriver
-    from .providers import make_provider
+    from .providers import PROVIDERS, make_provider
 
-    if args.provider is None and not args.resume:
-        err.print("run-loop needs --provider anthropic or openai")
-        return 2
-    generate = make_provider(args.provider or "anthropic", model=args.model, base_url=args.base_url)
+    opts = {"max_iterations": args.max_iterations, "max_seconds": args.max_seconds, "trials": args.trials,
+            "baselines": args.baselines, "profile": args.profile, "max_tokens": args.max_tokens,
+            "candidates_per_round": args.candidates_per_round}  # fmt: skip
+    opts = {k: v for k, v in opts.items() if v is not None}
+    store = None  # the engine's, unless resuming (read before any engine starts)
+    provider, model, base_url = args.provider, args.model, args.base_url
+    if args.resume:
+        store = RunStore.for_home(args.home or default_home())
+        if args.problem or args.target:
+            raise InputError("--resume continues a recorded run: give no problem or --target")
+        run = store.get_run(args.resume)  # an unknown id names the closest ones
+        provider = provider or run.provider
+        if provider == run.provider:  # the same model and endpoint as before, unless told otherwise
+            model = model or run.options.get("provider_model")
+            base_url = base_url or run.options.get("provider_base_url")
+        if provider not in PROVIDERS:
+            raise InputError(f"run '{run.id}' was driven by '{run.provider}'; pass --provider anthropic or openai "
+                             "to resume it here")  # fmt: skip
+    elif not (args.problem and args.target and provider):
+        raise InputError("run-loop needs a problem, --target and --provider anthropic or openai (or --resume RUN_ID)")
+    generate = make_provider(provider, model=model, base_url=base_url)  # a missing key fails before any work
+    opts.update(provider_model=generate.model, **({"provider_base_url": base_url} if base_url else {}))
+    say = lambda m: err.print(m, highlight=False)  # noqa: E731
     with open_engine(args.home) as engine:
-        driver = LoopDriver(engine)
-        say = lambda m: err.print(m, highlight=False)  # noqa: E731
+        driver = LoopDriver(engine, store)
         if args.resume:
-            result = driver.resume(args.resume, generate, on_progress=say, max_iterations=args.max_iterations)
+            result = driver.resume(args.resume, generate, on_progress=say, **opts)
         else:
-            opts = {"max_iterations": args.max_iterations, "max_seconds": args.max_seconds, "trials": args.trials,
-                    "baselines": args.baselines}  # fmt: skip
-            result = driver.run(args.problem, args.target, generate, provider=args.provider,
-                                options={k: v for k, v in opts.items() if v is not None}, on_progress=say)  # fmt: skip
+            result = driver.run(args.problem, args.target, generate, provider=provider, options=opts, on_progress=say)
     if args.output and result.best:
         with open(args.output, "w") as f:
             f.write(result.best.candidate)
@@ -52,4 +83,22 @@ def cmd_run_loop(args) -> int:
         if result.best:
             out.print(f"best: attempt {result.best.index}, speedup {result.best.speedup}"
                       + (f", written to {args.output}" if args.output else ""))  # fmt: skip
+        if result.tokens:
+            out.print(f"tokens: {result.tokens}")
+        if result.report:
+            out.print(f"report: {result.report}")
     return EXIT_OK if result.best else EXIT_NOT_OK
+
+
+def cmd_report(args) -> int:
+    from ..api import default_home
+    from ..cli import EXIT_OK, out, print_json
+    from ..run_report import write_report
+    from ..store import RunStore
+
+    files = write_report(RunStore.for_home(args.home or default_home()), args.run_id, args.out)
+    if getattr(args, "json", False):
+        print_json(files)
+    else:
+        out.print(f"report: {files.html}\nplot:   {files.png}")
+    return EXIT_OK

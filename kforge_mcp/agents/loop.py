@@ -5,32 +5,86 @@ candidate by speedup.
 
 The loop's state lives in the run store, not in this object: the next prompt is computed from the
 attempts recorded so far. So the same code serves the headless driver (``LoopDriver.run`` over a
-``generate(prompt) -> reply`` callable), the client-driven tools (``start`` / ``submit``: the
+``generate(prompt) -> reply`` callable, asked for ``candidates_per_round`` replies at once per
+round), the client-driven tools (``start`` / ``submit``: the
 client's model writes each reply) and ``resume`` of a run whose process died.
+
+A driven run is owned by the driving process (pid, host, heartbeat in the store), so a run whose
+process died reads as 'interrupted'. A cancel (job_cancel, the ``cancel`` event) or Ctrl-C marks it
+'stopped' with the reason; every drive ends by writing the run's report (run_report.py).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
+from ..engine.pool import JobCancelled
 from ..errors import InputError, KforgeError
 from ..problem import resolve_source
 from ..schemas import JobAware
-from ..store import Attempt, Run, RunStore
+from ..store import HEARTBEAT_S, Attempt, Run, RunStore
 from . import prompts
 from .extract import ExtractionError, extract_candidate
 
+
+
+class Reply(str):
+    """A generation agent's reply that also says what it cost: ``Reply(text, tokens=prompt + completion)``.
+
+    It is a str, so code that treats replies as text keeps working. The providers return one with
+    the SDK's usage counts; MCP sampling reports no usage, so its replies carry an estimate
+    (``estimated=True``)."""
+
+    tokens: int | None
+    estimated: bool
+
+    def __new__(cls, text: str, tokens: int | None = None, estimated: bool = False) -> "Reply":
+        self = super().__new__(cls, text)
+        self.tokens, self.estimated = tokens, estimated
+        return self
+
+
+def estimate_tokens(*texts: str) -> int:
+    """About four characters a token: for replies whose generator reports no usage."""
+    return (sum(len(t) for t in texts) + 3) // 4
+
+
+def reply_text_and_tokens(prompt: str, reply: str) -> tuple[str, int]:
+    """A generate's answer as (text, tokens): a Reply's own count, else an estimate over prompt and reply."""
+    if not isinstance(reply, str):
+        raise TypeError(f"generate must return a str (or a Reply), not {type(reply).__name__}")
+    tokens = getattr(reply, "tokens", None)
+    return str(reply), tokens if tokens is not None else estimate_tokens(prompt, reply)
+
+
+# generate(prompt) -> reply: a str, or a Reply (a str subclass) carrying the tokens the request cost;
+# for a plain str the loop estimates the tokens as len(prompt + reply) / 4. With candidates_per_round > 1
+# it is called from several threads at once, so it must be thread-safe (each call one request).
 Generate = Callable[[str], str]
 Progress = Callable[[str], None] | None
+log = logging.getLogger(__name__)
+
+_driving: set[str] = set()  # runs a driver in this process is driving now (the store's owner is the process)
+_driving_lock = threading.Lock()
 
 
 class LoopOptions(BaseModel):
     max_iterations: int = Field(8, ge=1, le=200, description="attempts in all, functional and optimization")
-    max_seconds: float | None = Field(None, gt=0, description="wall-time budget; checked between attempts")
+    max_seconds: float | None = Field(None, gt=0, description="wall-time budget; checked between rounds")
+    max_tokens: int | None = Field(None, ge=1, description="token budget of the whole run (prompt + completion, all "
+                                   "attempts); checked between rounds. Providers report exact counts; MCP sampling and "
+                                   "plain-str generate callables report none, so there it is estimated as "
+                                   "len(prompt + reply) / 4")  # fmt: skip
+    candidates_per_round: int = Field(1, ge=1, le=16, description="replies asked for the same prompt each round "
+                                      "(concurrently), checked side by side as the executor allows; each is an "
+                                      "attempt, and the round's best drives the next prompt")  # fmt: skip
     stop_at_sol: float | None = Field(0.9, gt=0, description="stop once a correct candidate reaches this fraction "
                                       "of speed of light (when the device's peaks are known)")  # fmt: skip
     optimize: bool = Field(True, description="after the first correct candidate, keep optimizing")
@@ -45,6 +99,20 @@ class LoopOptions(BaseModel):
     timeout_s: float = Field(300.0, gt=0)
     reference_impl: str | None = Field(None, description="a correct implementation for another target to port")
     reference_target: str | None = None
+    provider_model: str | None = Field(None, description="the provider's model, kept so a resume asks the same one")
+    provider_base_url: str | None = Field(None, description="the provider's endpoint, kept for a resume (never a key)")
+
+    model_config = {"extra": "forbid"}  # a misspelt option is an error, not silently the default
+
+    @classmethod
+    def parse(cls, options: "LoopOptions | dict | None") -> "LoopOptions":
+        if isinstance(options, cls):
+            return options
+        try:
+            return cls.model_validate(options or {})
+        except ValidationError as e:
+            bad = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
+            raise InputError(f"bad loop option: {bad}") from None
 
 
 class AttemptSummary(BaseModel):
@@ -55,6 +123,8 @@ class AttemptSummary(BaseModel):
     correct: bool = False
     speedup: float | None = None
     problem: str | None = Field(None, description="the first lines of the feedback, when it failed")
+    tokens: int | None = Field(None, description="tokens the reply cost (prompt + completion; estimated for sampling)")
+    round: int | None = Field(None, description="the round it was generated in (same prompt, same round)")
 
     model_config = {"populate_by_name": True}
 
@@ -68,10 +138,14 @@ class BestCandidate(BaseModel):
 
 class LoopResult(BaseModel):
     run_id: str
-    status: str = Field(description="running, done, failed or stopped")
+    status: str = Field(description="running, done, failed, stopped (cancelled) or interrupted (its process died)")
     stop_reason: str | None = None
     best: BestCandidate | None = None
     attempts: list[AttemptSummary] = Field(default_factory=list)
+    tokens: int = Field(0, description="tokens spent, summed over the attempts (see LoopOptions.max_tokens)")
+    report: str | None = Field(None, description="path of the run's HTML report (speedup and verdict per attempt, "
+                               "the best kernel); a PNG of the plot lies beside it")  # fmt: skip
+    report_uri: str | None = Field(None, description="the same report as an MCP resource")
     job_id: str | None = Field(None, description="set when run_loop outlived wait_s; poll job_status / job_result")
 
 
@@ -204,7 +278,7 @@ def summarize(a: Attempt) -> AttemptSummary:
         verdict = (a.verify_report or {}).get("verdict")
         problem = None if a.correct else failure_feedback(a)
     return AttemptSummary(index=a.index, pass_=a.pass_, verdict=verdict, correct=a.correct, speedup=a.speedup,
-                          problem=problem[:500] if problem else None)  # fmt: skip
+                          problem=problem[:500] if problem else None, tokens=a.tokens, round=a.round)  # fmt: skip
 
 
 def resolve(engine, value: str, role: str):
@@ -216,6 +290,25 @@ def resolve(engine, value: str, role: str):
 def _best_of(attempts: list[Attempt]) -> Attempt | None:
     correct = [a for a in attempts if a.correct]
     return max(correct, key=lambda a: (a.speedup or 0.0, -a.index)) if correct else None
+
+
+# how far a failed attempt got: the furthest one tells the agent the most
+_PROGRESS = {"suspicious": 4, "fail": 3, "error": 2, "compile_error": 1, "no_code": 0}
+
+
+def _last_round(attempts: list[Attempt]) -> list[Attempt]:
+    """The attempts of the latest round (one attempt when rounds are not recorded)."""
+    key = lambda a: a.index if a.round is None else a.round  # noqa: E731
+    last = key(attempts[-1])
+    return [a for a in attempts if key(a) == last]
+
+
+def _round_best(attempts: list[Attempt]) -> Attempt:
+    """A round's best: correct and fastest, else the failure that got furthest (the earliest on a tie)."""
+    best = _best_of(attempts)
+    if best is not None:
+        return best
+    return max(attempts, key=lambda a: (_PROGRESS.get(summarize(a).verdict or "", 0), -a.index))
 
 
 class LoopDriver:
@@ -234,7 +327,7 @@ class LoopDriver:
     # ---- starting and prompting ----
 
     def start(self, problem: str, target: str, provider: str | None = None, options: LoopOptions | dict | None = None) -> Run:
-        opts = options if isinstance(options, LoopOptions) else LoopOptions.model_validate(options or {})
+        opts = LoopOptions.parse(options)
         prob = resolve(self.engine, problem, "problem")
         prompts.render("first", target, prob.text)  # fails early (InputError) for a target without templates
         self.engine.target_status(target)  # unknown target names fail here
@@ -259,7 +352,8 @@ class LoopDriver:
                       reference_target=opts.reference_target)  # fmt: skip
         if not attempts:
             return "functional", prompts.render("first", run.target, run.problem, **common)
-        last, best = attempts[-1], _best_of(attempts)
+        # the latest round's best (with one candidate per round: the last attempt) is what the feedback is about
+        last, best = _round_best(_last_round(attempts)), _best_of(attempts)
         if best is None:
             previous = last.candidate or last.reply or ""
             return "functional", prompts.render("repair", run.target, run.problem, previous=previous,
@@ -278,43 +372,72 @@ class LoopDriver:
             if run.status != "running":
                 raise InputError(f"run '{run_id}' is {run.status} ({run.stop_reason}); start a new run or resume it")
             pass_, expected_prompt = self.next_prompt(run_id)
-            attempt = self._check(run, pass_, prompt or expected_prompt, reply, on_progress, cancel)
+            attempt = self._check(run, pass_, prompt or expected_prompt, reply, on_progress, cancel,
+                                  round=run.attempts)  # fmt: skip
             return self._after_attempt(run, attempt)
 
+    def _submit_round(self, run_id: str, pass_: str, prompt: str, replies: list[tuple[str, int | None]],
+                      on_progress: Progress, cancel: threading.Event | None) -> SubmitResult:  # fmt: skip
+        """Check a round's replies (text, tokens) side by side, as many at once as the run's device
+        lane has workers, each recorded as its own attempt; the result is about the round's best."""
+        with self._lock(run_id):
+            run = self.store.get_run(run_id)
+            if run.status != "running":
+                raise InputError(f"run '{run_id}' is {run.status} ({run.stop_reason}); start a new run or resume it")
+            check = functools.partial(self._check, run, pass_, prompt, on_progress=on_progress, cancel=cancel,
+                                      round=run.attempts)  # fmt: skip
+            width = min(len(replies), self._check_width(run))
+            if width <= 1:
+                attempts = [check(text, tokens=tokens, label=f"candidate {i}") for i, (text, tokens) in enumerate(replies)]
+            else:
+                with ThreadPoolExecutor(width, thread_name_prefix=f"kforge-loop-{run_id}") as pool:
+                    futures = [pool.submit(check, text, tokens=tokens, label=f"candidate {i}")
+                               for i, (text, tokens) in enumerate(replies)]  # fmt: skip
+                    attempts = [f.result() for f in futures]  # the first error (e.g. JobCancelled) is raised
+            return self._after_attempt(run, _round_best(attempts))
+
+    def _check_width(self, run: Run) -> int:
+        """How many checks of this run can run at once: the executor's slots for its device lane."""
+        opts = self.options(run)
+        try:
+            lane = self.engine._lane_for({"target": run.target, "device": opts.device})
+            return max(1, int(self.engine.executor.slots(lane)))
+        except Exception:  # noqa: BLE001  (an engine without an executor: one at a time)
+            return 1
+
     def _check(self, run: Run, pass_: str, prompt: str, reply: str, on_progress: Progress,
-               cancel: threading.Event | None) -> Attempt:  # fmt: skip
+               cancel: threading.Event | None, tokens: int | None = None, round: int | None = None,
+               label: str | None = None) -> Attempt:  # fmt: skip
         opts = self.options(run)
         say = on_progress or (lambda _m: None)
-        n = run.attempts
+        n = label or f"attempt {run.attempts}"
+        add = functools.partial(self.store.add_attempt, run.id, pass_, prompt=prompt, reply=reply, tokens=tokens,
+                                round=round)  # fmt: skip
         try:
             code = extract_candidate(reply).code
         except ExtractionError as e:
-            return self.store.add_attempt(run.id, pass_, prompt=prompt, reply=reply, error=str(e))
-        say(f"attempt {n}: compiling")
+            return add(error=str(e))
+        say(f"{n}: compiling")
         try:
             comp = self.engine.compile(run.target, code, problem=run.problem, timeout_s=opts.timeout_s, cancel=cancel)
         except InputError as e:  # e.g. no ModelNew: the agent's fault, so it is feedback, not a tool error
-            return self.store.add_attempt(run.id, pass_, prompt=prompt, reply=reply, candidate=code, error=str(e))
+            return add(candidate=code, error=str(e))
         if not comp.ok:
-            return self.store.add_attempt(run.id, pass_, prompt=prompt, reply=reply, candidate=code,
-                                          compile_report=comp.model_dump(mode="json"))  # fmt: skip
-        say(f"attempt {n}: verifying")
+            return add(candidate=code, compile_report=comp.model_dump(mode="json"))
+        say(f"{n}: verifying")
         try:
             ver = self.engine.verify(run.problem, code, target=run.target, device=opts.device, trials=opts.trials,
                                      atol=opts.atol, rtol=opts.rtol, timeout_s=opts.timeout_s, baselines=opts.baselines,
                                      timing_budget_s=opts.timing_budget_s, on_progress=on_progress, cancel=cancel)  # fmt: skip
         except InputError as e:
-            return self.store.add_attempt(run.id, pass_, prompt=prompt, reply=reply, candidate=code,
-                                          compile_report=comp.model_dump(mode="json"), error=str(e))  # fmt: skip
+            return add(candidate=code, compile_report=comp.model_dump(mode="json"), error=str(e))
         correct = ver.verdict == "pass"
         recs = None
         if correct and opts.optimize and opts.profile:
-            say(f"attempt {n}: profiling")
+            say(f"{n}: profiling")
             recs = self._advice(run, code, opts, cancel)
-        return self.store.add_attempt(run.id, pass_, prompt=prompt, reply=reply, candidate=code,
-                                      compile_report=comp.model_dump(mode="json"),
-                                      verify_report=ver.model_dump(mode="json"), recommendations=recs,
-                                      speedup=ver.speedup, correct=correct)  # fmt: skip
+        return add(candidate=code, compile_report=comp.model_dump(mode="json"), verify_report=ver.model_dump(mode="json"),
+                   recommendations=recs, speedup=ver.speedup, correct=correct)  # fmt: skip
 
     def _advice(self, run: Run, code: str, opts: LoopOptions, cancel) -> list[dict]:
         """The analysis agent's recommendations for a correct candidate, plus its summary line."""
@@ -358,6 +481,8 @@ class LoopDriver:
             return "max_iterations"
         if opts.max_seconds and time.time() - run.created >= opts.max_seconds:
             return "max_seconds"
+        if opts.max_tokens and sum(a.tokens or 0 for a in attempts) >= opts.max_tokens:
+            return "max_tokens"
         return None
 
     @staticmethod
@@ -374,7 +499,19 @@ class LoopDriver:
         attempts = self.store.attempts(run_id)
         best = _best_of(attempts)
         return LoopResult(run_id=run.id, status=run.status, stop_reason=run.stop_reason, best=self._best_model(best),
-                          attempts=[summarize(a) for a in attempts])  # fmt: skip
+                          attempts=[summarize(a) for a in attempts], tokens=sum(a.tokens or 0 for a in attempts))  # fmt: skip
+
+    def finish(self, run_id: str) -> LoopResult:
+        """The result, with the run's report written (a report that fails to draw does not fail the run)."""
+        from ..run_report import write_report
+
+        result = self.result(run_id)
+        try:
+            files = write_report(self.store, run_id)
+            result.report, result.report_uri = files.html, files.uri
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not write the report of run %s: %s: %s", run_id, type(e).__name__, e)
+        return result
 
     def stop(self, run_id: str, status: str = "stopped", reason: str | None = None) -> None:
         self.store.update_run(run_id, status=status, stop_reason=reason)
@@ -384,32 +521,95 @@ class LoopDriver:
     def drive(self, run_id: str, generate: Generate, on_progress: Progress = None,
               cancel: threading.Event | None = None) -> LoopResult:  # fmt: skip
         """Generate and check attempts until the run stops. Works for a new run and for one that
-        was interrupted: it continues from the attempts already recorded."""
+        was interrupted: it continues from the attempts already recorded, never redoing one."""
+        with _driving_lock:
+            if run_id in _driving:
+                raise InputError(f"run '{run_id}' is already being driven in this process")
+            self.store.claim(run_id)  # refused while another live process drives it
+            _driving.add(run_id)
+        beating = threading.Event()
+        threading.Thread(target=self._heartbeat, args=(run_id, beating), daemon=True,
+                         name=f"kforge-heartbeat-{run_id}").start()  # fmt: skip
+        try:
+            self._drive(run_id, generate, on_progress, cancel)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM in the CLI: a stop the user asked for
+            self.stop(run_id, "stopped", "interrupted by the user (Ctrl-C or SIGTERM)")
+            raise
+        except BaseException as e:
+            self.stop(run_id, "failed", f"the loop failed: {type(e).__name__}: {str(e)[:300]}")
+            raise
+        finally:
+            beating.set()
+            with _driving_lock:
+                _driving.discard(run_id)
+        return self.finish(run_id)
+
+    def _heartbeat(self, run_id: str, done: threading.Event) -> None:
+        while not done.wait(HEARTBEAT_S):
+            try:
+                self.store.heartbeat(run_id)
+            except Exception:  # noqa: BLE001  (a busy store now and then is harmless; the next beat retries)
+                pass
+
+    def _drive(self, run_id: str, generate: Generate, on_progress: Progress, cancel: threading.Event | None) -> None:
         say = on_progress or (lambda _m: None)
+        cancelled = lambda: cancel is not None and cancel.is_set()  # noqa: E731
         while True:
             run = self.store.get_run(run_id)
             if run.status != "running":
-                break
-            if cancel is not None and cancel.is_set():
-                self.stop(run_id, "stopped", "cancelled")
-                break
+                return
+            if cancelled():
+                return self.stop(run_id, "stopped", "cancelled")
+            attempts = self.store.attempts(run_id)
+            # a run killed after recording its last attempt but before being marked done stops here
+            opts = self.options(run)
+            stop = self._stop_reason(run, opts, attempts, _best_of(attempts))
+            if stop:
+                return self.store.update_run(run_id, status="done", stop_reason=stop)
             pass_, prompt = self.next_prompt(run_id)
-            say(f"attempt {run.attempts} ({pass_}): asking the generation agent")
+            n = min(opts.candidates_per_round, opts.max_iterations - len(attempts))  # a round never overruns the budget
+            say(f"attempt {run.attempts} ({pass_}): asking the generation agent"
+                + (f" for {n} candidates" if n > 1 else ""))  # fmt: skip
+            replies, errors = self._generate(generate, prompt, n)
+            if cancelled():  # the replies came after a cancel: not checked, resume asks again
+                return self.stop(run_id, "stopped", "cancelled")
+            if not replies:  # a provider failure ends the run, recorded, not a crash
+                e = errors[0]
+                return self.stop(run_id, "failed", f"generation failed: {type(e).__name__}: {str(e)[:500]}")
+            if errors:
+                say(f"{len(errors)} of {n} generations failed ({type(errors[0]).__name__}: {str(errors[0])[:200]}); "
+                    f"checking the other {len(replies)}")  # fmt: skip
             try:
-                reply = generate(prompt)
-            except Exception as e:  # noqa: BLE001  (a provider failure ends the run, recorded, not a crash)
-                self.stop(run_id, "failed", f"generation failed: {type(e).__name__}: {str(e)[:300]}")
-                break
-            try:
-                res = self.submit(run_id, reply, prompt=prompt, on_progress=on_progress, cancel=cancel)
+                res = self._submit_round(run_id, pass_, prompt, replies, on_progress, cancel)
+            except JobCancelled:
+                return self.stop(run_id, "stopped", "cancelled")
             except KforgeError as e:
-                self.stop(run_id, "failed", f"checking the attempt failed: {e}")
-                break
+                return self.stop(run_id, "failed", f"checking the attempt failed: {e}")
             best = f", best speedup {_g(res.best.speedup)}x" if res.best else ""
-            say(f"attempt {res.attempt}: {res.verdict}{best}")
+            say(f"attempt {res.attempt}{' (best of the round)' if len(replies) > 1 else ''}: {res.verdict}{best}")
             if res.done:
-                break
-        return self.result(run_id)
+                return
+
+    @staticmethod
+    def _generate(generate: Generate, prompt: str, n: int) -> tuple[list[tuple[str, int]], list[Exception]]:
+        """Ask for n replies to one prompt, n requests at once: ([(text, tokens)], [errors])."""
+
+        def one() -> tuple[str, int]:
+            return reply_text_and_tokens(prompt, generate(prompt))
+
+        if n == 1:
+            try:
+                return [one()], []
+            except Exception as e:  # noqa: BLE001
+                return [], [e]
+        replies, errors = [], []
+        with ThreadPoolExecutor(n, thread_name_prefix="kforge-generate") as pool:
+            for f in [pool.submit(one) for _ in range(n)]:
+                try:
+                    replies.append(f.result())
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+        return replies, errors
 
     def run(self, problem: str, target: str, generate: Generate, provider: str | None = None,
             options: LoopOptions | dict | None = None, on_progress: Progress = None,
@@ -419,18 +619,22 @@ class LoopDriver:
 
     def resume(self, run_id: str, generate: Generate, on_progress: Progress = None,
                cancel: threading.Event | None = None, **more_options) -> LoopResult:  # fmt: skip
-        """Continue a run from its last attempt (after a crash, a cancel, or with a larger budget)."""
-        run = self.store.get_run(run_id)
-        opts = self.options(run).model_copy(update=more_options)
-        self.store.update_run(run_id, status="running", stop_reason=None, options=opts.model_dump(mode="json"))
+        """Continue a run from its last attempt (after a crash, a cancel, or with a larger budget):
+        recorded attempts are kept; an attempt that was cut off is asked for again."""
+        run = self.store.get_run(run_id)  # an unknown id fails here, naming the closest ones
+        more = {k: v for k, v in more_options.items() if v is not None}
+        opts = LoopOptions.parse({**run.options, **more})
+        self.store.claim(run_id)  # before changing its options: refused while another process drives it
+        self.store.update_run(run_id, options=opts.model_dump(mode="json"))
         return self.drive(run_id, generate, on_progress=on_progress, cancel=cancel)
 
 
 def run_loop(problem: str, target: str = "triton", generate: Generate | None = None, *, engine=None,
-             provider: str | None = None, max_iterations: int = 8, on_progress: Progress = None,
-             **options) -> LoopResult:  # fmt: skip
+             provider: str | None = None, max_iterations: int | None = None, on_progress: Progress = None,
+             run_id: str | None = None, **options) -> LoopResult:  # fmt: skip
     """The whole loop headless: ``generate(prompt) -> reply`` plays the generation agent (or pass
-    ``provider='anthropic'|'openai'`` to use one from ``kforge_mcp.agents.providers``)."""
+    ``provider='anthropic'|'openai'`` to use one from ``kforge_mcp.agents.providers``). With
+    ``run_id`` it resumes that run from its last attempt (options given override the run's)."""
     from ..api import default_engine
 
     if generate is None:
@@ -440,8 +644,10 @@ def run_loop(problem: str, target: str = "triton", generate: Generate | None = N
 
         generate = make_provider(provider)
     driver = LoopDriver(engine or default_engine())
-    opts = LoopOptions.model_validate({"max_iterations": max_iterations, **options})
+    if run_id is not None:
+        return driver.resume(run_id, generate, on_progress=on_progress, max_iterations=max_iterations, **options)
+    opts = LoopOptions.parse({**options, **({"max_iterations": max_iterations} if max_iterations else {})})
     return driver.run(problem, target, generate, provider=provider or "callable", options=opts, on_progress=on_progress)
 
 
-__all__ = ["LoopDriver", "LoopOptions", "LoopResult", "SubmitResult", "run_loop"]
+__all__ = ["LoopDriver", "LoopOptions", "LoopResult", "Reply", "SubmitResult", "estimate_tokens", "run_loop"]

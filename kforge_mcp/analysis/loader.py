@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import ncu, proton, torch_trace
+from . import ncu, proton, torch_trace, unitrace, xctrace
 from .ncu import ProfileParseError
 from .report import ProfileReport
 
 MAX_BYTES = 64 * 1024 * 1024
-FORMATS = "Nsight Compute CSV (--csv --page raw or details), .ncu-rep, torch.profiler chrome trace JSON, proton .hatchet"
+FORMATS = ("Nsight Compute CSV (--csv --page raw or details), .ncu-rep, torch.profiler chrome trace JSON, proton .hatchet, "
+           "unitrace chrome trace JSON or --metric-query CSV, xctrace export XML (metal-gpu-intervals)")
 
 
 def detect(text: str) -> str:
@@ -18,6 +19,10 @@ def detect(text: str) -> str:
         return "torch-trace"
     if head.startswith("["):
         return "proton"
+    if xctrace.looks_like_xctrace(head):
+        return "xctrace"
+    if unitrace.looks_like_metrics_csv(head):
+        return "unitrace-csv"
     body, _ = ncu.strip_noise(text[:1_000_000])
     if body.startswith('"ID"'):
         return "ncu-csv"
@@ -55,6 +60,8 @@ def parse_text(text: str, name: str = "<profile>", forwards: int | None = None) 
         data = torch_trace.load_json(text, name)
         if proton.is_hatchet(data):
             return proton.report_from_hatchet(data, name, forwards)
+        if unitrace.is_unitrace_trace(data):
+            return unitrace.report_from_chrome(data, name, forwards)
         return torch_trace.report_from_trace(data, name, forwards)
     if kind == "proton":
         data = torch_trace.load_json(text, name)
@@ -63,5 +70,9 @@ def parse_text(text: str, name: str = "<profile>", forwards: int | None = None) 
         return proton.report_from_hatchet(data, name, forwards)
     if kind == "ncu-csv":
         return ncu.report_from_csv(text, name, forwards)
+    if kind == "unitrace-csv":
+        return unitrace.report_from_metrics_csv(text, name, forwards)
+    if kind == "xctrace":
+        return xctrace.report_from_xml(text, name, forwards)
     raise ProfileParseError(f"{name}: unrecognized profile format (first line: {text.lstrip()[:80]!r}); "
                             f"supported: {FORMATS}")  # fmt: skip

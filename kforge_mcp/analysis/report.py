@@ -119,6 +119,8 @@ class ProfileReport(JobAware):
     host_overhead_ms: float | None = Field(None, description="CPU time spent launching kernels, per forward")
     roofline: Roofline | None = None
     ncu_rules: list[NcuRule] = Field(default_factory=list)
+    timeline: dict[str, float] = Field(default_factory=dict, description="device busy/idle over the captured span "
+                                       "(span_ms, busy_ms, idle_ms, gaps, largest_gap_ms), when the source has intervals")
     file: str | None = None
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)

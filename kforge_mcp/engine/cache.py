@@ -55,8 +55,19 @@ class CompileCache:
 
     def put(self, key: str, value: dict) -> None:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(value, f)
-        os.replace(tmp, path)
+        tmp = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(value, f)
+            os.replace(tmp, path)
+        except OSError as e:  # a read-only or full home: say which path and why, leave no torn file
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            from ..home import write_error
+
+            raise write_error("the compile cache", path.parent, e) from None

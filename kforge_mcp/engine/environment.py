@@ -42,6 +42,6 @@ def worker_environment(lane: str, home: Path, tmp: Path, base: dict[str, str] | 
         env.setdefault("CUDA_CACHE_PATH", str(home / "cache" / "cuda_jit"))
         env.setdefault("XDG_CACHE_HOME", str(home / "cache" / "xdg"))
     env.pop("TRITON_INTERPRET", None)
-    if lane == "cpu":
+    if lane.split(".")[0] == "cpu":  # "cpu", or "cpu.1", ... when the executor runs several
         env["TRITON_INTERPRET"] = "1"  # no GPU on this lane: kernels run through the interpreter
     return env

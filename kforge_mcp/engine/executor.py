@@ -9,12 +9,16 @@ several workers for it; timing jobs on one device are never run side by side.
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 from typing import Callable, Protocol
 
-from .pool import WorkerPool
+from ..errors import InputError
+from .pool import JobCancelled, WorkerPool
 
 Progress = Callable[[str], None] | None
+CPU_LANES = ("compile", "cpu")  # lanes that need only CPUs: several workers may serve them at once
 
 
 class Executor(Protocol):
@@ -40,25 +44,73 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """This machine: one warm worker per lane, jobs of a lane run one after another."""
+    """This machine: a warm worker per lane, jobs of a lane run one after another. ``cpu_workers``
+    > 1 gives the ``compile`` and ``cpu`` lanes that many workers each (lanes ``cpu``, ``cpu.1``,
+    ...), so a batch runs side by side there; a device lane keeps one worker, since timings on
+    one device must not overlap."""
 
     name = "local"
 
-    def __init__(self, pool: WorkerPool):
+    def __init__(self, pool: WorkerPool, cpu_workers: int | None = None):
         self.pool = pool
+        self.cpu_workers = max(1, cpu_workers or int(os.environ.get("KFORGE_CPU_WORKERS") or 1))
+        self._busy: dict[str, set[int]] = {}
+        self._cond = threading.Condition()
 
     def run(self, lane: str, kind: str, payload: dict, timeout_s: float, on_progress: Progress = None,
             cancel: threading.Event | None = None) -> dict:  # fmt: skip
-        return self.pool.run(lane, kind, payload, timeout_s, on_progress, cancel)
+        if self.slots(lane) == 1:
+            return self.pool.run(lane, kind, payload, timeout_s, on_progress, cancel)
+        i = self._take(lane, cancel)
+        try:
+            return self.pool.run(lane if i == 0 else f"{lane}.{i}", kind, payload, timeout_s, on_progress, cancel)
+        finally:
+            with self._cond:
+                self._busy[lane].discard(i)
+                self._cond.notify_all()
+
+    def _take(self, lane: str, cancel: threading.Event | None) -> int:
+        """The lowest free worker of the lane (the lowest ones are the warm ones)."""
+        with self._cond:
+            busy = self._busy.setdefault(lane, set())
+            while True:
+                if cancel is not None and cancel.is_set():
+                    raise JobCancelled()
+                free = [i for i in range(self.cpu_workers) if i not in busy]
+                if free:
+                    busy.add(free[0])
+                    return free[0]
+                self._cond.wait(0.2)
 
     def slots(self, lane: str) -> int:
-        return 1
+        return self.cpu_workers if lane in CPU_LANES else 1
 
     def prewarm(self, lane: str) -> None:
         self.pool.prewarm(lane)
 
     def describe(self) -> dict:
-        return {"executor": self.name, "nodes": []}
+        return {"executor": self.name, "cpu_workers": self.cpu_workers, "nodes": []}
 
     def shutdown(self) -> None:
         self.pool.shutdown()
+
+
+def make_executor(name: str | None = None, home: Path | str | None = None, memory_limit_mb: int | None = None,
+                  ray_address: str | None = None, cpu_workers: int | None = None, **ray_options) -> Executor:
+    """``local`` (default) or ``ray``; the name and the Ray address fall back to $KFORGE_EXECUTOR and
+    $KFORGE_RAY_ADDRESS. A Ray executor with no address starts a local Ray."""
+    name = (name or os.environ.get("KFORGE_EXECUTOR") or "local").lower()
+    limit = memory_limit_mb or int(os.environ.get("KFORGE_WORKER_MEMORY_MB", "8192"))
+    if name == "local":
+        from ..api import default_home
+
+        home = Path(home).expanduser() if home else default_home()
+        home.mkdir(parents=True, exist_ok=True)
+        return LocalExecutor(WorkerPool(home, memory_limit_mb=limit), cpu_workers=cpu_workers)
+    if name == "ray":
+        from .ray_executor import RayExecutor
+
+        return RayExecutor(address=ray_address or os.environ.get("KFORGE_RAY_ADDRESS") or None,
+                           home=str(home) if home else None, memory_limit_mb=limit, cpu_workers=cpu_workers,
+                           **ray_options)  # fmt: skip
+    raise InputError(f"unknown executor '{name}'; choose 'local' or 'ray'")

@@ -39,7 +39,7 @@ class WorkerFailure(KforgeError):
 
     def __init__(self, reason: str, message: str, stderr_tail: str = "", line: int | None = None):
         super().__init__(message)
-        self.reason = reason  # crash | timeout | memory | cancelled | internal
+        self.reason = reason  # crash | timeout | memory | processes | cancelled | internal
         self.stderr_tail = stderr_tail
         self.line = line
 
@@ -51,6 +51,7 @@ class JobCancelled(WorkerFailure):
 
 def _limit_child() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    sandbox.default_sigchld()  # the worker and its candidates see their children's exits
 
 
 def _rss_bytes(pid: int) -> int:
@@ -111,9 +112,12 @@ def _signal_name(returncode: int) -> str:
 
 
 class Worker:
-    def __init__(self, lane: str, env: dict[str, str], cgroup: sandbox.PidsCgroup | None = None):
+    def __init__(self, lane: str, env: dict[str, str], cgroup: sandbox.PidsCgroup | None = None,
+                 max_tasks: int | None = None):  # fmt: skip
         self.lane = lane
         self.cgroup = cgroup  # the worker joins it; kill() kills every process in it
+        # without a cgroup: the process cap this server enforces by counting the worker's tree
+        self.max_tasks = max_tasks
         self.jobs_served = 0
         self.stderr = collections.deque(maxlen=300)
         to_child_r, to_child_w = os.pipe()
@@ -146,6 +150,10 @@ class Worker:
         return self.proc.poll() is None
 
     def kill(self) -> None:
+        if self.cgroup is None and self.proc.poll() is None:
+            # not reaped yet, so the pid is still ours: stop and kill its whole tree, also the
+            # children that left its process group (the worker is their subreaper)
+            sandbox.kill_tree(self.proc.pid)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -187,6 +195,10 @@ class Worker:
             if time.monotonic() > deadline:
                 self.kill()
                 raise self._failure("timeout", f"{what} did not finish within {timeout_s:g} s; the worker was killed")
+            if self.max_tasks and sandbox.tree_tasks(self.proc.pid) > self.max_tasks:
+                self.kill()
+                raise self._failure("processes", f"{what} started more than {self.max_tasks} processes and threads "
+                                    "(the sandbox's process cap); the worker and every process it started were killed")  # fmt: skip
             if memory_limit and _rss_bytes(self.proc.pid) > memory_limit:
                 self.kill()
                 raise self._failure("memory", f"{what} used more than {memory_limit / 2**30:.1f} GiB of memory; the worker was killed")  # noqa: E501
@@ -219,10 +231,12 @@ class Lane:
 
 
 class WorkerPool:
-    def __init__(self, home: Path, memory_limit_mb: int | None = 8192, max_jobs_per_worker: int = 200):
+    def __init__(self, home: Path, memory_limit_mb: int | None = 8192, max_jobs_per_worker: int = 200,
+                 base_env: dict[str, str] | None = None):  # fmt: skip
         self.home = home
         self.memory_limit = memory_limit_mb * 2**20 if memory_limit_mb else None
         self.max_jobs_per_worker = max_jobs_per_worker
+        self.base_env = base_env  # the environment workers are scrubbed from (default: this process's)
         self.tmp = Path(tempfile.mkdtemp(prefix="kforge-workers-"))
         self._lanes: dict[str, Lane] = {}
         self._lanes_lock = threading.Lock()
@@ -232,13 +246,16 @@ class WorkerPool:
             return self._lanes.setdefault(name, Lane(name))
 
     def _start(self, lane: str) -> Worker:
-        env = worker_environment(lane, self.home, self.tmp)
+        env = worker_environment(lane, self.home, self.tmp, self.base_env)
         cgroup = None
         if sandbox.enabled("cgroup"):
             cgroup = sandbox.PidsCgroup.create(sandbox._int_env("KFORGE_SANDBOX_MAX_PROCS", sandbox.DEFAULT_MAX_PROCS))
         if cgroup is not None:
             env["KFORGE_SANDBOX_CGROUP"] = str(cgroup.path)
-        worker = Worker(lane, env, cgroup)
+        max_tasks = None
+        if sandbox.watchdog_applies(cgroup is not None):  # no pids cgroup here: count the tree ourselves
+            max_tasks = sandbox._int_env("KFORGE_SANDBOX_MAX_PROCS", sandbox.DEFAULT_MAX_PROCS)
+        worker = Worker(lane, env, cgroup, max_tasks)
         try:
             worker.wait_ready(self.memory_limit)
         except WorkerFailure as e:
@@ -262,6 +279,9 @@ class WorkerPool:
 
     def run(self, lane: str, kind: str, payload: dict, timeout_s: float,
             on_progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> dict:  # fmt: skip
+        # we must see our workers' exit status: something in this process (ray.init) may have set
+        # SIGCHLD to ignored since the last job, and then a crash would read as "exit code 0"
+        sandbox.default_sigchld()
         state = self._lane(lane)
         with state.lock:
             if cancel is not None and cancel.is_set():

@@ -37,6 +37,8 @@ def device_name(device: str) -> str:
         return torch.cuda.get_device_name(torch.device(device))
     if device.startswith("xpu"):
         return torch.xpu.get_device_name(torch.device(device))
+    if device == "mps":
+        return "Apple GPU (MPS)"
     return "cpu" if device == "cpu" else device
 
 
@@ -104,6 +106,9 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
                             "interpreter and say nothing about a GPU")  # fmt: skip
     if module is not None and target.name == "triton" and device != "cpu":
         _attach_triton_metadata(report, module)
+    if device == "mps":
+        with torch.no_grad():
+            _mps_timeline(report, model, inputs, iters)
 
     progress("computing the roofline")
     measured = report.device_ms_per_forward if report.device_kernels() else wall_ms
@@ -114,7 +119,13 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
     except Exception as e:  # noqa: BLE001
         report.notes.append(f"roofline unavailable: {type(e).__name__}: {e}")
 
-    if depth == "metrics":
+    if depth == "metrics" and device == "mps":
+        if shutil.which("xcrun") is None:
+            report.notes.append("depth 'metrics' on mps needs Xcode's xctrace (xcrun); only the timeline was captured")
+        else:
+            progress("re-running under Instruments' Metal System Trace (xctrace)")
+            _merge_xctrace(report, req, workdir)
+    elif depth == "metrics":
         if not device.startswith("cuda"):
             report.notes.append(f"depth 'metrics' needs Nsight Compute on a CUDA device; {device} has only the timeline")
         elif shutil.which("ncu") is None:
@@ -130,6 +141,58 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
             report.notes.append("proton needs a GPU device")
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _mps_timeline(report: ProfileReport, model, inputs, iters: int) -> None:
+    """torch.profiler sees no Metal GPU work: time each forward with MPS events instead, inside
+    torch.mps.profiler's signposts (so an Instruments recording shows each forward)."""
+    import torch
+
+    starts = [torch.mps.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.mps.Event(enable_timing=True) for _ in range(iters)]
+    with torch.mps.profiler.profile(mode="interval", wait_until_completed=False):
+        for s, e in zip(starts, ends):
+            s.record()
+            model(*inputs)
+            e.record()
+    torch.mps.synchronize()
+    report.device_ms_per_forward = sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / iters
+    report.notes.append("mps: device time per forward from MPS events (torch.profiler does not see Metal kernels); "
+                        "per-kernel times need depth 'metrics' (xctrace)")  # fmt: skip
+
+
+XCTRACE_XPATH = '/trace-toc/run[@number="1"]/data/table[@schema="metal-gpu-intervals"]'
+
+
+def _merge_xctrace(report: ProfileReport, req: dict, workdir: Path) -> None:
+    """Record the forwards under Instruments' Metal System Trace, export the GPU intervals and
+    take per-kernel device times and the busy/idle timeline from them."""
+    from ..analysis.xctrace import report_from_xml
+
+    iters = int(req.get("iterations", 5))
+    spec = _runner_spec(req, workdir, "xctrace", {"iterations": iters})
+    trace = workdir / "metal.trace"
+    record = ["xcrun", "xctrace", "record", "--template", "Metal System Trace", "--output", str(trace), "--no-prompt",
+              "--launch", "--", sys.executable, "-m", "kforge_mcp.engine.profile_runner", str(spec)]  # fmt: skip
+    try:
+        proc = _run(record, workdir, NCU_TIMEOUT_S)
+        if proc.returncode != 0 or not trace.exists():
+            report.notes.append(f"xctrace record failed (exit {proc.returncode}): {(proc.stderr or '')[-400:].strip()}")
+            return
+        proc = _run(["xcrun", "xctrace", "export", "--input", str(trace), "--xpath", XCTRACE_XPATH], workdir, NCU_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        report.notes.append("xctrace did not finish in time; metrics skipped")
+        return
+    try:
+        # the recording holds the runner's warm-up forwards too
+        xr = report_from_xml(proc.stdout, "<xctrace export>", forwards=iters + int(req.get("warmup", 2)))
+    except ncu_parse.ProfileParseError as e:
+        report.notes.append(f"xctrace export gave no GPU intervals: {e}")
+        return
+    report.kernels = [k for k in report.kernels if k.kind != "device"] + xr.kernels
+    report.timeline, report.launches_per_forward = xr.timeline, xr.launches_per_forward
+    report.source += "+xctrace"
+    report.notes += xr.notes
 
 
 def _attach_triton_metadata(report: ProfileReport, module) -> None:

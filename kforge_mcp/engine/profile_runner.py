@@ -19,6 +19,7 @@ def main(spec_path: str) -> None:
 
     from ..problem import Source, build_models, load_problem, seed_everything
     from ..targets import get_target
+    from .timing import sync_device
 
     spec = json.loads(Path(spec_path).read_text())
     workdir = Path(tempfile.mkdtemp(prefix="runner-", dir=Path(spec_path).parent))
@@ -34,7 +35,7 @@ def main(spec_path: str) -> None:
     with torch.no_grad():
         for _ in range(int(spec.get("warmup", 2))):
             model(*inputs)
-        torch.cuda.synchronize()
+        sync_device(device)
         if spec["mode"] == "ncu":
             torch.cuda.profiler.start()  # ncu --profile-from-start off captures only this forward
             model(*inputs)
@@ -46,8 +47,13 @@ def main(spec_path: str) -> None:
             proton.start(spec["proton_name"], hook="triton")
             for _ in range(int(spec.get("iterations", 5))):
                 model(*inputs)
-            torch.cuda.synchronize()
+            sync_device(device)
             proton.finalize()
+        elif spec["mode"] == "xctrace":  # under `xctrace record`: signposts mark each forward
+            with torch.mps.profiler.profile(mode="interval", wait_until_completed=True):
+                for _ in range(int(spec.get("iterations", 5))):
+                    model(*inputs)
+            torch.mps.synchronize()
 
 
 if __name__ == "__main__":

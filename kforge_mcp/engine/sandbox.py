@@ -14,6 +14,12 @@ Protections, each on by default and each reported (``describe()`` / ``host["sand
   GPU stack needs. The engine home itself (run store, compile-report cache) and ``~`` are
   read-only. Where the ABI allows, signals to processes outside the sandbox are blocked too.
 
+Process cap, whichever is strongest here (reported as ``process cap``): the pids cgroup; else
+a watchdog in the pool that counts the worker's tasks (the worker is a child subreaper, so
+orphaned descendants stay in its tree) and stops and kills the whole tree above the cap, plus
+RLIMIT_NPROC where it is enforced (not for root). The watchdog polls every 50 ms, so a fast fork
+loop can overshoot the cap briefly before it is frozen and killed.
+
 Configuration (environment of the server; the pool passes it to the worker):
 ``KFORGE_SANDBOX=off`` turns everything off; ``KFORGE_SANDBOX_DISABLE=landlock,network,limits,cgroup``
 turns single protections off; ``KFORGE_SANDBOX_MAX_PROCS`` (default 1024, counts threads),
@@ -147,6 +153,102 @@ class PidsCgroup:
                 time.sleep(0.05)  # killed processes are still being reaped
 
 
+# ---- process tree (the fallback cap where no pids cgroup can be had) ----
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and all its descendants, from /proc (children of every thread)."""
+    out, todo, seen = [], [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def tree_tasks(pid: int) -> int:
+    """Threads and processes in ``pid``'s tree: what pids.max would count."""
+    total = 0
+    for p in tree_pids(pid):
+        try:
+            total += len(os.listdir(f"/proc/{p}/task"))
+        except OSError:
+            pass
+    return total
+
+
+def kill_tree(pid: int) -> None:
+    """Kill ``pid`` and every descendant, also those in other sessions or process groups. A
+    fork loop keeps adding processes while we walk: stop them first (a stopped process cannot
+    fork), walk again until nothing new appears, then kill them all."""
+    stopped: set[int] = set()
+    quiet = 0
+    for _ in range(400):
+        new = [p for p in tree_pids(pid) if p not in stopped]
+        if not new:
+            # a fork that was under way when its parent got SIGSTOP still completes, and its child
+            # shows up in the parent's list only then: wait for a few empty walks in a row
+            quiet += 1
+            if quiet >= 4:
+                break
+            time.sleep(0.02)
+            continue
+        quiet = 0
+        for p in new:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except OSError:
+                pass
+            stopped.add(p)
+    for p in stopped:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _become_subreaper() -> bool:
+    try:
+        return _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def exit_with_parent(poll_s: float = 0.5) -> None:
+    """A worker whose server died (kill -9) must not run on with a candidate: when its parent
+    changes, kill everything it started and exit. (PR_SET_PDEATHSIG would fire when the server
+    *thread* that started the worker exits, so a thread polls the parent instead.)"""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                me = os.getpid()
+                for child in tree_pids(me)[1:]:
+                    kill_tree(child)
+                os._exit(70)
+
+    threading.Thread(target=watch, daemon=True, name="kforge-parent-watch").start()
+
+
+def watchdog_applies(has_cgroup: bool, env: dict | None = None) -> bool:
+    """The pool counts a worker's tasks itself when the worker has no pids cgroup."""
+    return not has_cgroup and enabled("limits", env)
+
+
 def _join_cgroup(path: str) -> str:
     try:
         Path(path, "cgroup.procs").write_text(str(os.getpid()))
@@ -194,6 +296,17 @@ def reset_cpu_limit() -> bool:
         return True
     except (ValueError, OSError):
         return False
+
+
+def default_sigchld() -> None:
+    """Give SIGCHLD its default action back. Ray's driver and workers ignore it (with
+    kill_child_processes_on_worker_exit_with_raylet_subreaper), and an ignored SIGCHLD is
+    inherited: children then reap themselves, so a worker killed by SIGABRT reads as "exit code 0"
+    and a candidate's waitpid fails. Through libc, so it works from any thread."""
+    try:
+        _libc().signal(ctypes.c_int(signal.SIGCHLD), ctypes.c_void_p(0))  # SIG_DFL
+    except (OSError, AttributeError):
+        pass
 
 
 # ---- network namespace ----
@@ -333,6 +446,7 @@ def apply() -> dict[str, str]:
     """Enter the sandbox (the worker calls this before it reads its first job). Never raises:
     a protection that cannot be had is reported as off, with the reason."""
     STATUS.clear()
+    exit_with_parent()  # not a protection one may turn off: an orphaned worker is never wanted
     if not enabled("landlock") and not enabled("network") and not enabled("limits") and not enabled("cgroup"):
         STATUS.update({p: "off (disabled)" for p in PROTECTIONS})
         return STATUS
@@ -351,6 +465,7 @@ def apply() -> dict[str, str]:
         STATUS["limits"] = "on (" + ", ".join(_apply_limits()) + ")"
     else:
         STATUS["limits"] = "off (disabled)"
+    STATUS["process cap"] = _process_cap(STATUS["cgroup"])
     STATUS["network"] = _unshare_network() if enabled("network") else "off (disabled)"
     if not enabled("landlock"):
         STATUS["landlock"] = "off (disabled)"
@@ -359,6 +474,22 @@ def apply() -> dict[str, str]:
     else:
         STATUS["landlock"] = _landlock(writable_dirs())
     return STATUS
+
+
+def _process_cap(cgroup_status: str) -> str:
+    """Which bound on processes holds for this worker, in words."""
+    cap = _int_env("KFORGE_SANDBOX_MAX_PROCS", DEFAULT_MAX_PROCS)
+    if cgroup_status.startswith("on"):
+        return f"pids cgroup ({cap} tasks)"
+    if not enabled("limits"):
+        return "none (limits disabled)"
+    # keep orphaned grandchildren (double fork, setsid) in our tree, where the watchdog counts
+    # and kills them; without this they would reparent to init and escape both
+    reaper = _become_subreaper()
+    parts = [] if os.geteuid() == 0 else [f"RLIMIT_NPROC {cap} (per user)"]
+    parts.append(f"server watchdog (kills the worker's process tree above {cap} tasks, checked every 50 ms"
+                 + ("" if reaper else "; not a subreaper, so orphans escape it") + ")")
+    return " and ".join(parts)
 
 
 def leftover_processes() -> int:
@@ -377,4 +508,4 @@ def describe(status: dict[str, str] | None = None) -> str:
     status = STATUS if status is None else status
     if not status:
         return "not applied"
-    return "; ".join(f"{k}: {status[k]}" for k in PROTECTIONS if k in status)
+    return "; ".join(f"{k}: {status[k]}" for k in (*PROTECTIONS, "process cap") if k in status)

@@ -53,7 +53,8 @@ def _device_api(device: str):
 
     kind = device.split(":")[0]
     if kind not in _device_apis:
-        api = {"cuda": getattr(torch, "cuda", None), "xpu": getattr(torch, "xpu", None)}.get(kind)
+        api = {"cuda": getattr(torch, "cuda", None), "xpu": getattr(torch, "xpu", None),
+               "mps": getattr(torch, "mps", None)}.get(kind)  # each has Event(enable_timing=True) and synchronize
         _device_apis[kind] = (api, api.Event, api.synchronize) if api is not None else (None, None, None)
     return _device_apis[kind]
 

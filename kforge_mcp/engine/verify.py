@@ -286,6 +286,11 @@ def device_state(device: str) -> dict:
             state["sm_clock_mhz"] = torch.cuda.clock_rate(index)
         with contextlib.suppress(Exception):
             state["temperature_c"] = torch.cuda.temperature(index)
+    elif device.startswith("xpu"):
+        with contextlib.suppress(Exception):
+            state["name"] = torch.xpu.get_device_name(torch.device(device).index or 0)
+    elif device == "mps":
+        state["name"] = "Apple GPU (MPS)"
     return state
 
 

@@ -33,6 +33,10 @@ def discover_devices() -> tuple[list[str], dict[str, str]]:
         for i in range(xpu.device_count()):
             devices.append(f"xpu:{i}")
             names[f"xpu:{i}"] = xpu.get_device_name(i)
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():  # Apple GPU: one device, named "mps"
+        devices.append("mps")
+        names["mps"] = f"Apple GPU (MPS, {platform.machine()})"
     devices.append("cpu")
     names["cpu"] = platform.processor() or platform.machine()
     return devices, names

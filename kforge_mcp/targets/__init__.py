@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from ..errors import UnknownTargetError
-from .base import PlannedTarget, Target
+from .base import Target
 from .cuda import CudaTarget
 from .cute import CuteTarget
+from .metal import MetalTarget
 from .triton import TritonTarget
-
-_NOT_BUILT = "not built yet in this version of kforge-mcp"
 
 TARGETS: dict[str, Target] = {
     "cuda": CudaTarget(),
     "cute": CuteTarget(),
     "triton": TritonTarget(),
-    "metal": PlannedTarget("metal", "Metal Shading Language through torch.mps.compile_shader", _NOT_BUILT),
+    "metal": MetalTarget(),
 }
 
 

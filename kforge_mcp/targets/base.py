@@ -103,3 +103,25 @@ class PlannedTarget:
 
     def execution(self, device: str) -> str:
         return "unavailable"
+
+
+def device_resource(device: str | None) -> str | None:
+    """The resource a device needs on the machine that runs the job: 'cuda', 'xpu', 'metal'
+    (mps), or None for the CPU. Executors route on this and on a target's ``requires``."""
+    kind = (device or "cpu").split(":")[0]
+    return {"cuda": "cuda", "xpu": "xpu", "mps": "metal"}.get(kind)
+
+
+def xpu_unavailable_reason() -> str | None:
+    """Why Triton cannot run on an Intel GPU here, naming what is needed; None when it can."""
+    need = "needs an Intel GPU with the XPU build of torch (and pytorch-triton-xpu)"
+    try:
+        import torch
+    except ImportError:
+        return f"{need}; torch is not installed"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is None or not hasattr(torch._C, "_xpu_getDeviceCount"):
+        return f"{need}; torch {torch.__version__} is not an XPU build"
+    if not xpu.is_available():
+        return f"{need}; torch.xpu.is_available() is False here"
+    return None

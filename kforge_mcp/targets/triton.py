@@ -23,7 +23,7 @@ from ..engine.loader import SourceRuntimeError, diagnostics_from_exception, impo
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
-from .base import dist_version, find_tool
+from .base import dist_version, find_tool, xpu_unavailable_reason
 
 DEFAULT_ARCH = "sm_90a"
 GUESSED_CONSTEXPR = 64  # a power of two, so tl.arange accepts it
@@ -323,8 +323,11 @@ class TritonTarget:
         can_compile = any(find_tool(t, prefer_triton_bundle=True) for t in ("cuobjdump", "ptxas"))
         if can_compile:
             notes.append(f"compile: ahead of time to PTX and cubin for any NVIDIA arch (default {DEFAULT_ARCH})")
+        missing = {}
+        if not any(d.startswith("xpu") for d in devices):
+            missing["xpu"] = xpu_unavailable_reason() or "no Intel GPU found by torch.xpu"
         return TargetStatus(name=self.name, available=True, devices=gpus + ["cpu"], can_compile=can_compile,
-                            versions=versions, notes=notes)  # fmt: skip
+                            versions=versions, notes=notes, unavailable_devices=missing)  # fmt: skip
 
     def check(self, source: Source) -> list[Finding]:
         try:

@@ -18,7 +18,8 @@ def register(mcp: MCPServer, app: App) -> None:
         profile: Annotated[dict[str, Any] | None, Field(description="a report returned by the profile tool")] = None,
         path: Annotated[str | None, Field(
             description="a captured file: Nsight Compute CSV (--csv --page raw or details), .ncu-rep, "
-                        "torch.profiler chrome trace JSON, or proton .hatchet (64 MB at most)")] = None,  # fmt: skip
+                        "torch.profiler chrome trace JSON, proton .hatchet, Intel unitrace chrome trace JSON or "
+                        "--metric-query CSV, or an xctrace export of metal-gpu-intervals (64 MB at most)")] = None,  # fmt: skip
         image: Annotated[str | None, Field(description="path to a screenshot of a GUI profiler (needs an LLM that reads images)")] = None,
         problem: Annotated[str | None, Field(description="the reference (text or .py path): adds its roofline")] = None,
         forwards: Annotated[int | None, Field(ge=1, description="forwards the captured file holds (default: inferred)")] = None,

@@ -18,7 +18,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from ..agents.loop import LoopDriver, LoopResult, SubmitResult
+from ..agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, estimate_tokens
 from ..errors import KforgeError
 from .common import DEFAULT_WAIT_S, App, run_tool_job
 
@@ -46,7 +46,9 @@ def _text(result) -> str:
 
 
 def sampling_generate(session, loop: asyncio.AbstractEventLoop, max_tokens: int):
-    """generate(prompt) -> reply, run on a worker thread, asking the client's model via sampling."""
+    """generate(prompt) -> reply, run on a worker thread, asking the client's model via sampling. Each
+    call is its own createMessage request, so several threads may ask at once. Sampling reports no
+    token usage: each Reply carries an estimate, len(prompt + reply) / 4."""
 
     async def sample(prompt: str) -> str:
         with warnings.catch_warnings():  # sampling is deprecated by the 2026-07-28 spec, still the way here
@@ -60,8 +62,9 @@ def sampling_generate(session, loop: asyncio.AbstractEventLoop, max_tokens: int)
             raise RuntimeError(f"the client refused to sample: {result.message}")
         return _text(result)
 
-    def generate(prompt: str) -> str:
-        return asyncio.run_coroutine_threadsafe(sample(prompt), loop).result(timeout=SAMPLING_TIMEOUT_S)
+    def generate(prompt: str) -> Reply:
+        text = asyncio.run_coroutine_threadsafe(sample(prompt), loop).result(timeout=SAMPLING_TIMEOUT_S)
+        return Reply(text, tokens=estimate_tokens(prompt, text), estimated=True)
 
     return generate
 
@@ -86,7 +89,8 @@ def register(mcp: MCPServer, app: App) -> None:
         provider: Annotated[Literal["sampling", "anthropic", "openai"], Field(
             description="the generation agent: 'sampling' asks your own model through MCP sampling; 'anthropic' / "
                         "'openai' use a provider configured on the server (API key in its environment)")] = "sampling",  # fmt: skip
-        max_iterations: Annotated[int, Field(ge=1, le=200, description="attempts in all")] = 8,
+        max_iterations: Annotated[int | None, Field(ge=1, le=200, description="attempts in all (default 8; when "
+                                                    "resuming, the run's own unless given)")] = None,  # fmt: skip
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
         max_seconds: Annotated[float | None, Field(gt=0, description="wall-time budget of the run")] = None,
         stop_at_sol: Annotated[float | None, Field(gt=0, description="stop at this fraction of speed of light")] = 0.9,
@@ -95,12 +99,22 @@ def register(mcp: MCPServer, app: App) -> None:
         timing_budget_s: Annotated[float, Field(gt=0, le=60)] = 1.0,
         profile: Annotated[bool, Field(description="profile correct candidates and feed advice back")] = True,
         max_tokens: Annotated[int, Field(ge=256, le=128000, description="per generation")] = 8192,
-        run_id: Annotated[str | None, Field(description="resume this run (from kforge://runs) instead of starting one")] = None,
+        run_id: Annotated[str | None, Field(description="resume this run (from kforge://runs) instead of starting "
+                                            "one; recorded attempts are kept")] = None,  # fmt: skip
+        candidates_per_round: Annotated[int | None, Field(ge=1, le=16, description=(
+            "replies asked for the same prompt each round, concurrently (separate sampling requests), checked side "
+            "by side as the server's executor allows; each counts as an attempt; the round's best drives the next "
+            "prompt (default 1)"))] = None,  # fmt: skip
+        token_budget: Annotated[int | None, Field(ge=1, description=(
+            "stop the run (stop_reason 'max_tokens') once its attempts have cost this many tokens, prompt + "
+            "completion; sampling reports no usage, so there it is estimated as len(prompt + reply) / 4"))] = None,  # fmt: skip
     ) -> LoopResult:
         """Run the KForge loop: a generation agent writes a kernel for the target, repairs it from
         compile errors, crashes and mismatches until it is correct, then optimizes it from the
         profile and the analysis agent's advice; the best correct candidate (by speedup) wins. Every
-        attempt is recorded (kforge://runs/{run_id}). Long runs return a job_id: poll job_result."""
+        attempt is recorded (kforge://runs/{run_id}); the result links an HTML report (report,
+        kforge://runs/{run_id}/report). Long runs return a job_id: poll job_result; job_cancel stops
+        the run (status 'stopped'), and run_id= resumes it."""
         if provider == "sampling":
             caps = ctx.client_capabilities
             if caps is None or caps.sampling is None:
@@ -116,9 +130,15 @@ def register(mcp: MCPServer, app: App) -> None:
             except KforgeError as e:
                 raise ToolError(str(e)) from None
         d = driver(app)
+        if run_id is not None:
+            try:  # an unknown id is a tool error now (naming the closest ids), not a failed job later
+                await anyio.to_thread.run_sync(lambda: d.store.get_run(run_id))
+            except KforgeError as e:
+                raise ToolError(str(e)) from None
         if run_id is None:
             opts = _options(max_iterations=max_iterations, max_seconds=max_seconds, stop_at_sol=stop_at_sol,
-                            trials=trials, baselines=baselines, timing_budget_s=timing_budget_s, profile=profile)  # fmt: skip
+                            trials=trials, baselines=baselines, timing_budget_s=timing_budget_s, profile=profile,
+                            candidates_per_round=candidates_per_round, max_tokens=token_budget)  # fmt: skip
             rid = await start(problem, target, provider, opts)
 
             def work(progress, cancel):
@@ -127,7 +147,8 @@ def register(mcp: MCPServer, app: App) -> None:
             rid = run_id
 
             def work(progress, cancel):
-                return d.resume(rid, generate, on_progress=progress, cancel=cancel, max_iterations=max_iterations)
+                return d.resume(rid, generate, on_progress=progress, cancel=cancel, max_iterations=max_iterations,
+                                candidates_per_round=candidates_per_round, max_tokens=token_budget)  # fmt: skip
 
         return await run_tool_job(app, "run_loop", work, wait_s, ctx,
                                   lambda job: LoopResult(run_id=rid, status="running", job_id=job.id))  # fmt: skip

@@ -1,12 +1,15 @@
-"""MCP resources over the run store: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best."""
+"""MCP resources over the run store: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best,
+kforge://runs/{run_id}/report. At server start, runs whose process died are marked interrupted."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 
 from ..agents.loop import summarize
+from ..errors import KforgeError
 from ..store import RunStore
 from .common import App
 
@@ -14,6 +17,11 @@ from .common import App
 def register(mcp: MCPServer, app: App) -> None:
     def store() -> RunStore:
         return RunStore.for_home(app.engine.home)
+
+    try:  # runs left 'running' by a server or CLI that died read as interrupted (resumable)
+        store().reap()
+    except KforgeError:  # an unwritable home is reported by the calls that need it, not here
+        pass
 
     @mcp.resource("kforge://runs", name="runs", mime_type="application/json")
     def runs() -> str:
@@ -37,3 +45,11 @@ def register(mcp: MCPServer, app: App) -> None:
         if a is None:
             raise ValueError(f"run '{run_id}' has no correct candidate yet")
         return a.candidate
+
+    @mcp.resource("kforge://runs/{run_id}/report", name="run report", mime_type="text/html")
+    def report(run_id: str) -> str:
+        """A run as one HTML page: speedup and verdict per attempt (an inline PNG) and the best kernel's source.
+        Also written to <home>/reports/{run_id}/report.html."""
+        from ..run_report import write_report
+
+        return Path(write_report(store(), run_id).html).read_text()

@@ -1,0 +1,1 @@
+../../../examples/candidates/fused_bias_gelu/metal.py
