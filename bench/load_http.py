@@ -36,6 +36,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kforge_mcp.engine.sandbox import tree_pids  # noqa: E402  (the process tree, as the sandbox walks it)
+
 PROFILES = ROOT / "tests" / "data" / "profiles"
 VECTOR_ADD = (str(ROOT / "bench/problems/vector_add.py"), str(ROOT / "bench/candidates/vector_add/triton.py"))
 COMPILE_SOURCES = [
@@ -53,21 +57,6 @@ def free_port() -> int:
 
 
 # ---- memory of the server and its workers, from /proc ----
-
-
-def tree_pids(pid: int) -> list[int]:
-    """The process and all its descendants (workers, and anything they started)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except OSError:
-            pass
-    return out
 
 
 def rss_bytes(pid: int) -> int:

@@ -3,6 +3,7 @@ real MCP client connected to the real server in-process."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,19 @@ def example(problem_name: str, candidate: str) -> str:
 
 def hostile(name: str) -> str:
     return str(CANDIDATES / f"{name}.py")
+
+
+def processes_with_env(entry: str) -> list[int]:
+    """Every process whose environment holds ``entry`` (e.g. a worker setting: workers and their forks)."""
+    marker, found = entry.encode(), []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, processes_with_env
 
 sys.path.insert(0, str(ROOT / "bench"))
 from load_http import ServerProcess  # noqa: E402
@@ -45,16 +45,7 @@ def text(result) -> str:
 
 def worker_pids(home: Path) -> list[int]:
     """Processes started with this home's worker environment (workers and anything they forked)."""
-    marker = f"TRITON_CACHE_DIR={home}/cache/triton".encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
+    return processes_with_env(f"TRITON_CACHE_DIR={home}/cache/triton")
 
 
 def kill_leftovers(home: Path) -> None:

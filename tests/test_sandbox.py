@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, example, hostile, problem
+from conftest import ROOT, example, hostile, problem, processes_with_env
 
 from kforge_mcp.api import Engine
 from kforge_mcp.engine import sandbox
@@ -174,16 +174,7 @@ def no_cgroup(tmp_path_factory):
 
 def worker_processes(engine) -> list[int]:
     """Every process that inherited this engine's worker environment (workers and their forks)."""
-    marker = f"KFORGE_WORKER_TMP={engine.pool.tmp}".encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
+    return processes_with_env(f"KFORGE_WORKER_TMP={engine.pool.tmp}")
 
 
 def test_without_a_cgroup_the_status_names_the_fallback_cap(no_cgroup):
