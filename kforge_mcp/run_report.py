@@ -38,25 +38,35 @@ def plot(run, summaries, best_index: int | None) -> bytes:
 
     fig = Figure(figsize=(8, 3.6), layout="constrained")
     ax = fig.subplots()
-    top = max([s.speedup or 0 for s in summaries] + [1.2])
+    timed = [s.speedup for s in summaries if s.speedup]
+    # a log scale, bars growing from 1x, when speedups span decades (an interpreter run, a naive first try)
+    log = bool(timed) and (min(timed) < 0.1 or max(timed) / min(timed) > 30)
+    top = max(timed + [1.2])
+    floor = min(timed + [0.8]) / 2 if log else 0
     for s in summaries:
         color = COLORS.get(s.verdict or "", "#9e9e9e")
         best = s.index == best_index
-        if s.speedup is not None:
-            ax.bar(s.index, s.speedup, color=color, hatch="//" if s.pass_ == "optimize" else None,
+        if s.speedup:
+            base = 1.0 if log else 0.0
+            ax.bar(s.index, s.speedup - base, bottom=base, color=color, hatch="//" if s.pass_ == "optimize" else None,
                    edgecolor="#ffb300" if best else "white", linewidth=3 if best else 0.5)  # fmt: skip
             if best:
-                ax.annotate(f"best {s.speedup:.3g}x", (s.index, s.speedup), xytext=(0, 4), textcoords="offset points",
-                            ha="center", fontsize=8, fontweight="bold")  # fmt: skip
+                ax.annotate(f"best {s.speedup:.3g}x", (s.index, s.speedup), xytext=(0, 4 if s.speedup >= base else -12),
+                            textcoords="offset points", ha="center", fontsize=8, fontweight="bold")  # fmt: skip
         else:  # nothing to time: a mark on the axis in the verdict's colour
-            ax.plot(s.index, 0, marker="X", markersize=10, color=color, clip_on=False, zorder=3)
+            ax.plot(s.index, floor if log else 0, marker="X", markersize=10, color=color, clip_on=False, zorder=3)
     ax.axhline(1.0, color="#424242", linestyle="--", linewidth=0.8)
     ax.set_xlim(-0.7, max(len(summaries), 1) - 0.3)
-    ax.set_ylim(0, top * 1.15)
+    if log:
+        ax.set_yscale("log")
+        ax.set_ylim(floor, top * 2)
+    else:
+        ax.set_ylim(0, top * 1.15)
     ax.set_xticks(range(len(summaries)))
     ax.set_xlabel("attempt")
-    ax.set_ylabel("speedup over baseline (x)")
-    ax.set_title(f"run {run.id}: {run.problem_name or 'problem'} on {run.target} ({run.status})", fontsize=10)
+    ax.set_ylabel("speedup over baseline (x" + (", log)" if log else ")"))
+    name = Path(run.problem_name).name if run.problem_name else "problem"  # a path would not fit the title
+    ax.set_title(f"run {run.id}: {name} on {run.target} ({run.status})", fontsize=10)
     seen = [v for v in COLORS if any(s.verdict == v for s in summaries)]
     handles = [Patch(color=COLORS[v], label=v) for v in seen]
     handles += [Patch(facecolor="white", edgecolor="#424242", hatch="//", label="optimize pass"),
