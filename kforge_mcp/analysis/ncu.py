@@ -242,6 +242,18 @@ def infer_forwards(counts: list[int]) -> int:
     return max(g, 1)
 
 
+def set_forwards(report: ProfileReport, forwards: int | None) -> ProfileReport:
+    """Fill a report's per-forward figures from its kernels: ``forwards`` when the capture marks
+    them, else inferred from the launch counts (the ncu, proton, unitrace and xctrace parsers end here)."""
+    report.forwards_inferred = forwards is None
+    report.forwards = forwards or infer_forwards([k.launches for k in report.kernels])
+    for k in report.kernels:
+        k.launches_per_forward = k.launches / report.forwards
+    report.launches_per_forward = sum(k.launches for k in report.kernels) / report.forwards
+    report.device_ms_per_forward = sum(k.device_ms for k in report.kernels) / report.forwards
+    return report
+
+
 def report_from_raw(text: str, path: str = "<ncu raw csv>", forwards: int | None = None) -> ProfileReport:
     launches = parse_raw(text, path)
     groups = group_launches(launches)
@@ -251,21 +263,15 @@ def report_from_raw(text: str, path: str = "<ncu raw csv>", forwards: int | None
 
 def _finish(kernels: list[KernelProfile], launches: list[dict], path: str, forwards: int | None, source: str,
             rules: list[NcuRule] | None = None) -> ProfileReport:  # fmt: skip
-    inferred = forwards is None
-    forwards = forwards or infer_forwards([k.launches for k in kernels])
-    for k in kernels:
-        k.launches_per_forward = k.launches / forwards
     sm = next((int(l["metrics"]["launch__sm_count"]) for l in launches if "launch__sm_count" in l["metrics"]), None)
-    report = ProfileReport(source=source, kernels=kernels, forwards=forwards, forwards_inferred=inferred,
-                           launches_per_forward=sum(k.launches for k in kernels) / forwards,
-                           device_ms_per_forward=sum(k.device_ms for k in kernels) / forwards,
-                           device_name=next((l["device_name"] for l in launches if l.get("device_name")), None),
-                           sm_count=sm, file=None if path.startswith("<") else path, ncu_rules=rules or [])  # fmt: skip
+    report = set_forwards(ProfileReport(source=source, kernels=kernels, sm_count=sm, ncu_rules=rules or [],
+                                        device_name=next((l["device_name"] for l in launches if l.get("device_name")), None),
+                                        file=None if path.startswith("<") else path), forwards)  # fmt: skip
     if report.device_name is None and launches and launches[0].get("cc"):
         report.notes.append(f"compute capability {launches[0]['cc']}; device name not in the file")
         report.device = f"sm_{launches[0]['cc'].replace('.', '')}"
-    if inferred and forwards > 1:
-        report.notes.append(f"{forwards} forwards inferred from launch counts (gcd); kernels ran "
+    if report.forwards_inferred and report.forwards > 1:
+        report.notes.append(f"{report.forwards} forwards inferred from launch counts (gcd); kernels ran "
                             f"{report.launches_per_forward:g} launches per forward")  # fmt: skip
     return report
 

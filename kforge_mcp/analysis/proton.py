@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .ncu import ProfileParseError, infer_forwards
+from .ncu import ProfileParseError, set_forwards
 from .report import KernelProfile, ProfileReport
 from .torch_trace import load_json
 
@@ -45,13 +45,7 @@ def report_from_hatchet(data: list | str, path: str = "<proton hatchet>", forwar
         report.kernels.append(k)
     if not report.kernels:
         raise ProfileParseError(f"{path}: the proton profile holds no kernels (no leaf with a launch count)")
-    inferred = forwards is None
-    report.forwards = forwards or infer_forwards([k.launches for k in report.kernels])
-    report.forwards_inferred = inferred
-    for k in report.kernels:
-        k.launches_per_forward = k.launches / report.forwards
-    report.launches_per_forward = sum(k.launches for k in report.kernels) / report.forwards
-    report.device_ms_per_forward = sum(k.device_ms for k in report.kernels) / report.forwards
+    set_forwards(report, forwards)
     info = data[1] if len(data) > 1 and isinstance(data[1], dict) else {}
     for kind, devs in info.items():
         if isinstance(devs, dict) and devs:
@@ -61,6 +55,6 @@ def report_from_hatchet(data: list | str, path: str = "<proton hatchet>", forwar
                 report.device = f"sm_{first['arch']}"
                 report.notes.append(f"{kind} arch sm_{first['arch']}; proton does not record the device name")
             break
-    if inferred and report.forwards > 1:
+    if report.forwards_inferred and report.forwards > 1:
         report.notes.append(f"{report.forwards} forwards inferred from launch counts (gcd)")
     return report

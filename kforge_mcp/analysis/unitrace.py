@@ -24,7 +24,7 @@ import io
 import re
 from collections import OrderedDict
 
-from .ncu import ProfileParseError, infer_forwards
+from .ncu import ProfileParseError, set_forwards
 from .report import KernelProfile, ProfileReport
 from .torch_trace import load_json
 
@@ -86,15 +86,10 @@ def busy_timeline(intervals: list[tuple[float, float]]) -> dict[str, float]:
 def _finish(report: ProfileReport, forwards: int | None, path: str, what: str) -> ProfileReport:
     if not report.kernels:
         raise ProfileParseError(f"{path}: the unitrace {what} holds no kernels")
-    inferred = forwards is None
-    report.forwards = forwards or infer_forwards([k.launches for k in report.kernels])
-    report.forwards_inferred = inferred
+    set_forwards(report, forwards)
     for k in report.kernels:
-        k.launches_per_forward = k.launches / report.forwards
         k.mean_ms = k.device_ms / k.launches if k.launches else 0.0
-    report.launches_per_forward = sum(k.launches for k in report.kernels) / report.forwards
-    report.device_ms_per_forward = sum(k.device_ms for k in report.kernels) / report.forwards
-    if inferred and report.forwards > 1:
+    if report.forwards_inferred and report.forwards > 1:
         report.notes.append(f"{report.forwards} forwards inferred from launch counts (gcd)")
     return report
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import Counter, OrderedDict
 
-from .ncu import ProfileParseError, infer_forwards
+from .ncu import ProfileParseError, set_forwards
 from .report import KernelProfile, ProfileReport
 from .unitrace import busy_timeline
 
@@ -141,14 +141,9 @@ def report_from_xml(text: str, path: str = "<xctrace export>", forwards: int | N
         k.launches += 1
         k.device_ms += r["duration"] / 1e6
     report.kernels = list(kernels.values())
-    inferred = forwards is None
-    report.forwards = forwards or infer_forwards([k.launches for k in report.kernels])
-    report.forwards_inferred = inferred
+    set_forwards(report, forwards)
     for k in report.kernels:
         k.mean_ms = k.device_ms / k.launches
-        k.launches_per_forward = k.launches / report.forwards
-    report.launches_per_forward = sum(k.launches for k in report.kernels) / report.forwards
-    report.device_ms_per_forward = sum(k.device_ms for k in report.kernels) / report.forwards
     t0 = min(r["start"] for r in keep)
     report.timeline = busy_timeline([((r["start"] - t0) / 1e6, (r["start"] - t0 + r["duration"]) / 1e6) for r in keep])
     report.notes.append("Metal System Trace: encoder intervals per GPU channel; Apple GPUs expose no per-kernel "
