@@ -14,7 +14,7 @@ from .engine.cache import CompileCache
 from .engine.executor import Executor, LocalExecutor
 from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
 from .errors import InputError, KforgeError
-from .home import check_home
+from .home import check_home, default_home
 from .problem import Source, check_allowed_path, default_allowed_roots
 from .problem import resolve_source as _resolve_source
 from .schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
@@ -23,10 +23,6 @@ from .targets import get_target
 Progress = Callable[[str], None] | None
 DEFAULT_TIMEOUT_S = 300.0
 BASELINES = ("eager", "compiled")
-
-
-def default_home() -> Path:
-    return Path(os.environ.get("KFORGE_HOME") or Path.home() / ".kforge").expanduser()
 
 
 class Engine:

@@ -17,6 +17,10 @@ PROBE_BYTES = 64 * 1024  # the probe file at startup: a home that cannot take th
 HINT = "set KFORGE_HOME (or --home) to a writable directory with free space"
 
 
+def default_home() -> Path:
+    return Path(os.environ.get("KFORGE_HOME") or Path.home() / ".kforge").expanduser()
+
+
 def free_bytes(path: Path) -> int | None:
     try:
         st = os.statvfs(path)

@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 from .pool import STARTUP_TIMEOUT_S, JobCancelled, WorkerFailure, WorkerPool
+from ..home import check_home, default_home
 from .sandbox import default_sigchld
 
 # what an actor of each lane kind asks Ray for; a target may add a resource of its own
@@ -57,8 +58,9 @@ def _node_info() -> dict:
 
 
 def _home(home: str | None) -> Path:
-    path = Path(home).expanduser() if home else Path(os.environ.get("KFORGE_HOME") or Path.home() / ".kforge")
-    path.mkdir(parents=True, exist_ok=True)
+    """The engine home on this node, checked like the server's (a read-only or full one is a clear error)."""
+    path = Path(home).expanduser() if home else default_home()
+    check_home(path)
     return path
 
 
