@@ -171,7 +171,7 @@ class Engine:
             if not isinstance(item, dict) or not item.get("problem") or not item.get("candidate"):
                 raise InputError(f"items[{i}]: needs 'problem' and 'candidate'")
         merged = [{**common, **item} for item in items]
-        lanes = {self._lane_for(m) for m in merged}
+        lanes = {self.lane_for(m.get("target", "triton"), m.get("device")) for m in merged}
         width = max(1, sum(self.executor.slots(lane) for lane in lanes))
         reports: list[VerifyReport | None] = [None] * len(merged)
         done_lock, done = threading.Lock(), [0]
@@ -199,11 +199,17 @@ class Engine:
             list(ex.map(one, range(len(merged))))
         return reports  # type: ignore[return-value]
 
-    def _lane_for(self, args: dict) -> str:
+    def lane_for(self, target: str = "triton", device: str | None = None) -> str:
+        """The lane a verify of this target on this device runs on ('invalid' when there is none:
+        verify itself then says why)."""
         try:
-            return self._pick_device(self.target_status(args.get("target", "triton")), args.get("device"))
+            return self._pick_device(self.target_status(target), device)
         except KforgeError:
-            return "invalid"  # verify reports it per item
+            return "invalid"
+
+    def parallelism(self, target: str = "triton", device: str | None = None) -> int:
+        """How many verifies of this target on this device the executor runs at once."""
+        return max(1, int(self.executor.slots(self.lane_for(target, device))))
 
     # ---- profile and analyze ----
 

@@ -534,8 +534,7 @@ class _GenerateRun(_Run):
         self.count[1] = reused + len(todo)
         if self.o["on_progress"]:
             self.o["on_progress"](reused, self.count[1], f"{reused} done before, {len(todo)} to generate")
-        lane = self.engine._lane_for({"target": self.target, "device": self.o["device"]})
-        width = max(1, min(len(todo), self.engine.executor.slots(lane))) if todo else 1
+        width = min(len(todo), self.engine.parallelism(self.target, self.o["device"])) if todo else 1
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="kforge-bench") as ex:
             list(ex.map(lambda pk: self.one(*pk), todo))
         return len(todo), reused, self.records

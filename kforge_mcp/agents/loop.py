@@ -400,8 +400,7 @@ class LoopDriver:
         """How many checks of this run can run at once: the executor's slots for its device lane."""
         opts = self.options(run)
         try:
-            lane = self.engine._lane_for({"target": run.target, "device": opts.device})
-            return max(1, int(self.engine.executor.slots(lane)))
+            return self.engine.parallelism(run.target, opts.device)
         except Exception:  # noqa: BLE001  (an engine without an executor: one at a time)
             return 1
 
