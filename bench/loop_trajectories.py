@@ -4,9 +4,12 @@ advice, the first lines of its feedback).
 
 The client's "model" is a replay of project-written candidates, not an LLM (the GPU machine has no
 network): per problem it submits a broken naive kernel (a syntax error), for fused_bias_gelu a
-wrong one, then the naive kernel, then the tuned one the analysis agent's advice points to
-(examples/candidates/<problem>/{triton_naive,triton}.py). What is measured is the loop itself:
-feedback reaching the next prompt, verification, profiling and advice on the real device.
+wrong one, then the naive kernel, and then it follows the analysis agent: each round it reads the
+top recommendation and submits the candidate written for that advice (FOLLOW below; e.g. the
+GEMM's use_tensor_cores -> a 3xTF32 kernel, feed_tensor_pipe -> bigger tiles and a deeper
+pipeline), or the generic tuned one (examples/candidates/<problem>/triton.py) when no candidate
+answers the advice, until the agent says stop or nothing is left. What is measured is the loop
+itself: feedback reaching the next prompt, verification, profiling and advice on the real device.
 
     python bench/loop_trajectories.py --out bench/results/loop-trajectories-h100 [--large]
 """
@@ -38,13 +41,30 @@ def broken(source: str) -> str:
     return source.replace("def forward(self", "def forward (self", 1).replace("):\n", ")\n", 1)
 
 
+# top recommendation's rule -> the candidate written to follow it (under bench/candidates/<problem>_large/)
+FOLLOW = {"gemm_bias_relu": {"use_tensor_cores": "triton_3xtf32.py", "feed_tensor_pipe": "triton_3xtf32_fed.py"}}
+MAX_FOLLOW = 3
+
+
 def script(name: str) -> list[tuple[str, str]]:
     cands = ROOT / "examples" / "candidates" / name
-    naive, tuned = (cands / "triton_naive.py").read_text(), (cands / "triton.py").read_text()
+    naive = (cands / "triton_naive.py").read_text()
     steps = [("syntax error", broken(naive))]
     if (cands / "triton_wrong.py").is_file():
         steps.append(("wrong result", (cands / "triton_wrong.py").read_text()))
-    return steps + [("naive", naive), ("tuned (following the advice)", tuned)]
+    return steps + [("naive", naive)]
+
+
+def follow(name: str, top_rule: str | None, used: set[str]) -> tuple[str, str] | None:
+    """The next candidate: the one written for the top advice, else the generic tuned one, once each."""
+    pick = FOLLOW.get(name, {}).get(top_rule or "")
+    path = ROOT / "bench" / "candidates" / f"{name}_large" / pick if pick else None
+    if path is None or not path.is_file() or pick in used:
+        pick, path = "triton.py", ROOT / "examples" / "candidates" / name / "triton.py"
+    if pick in used:
+        return None
+    used.add(pick)
+    return f"{pick} (following {top_rule or 'no advice'})", path.read_text()
 
 
 def problem_path(name: str, large: bool) -> Path:
@@ -54,12 +74,13 @@ def problem_path(name: str, large: bool) -> Path:
 async def trajectory(client, name: str, large: bool, target: str) -> dict:
     steps = script(name)
     start = await client.call_tool("loop_start", {"problem": str(problem_path(name, large)), "target": target,
-                                                  "max_iterations": len(steps), "stop_at_sol": None})  # fmt: skip
+                                                  "max_iterations": len(steps) + MAX_FOLLOW, "stop_at_sol": None})  # fmt: skip
     if start.is_error:
         raise SystemExit(f"loop_start failed: {start.content[0].text}")
     run_id = start.structured_content["run_id"]
-    attempts = []
-    for label, source in steps:
+    attempts, used, queue = [], set(), list(steps)
+    while queue:
+        label, source = queue.pop(0)
         t0 = time.perf_counter()
         reply = f"Attempt: {label}.\n\n```python\n{source}```\n"
         r = await client.call_tool("loop_submit", {"run_id": run_id, "candidate": reply, "wait_s": 3000})
@@ -77,10 +98,15 @@ async def trajectory(client, name: str, large: bool, target: str) -> dict:
                            for x in recs[:2]],
             "feedback": "\n".join((s.get("feedback") or "").splitlines()[:4]),
             "next_prompt_has_feedback": bool(s.get("next_prompt")) and (s.get("feedback") or "")[:60] in s["next_prompt"],
-            "seconds": round(time.perf_counter() - t0, 2), "done": s["done"],
+            "seconds": round(time.perf_counter() - t0, 2), "done": s["done"], "stop_reason": s.get("stop_reason"),
         })  # fmt: skip
         if s["done"]:
             break
+        if not queue and s["correct"] and len(used) < MAX_FOLLOW:
+            top = next((x for x in recs if "rule" in x), None)
+            nxt = follow(name, top and top["rule"], used)
+            if nxt is not None:
+                queue.append(nxt)
     best = (attempts and s.get("best")) or None
     return {"problem": name, "problem_file": str(problem_path(name, large).relative_to(ROOT)), "target": target,
             "run_id": run_id, "attempts": attempts, "best_index": best and best["index"],
@@ -102,7 +128,8 @@ def markdown(runs: list[dict], device: str) -> str:
             ms = f"{a['candidate_ms']:.4f}" if a.get("candidate_ms") else "-"
             advice = "<br>".join(a.get("top_advice") or []) or " ".join((a.get("feedback") or "").splitlines()[:2])[:140]
             lines.append(f"| {i} | {a['submitted']} | {a.get('verdict', a.get('tool_error'))} | {sp} | {ms} | {advice} |")
-        lines += ["", f"Best: attempt {run['best_index']}, {run['best_speedup']}x.", ""]
+        stop = next((a.get("stop_reason") for a in reversed(run["attempts"]) if a.get("stop_reason")), None)
+        lines += ["", f"Best: attempt {run['best_index']}, {run['best_speedup']}x." + (f" Stopped: {stop}." if stop else ""), ""]
     return "\n".join(lines) + "\n"
 
 

@@ -244,12 +244,14 @@ class Engine:
         return report
 
     def roofline(self, problem: str, device_name: str | None = None, measured_ms: float | None = None,
-                 peaks: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):  # fmt: skip
+                 peaks: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, atol: float | None = None,
+                 rtol: float | None = None):  # fmt: skip
         """The reference's roofline, computed in a worker (the reference is code too)."""
         from .analysis.report import Roofline
 
         prob = self.resolve_source(problem, "problem")
-        payload = {"problem": prob.to_wire(), "device_name": device_name, "measured_ms": measured_ms, "peaks": peaks}
+        payload = {"problem": prob.to_wire(), "device_name": device_name, "measured_ms": measured_ms, "peaks": peaks,
+                   "atol": atol, "rtol": rtol}  # fmt: skip
         try:
             reply = self.executor.run("compile", "roofline", payload, timeout_s)
         except WorkerFailure as e:
@@ -261,7 +263,7 @@ class Engine:
 
     def analyze_profile(self, profile: dict | None = None, path: str | None = None, image: str | None = None,
                         problem: str | None = None, forwards: int | None = None, peaks: dict | None = None,
-                        max_bytes: int | None = None):  # fmt: skip
+                        max_bytes: int | None = None, atol: float | None = None, rtol: float | None = None):  # fmt: skip
         """Recommendations from a ProfileReport (dict), a captured file, or a screenshot: an AnalysisReport.
         Parsing runs here (it runs no submitted code); a problem's roofline is computed in a worker."""
         from .analysis import agent, loader
@@ -291,7 +293,7 @@ class Engine:
             except ProfileParseError as e:
                 raise InputError(str(e)) from None
         if problem:
-            r = self.roofline(problem, device_name=report.device_name or report.device, peaks=peaks)
+            r = self.roofline(problem, device_name=report.device_name or report.device, peaks=peaks, atol=atol, rtol=rtol)
             report.roofline = with_measured(r, report.device_ms_per_forward)
         return agent.analyze(report)
 

@@ -152,7 +152,10 @@ class VerifyReport(JobAware):
     speedup_over: str | None = Field(None, description="which baseline speedup is measured against")
     speedup_ci: list[float] | None = Field(None, description="95% bootstrap confidence interval of the speedup")
     sol_ms: float | None = Field(None, description="speed-of-light time of the problem on this device (GPU only)")
-    fraction_of_sol: float | None = Field(None, description="sol_ms over the candidate's median time")
+    fraction_of_sol: float | None = Field(None, description="sol_ms over the candidate's median time (never over 1: a "
+                                          "time below the bound is a below_speed_of_light_model finding instead)")
+    sol_path: str | None = Field(None, description="the compute path the bound assumes and why (the fastest that can "
+                                 "meet the tolerance: e.g. 3xtf32 for fp32 at 1e-4)")
     device_state: dict[str, Any] = Field(default_factory=dict, description="clocks and device facts when known")
     timing: Timing | None = None
     mismatches: list[Mismatch] = Field(default_factory=list)

@@ -87,6 +87,8 @@ class LoopOptions(BaseModel):
                                       "attempt, and the round's best drives the next prompt")  # fmt: skip
     stop_at_sol: float | None = Field(0.9, gt=0, description="stop once a correct candidate reaches this fraction "
                                       "of speed of light (when the device's peaks are known)")  # fmt: skip
+    stop_at_limit: bool = Field(True, description="stop once the analysis agent says the best candidate's kernels "
+                                "are at their limit (a pipe or DRAM saturated and near the true bound)")
     optimize: bool = Field(True, description="after the first correct candidate, keep optimizing")
     profile: bool = Field(True, description="profile correct candidates and feed the analysis agent's advice back")
     profile_depth: Literal["timeline", "metrics"] = "timeline"
@@ -236,7 +238,8 @@ def optimize_feedback(best: Attempt, last: Attempt | None) -> str:
     lines.append(f"Speedup {_g(v.get('speedup'))}x over {base or 'the baseline'} (candidate {_g(cand)} ms, "
                  f"baseline {_g(base_ms)} ms).")  # fmt: skip
     if v.get("fraction_of_sol") is not None:
-        lines.append(f"It runs at {v['fraction_of_sol']:.0%} of the speed of light (T_SOL {_g(v.get('sol_ms'))} ms).")
+        lines.append(f"It runs at {v['fraction_of_sol']:.0%} of the speed of light (T_SOL {_g(v.get('sol_ms'))} ms"
+                     + (f"; the bound assumes {v['sol_path']}" if v.get("sol_path") else "") + ").")  # fmt: skip
     for f in v.get("findings", []):
         if f.get("code") == "interpreter_timing":
             lines.append(f"Note: {f['message']}")
@@ -246,7 +249,7 @@ def optimize_feedback(best: Attempt, last: Attempt | None) -> str:
         lines.append(f"Profile: {summary}")
     real = [r for r in recs if "_summary" not in r]
     if real:
-        lines.append("Recommendations, highest priority first:")
+        lines.append("Recommendations from the analysis agent, the biggest lever first:")
         for i, r in enumerate(real[:5], 1):
             gain = r.get("expected_gain")
             lines.append(f"{i}. {r.get('title')} ({r.get('priority', '?')} priority"
@@ -258,6 +261,8 @@ def optimize_feedback(best: Attempt, last: Attempt | None) -> str:
                 lines.append(f"   evidence: {ev[:400]}")
             if r.get("action"):
                 lines.append(f"   action: {r['action']}")
+            if r.get("gain_basis"):
+                lines.append(f"   expected gain estimated as: {r['gain_basis']}")
     else:
         lines.append("The analysis agent had no specific recommendation for this profile.")
     if last is not None and last.index != best.index:
@@ -445,7 +450,8 @@ class LoopDriver:
                                        depth=opts.profile_depth, iterations=3, timeout_s=opts.timeout_s, cancel=cancel)  # fmt: skip
             if prof.errors:
                 return [{"_summary": "profiling failed: " + "; ".join(e for e in prof.errors if e)[:500]}]
-            analysis = self.engine.analyze_profile(profile=prof.model_dump(mode="json"), problem=run.problem)
+            analysis = self.engine.analyze_profile(profile=prof.model_dump(mode="json"), problem=run.problem,
+                                                   atol=opts.atol, rtol=opts.rtol)  # fmt: skip
         except KforgeError as e:
             return [{"_summary": f"profiling failed: {e}"}]
         recs = [r.model_dump(mode="json") for r in analysis.recommendations]
@@ -476,6 +482,9 @@ class LoopDriver:
             frac = (best.verify_report or {}).get("fraction_of_sol")
             if opts.stop_at_sol and frac is not None and frac >= opts.stop_at_sol:
                 return f"reached {frac:.0%} of speed of light"
+            at_limit = next((r for r in best.recommendations or [] if r.get("stop")), None)
+            if opts.stop_at_limit and at_limit is not None:
+                return f"at the limit (analysis agent): {at_limit.get('title')}"
         if len(attempts) >= opts.max_iterations:
             return "max_iterations"
         if opts.max_seconds and time.time() - run.created >= opts.max_seconds:

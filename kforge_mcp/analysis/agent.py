@@ -41,23 +41,50 @@ def summarize(report: ProfileReport, recs: list[Recommendation]) -> str:
         parts.append(f"{report.source} profile with no device kernels (CPU ops only): device advice needs a GPU run.")
     r = report.roofline
     if r is not None:
-        frac = f", {r.fraction_of_sol:.0%} of speed of light" if r.fraction_of_sol is not None else ""
-        parts.append(f"Roofline ({r.device}, {r.dtype}): {r.bound}-bound, T_SOL {r.sol_ms * 1e3:.2f} us{frac}.")
+        if r.below_bound:
+            frac = f", measured below the bound: the model is wrong for this kernel (see the roofline notes)"
+        else:
+            frac = f", {r.fraction_of_sol:.0%} of speed of light" if r.fraction_of_sol is not None else ""
+        parts.append(f"Roofline ({r.device}, {r.dtype} problem, bound on the {r.path} path): {r.bound}-bound, "
+                     f"T_SOL {r.sol_ms * 1e3:.2f} us{frac}.")  # fmt: skip
+    if recs and recs[0].stop:
+        parts.append(f"{recs[0].title}: the time is in kernels at their limit; further rounds are unlikely to pay off.")
+        recs = recs[1:]
     if recs:
         top = recs[0]
-        parts.append(f"Top recommendation: {top.title} (expected to save ~{top.expected_gain:.0%} of device time; "
-                     f"{top.priority} priority).")  # fmt: skip
+        parts.append(f"{'Top recommendation' if not parts[-1].startswith('At the limit') else 'If you go on'}: "
+                     f"{top.title} (expected to save ~{top.expected_gain:.0%} of device time; {top.priority} priority).")
         if len(recs) > 1:
             parts.append("Then: " + "; ".join(f"{x.title} (~{x.expected_gain:.0%})" for x in recs[1:4]) + ".")
-    elif dev:
-        parts.append("No rule fired: nothing in this profile points at a specific fix.")
+    elif dev and not parts[-1].startswith("At the limit"):
+        parts.append("No rule fired: " + quiet_reason(report))
     return " ".join(parts)
+
+
+def quiet_reason(report: ProfileReport) -> str:
+    """Why nothing fired, in the profile's own numbers: what it measured and what it lacked."""
+    from .rules.base import busiest_unit
+
+    ks = sorted(report.device_kernels(), key=lambda k: -k.device_ms)
+    if not ks:
+        return "no device kernels."
+    k = ks[0]
+    if k.mean_ms < 0.01:
+        return (f"the longest kernel ({k.name[:60]}) takes {k.mean_ms * 1e3:.1f} us a launch: at that size launch "
+                "latency, ramp-up and tail dominate, and its utilisation says little; profile a larger shape.")  # fmt: skip
+    unit, busy = busiest_unit(k)
+    if not unit and k.issue_active_pct is None:
+        return (f"the profile has launch shapes and times only ({report.source}); run profile with depth='metrics' "
+                "(Nsight Compute) for pipe, memory and stall metrics.")  # fmt: skip
+    return (f"the longest kernel ({k.name[:60]}) has its busiest unit ({unit or 'none measured'}) at {busy:.0f}% and "
+            "no pattern the rules know (coalescing, bank conflicts, spills, atomics, launch shape) stands out.")  # fmt: skip
 
 
 def analyze(report: ProfileReport, rules=None) -> AnalysisReport:
     recs, notes = run_rules(report, rules)
     out = AnalysisReport(recommendations=recs, summary=summarize(report, recs), source=report.source,
-                         file=report.file, roofline=report.roofline, notes=list(report.notes) + notes)  # fmt: skip
+                         file=report.file, roofline=report.roofline, notes=list(report.notes) + notes,
+                         stop=bool(recs and recs[0].stop))  # fmt: skip
     if _narrator is not None:
         try:
             out.narrative = _narrator(report, recs)

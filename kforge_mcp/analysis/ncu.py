@@ -15,47 +15,14 @@ import re
 from collections import OrderedDict
 from pathlib import Path
 
+# What kforge asks ncu for lives in ncu_metrics (dependency-free, so capture scripts share it).
+from .ncu_metrics import CORE_METRICS, DEFAULT_METRICS, EXTRA_METRICS, PIPES, SECTIONS, STALL_REASONS  # noqa: F401
 from .report import KernelProfile, NcuRule, ProfileReport, StallReason
 
 
 class ProfileParseError(ValueError):
     """A captured file that cannot be read as the format it claims (or any format)."""
 
-
-# The metrics kforge asks ncu for (names from Nsight Compute 2025.x; see FACTS.md).
-STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "mio_throttle", "lg_throttle", "math_pipe_throttle",
-                 "wait", "not_selected", "no_instruction", "branch_resolving", "membar", "drain", "imc_miss",
-                 "tex_throttle", "dispatch_stall", "misc", "sleeping", "selected")  # fmt: skip
-CORE_METRICS = [
-    "gpu__time_duration.sum",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram__bytes_read.sum",
-    "dram__bytes_write.sum",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "launch__registers_per_thread",
-    "launch__occupancy_limit_registers",
-    "launch__occupancy_limit_shared_mem",
-    "launch__occupancy_limit_warps",
-    "launch__occupancy_limit_blocks",
-    "launch__block_size",
-    "launch__grid_size",
-]
-EXTRA_METRICS = [
-    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-    "sm__maximum_warps_per_active_cycle_pct",
-    "launch__waves_per_multiprocessor",
-    "launch__sm_count",
-    "launch__shared_mem_per_block_static",
-    "launch__shared_mem_per_block_dynamic",
-    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
-    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
-    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
-    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
-    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
-] + [f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS if r != "selected"]
-DEFAULT_METRICS = CORE_METRICS + EXTRA_METRICS
 
 _TIME_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}
 _BYTES = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
@@ -210,8 +177,31 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
         if sectors is not None and requests:
             setattr(k, f"global_{label}_sectors_per_request", sectors / requests)
         setattr(k, f"global_{label}_bytes_per_sector", m(f"smsp__sass_average_data_bytes_per_sector_mem_global_op_{op}.ratio"))
-    k.tensor_pipe_pct = m("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")
-    k.fma_pipe_pct = m("sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active")
+    for p in PIPES:
+        v = m(f"sm__pipe_{p}_cycles_active.avg.pct_of_peak_sustained_active")
+        if v is not None:
+            k.pipes[p] = v
+    lsu = m("sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active")
+    if lsu is not None:
+        k.pipes["lsu"] = lsu
+    tensor = [v for v in (m("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
+                          *(k.pipes.get(p) for p in ("tensor_op_gmma", "tensor_op_hmma", "tensor_op_imma")))
+              if v is not None]  # fmt: skip
+    k.tensor_pipe_pct = max(tensor) if tensor else None
+    k.fma_pipe_pct = k.pipes.get("fma", m("sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active"))
+    k.issue_active_pct = m("smsp__issue_active.avg.pct_of_peak_sustained_active")
+    k.l1_hit_pct, k.l2_hit_pct = m("l1tex__t_sector_hit_rate.pct"), m("lts__t_sector_hit_rate.pct")
+    if k.dram_throughput_pct is None:
+        k.dram_throughput_pct = m("dram__throughput.avg.pct_of_peak_sustained_elapsed")
+    k.shared_wavefronts = _sum(m, "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{}.sum")
+    k.shared_bank_conflicts = _sum(m, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{}.sum")
+    k.shared_instructions = _sum(m, "smsp__sass_inst_executed_op_shared_{}.sum")
+    k.local_sectors = _sum(m, "l1tex__t_sectors_pipe_lsu_mem_local_op_{}.sum")
+    k.atomic_instructions = _sum(m, "smsp__sass_inst_executed_op_global_{}.sum", ("atom", "red"))
+    k.instructions = m("smsp__inst_executed.sum")
+    spill_requests = m("local_spilling_requests")
+    if spill_requests is not None:
+        k.metrics["local_spilling_requests"] = spill_requests
     stalls = []
     for r in STALL_REASONS:
         if r == "selected":
@@ -224,6 +214,11 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
         if m(key) is not None:
             k.metrics[key] = m(key)
     return k
+
+
+def _sum(m, pattern: str, ops: tuple[str, ...] = ("ld", "st")) -> float | None:
+    values = [m(pattern.format(op)) for op in ops]
+    return sum(v for v in values if v is not None) if any(v is not None for v in values) else None
 
 
 def group_launches(launches: list[dict]) -> "OrderedDict[str, list[dict]]":
@@ -296,6 +291,13 @@ _DETAILS_MAP = {
     ("Occupancy", "Block Limit Shared Mem"): "launch__occupancy_limit_shared_mem",
     ("Occupancy", "Block Limit Warps"): "launch__occupancy_limit_warps",
     ("Occupancy", "Block Limit SM"): "launch__occupancy_limit_blocks",
+    ("GPU Speed Of Light Throughput", "L1/TEX Cache Throughput"): "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    ("GPU Speed Of Light Throughput", "L2 Cache Throughput"): "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    ("Compute Workload Analysis", "Issue Slots Busy"): "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    ("Memory Workload Analysis", "L1/TEX Hit Rate"): "l1tex__t_sector_hit_rate.pct",
+    ("Memory Workload Analysis", "L2 Hit Rate"): "lts__t_sector_hit_rate.pct",
+    ("Memory Workload Analysis", "Local Memory Spilling Requests"): "local_spilling_requests",
+    ("Instruction Statistics", "Executed Instructions"): "smsp__inst_executed.sum",
 }
 
 
@@ -361,16 +363,67 @@ def report_from_csv(text: str, path: str = "<ncu csv>", forwards: int | None = N
 # ---- .ncu-rep ----
 
 
-def report_from_ncu_rep(path: str | Path, forwards: int | None = None) -> ProfileReport:
+def import_ncu_report():
+    """Nsight Compute's ``ncu_report`` module: importable as is, or found beside the ``ncu`` on PATH
+    (<install>/extras/python), or under /usr/local/cuda*/nsight-compute*/ and /opt/nvidia."""
     try:
-        import ncu_report  # shipped with Nsight Compute under extras/python
+        import ncu_report  # noqa: F401
+
+        return ncu_report
     except ImportError:
+        pass
+    import glob
+    import importlib
+    import shutil
+    import sys
+
+    roots = []
+    exe = shutil.which("ncu")
+    if exe:
+        roots.append(Path(exe).resolve().parent)
+    roots += [Path(p) for p in sorted(glob.glob("/usr/local/cuda*/nsight-compute*") + glob.glob("/opt/nvidia/nsight-compute/*"))]
+    for root in roots:
+        extras = root / "extras" / "python"
+        if (extras / "ncu_report.py").is_file():
+            sys.path.insert(0, str(extras))
+            try:
+                return importlib.import_module("ncu_report")
+            except ImportError:
+                sys.path.remove(str(extras))
+    return None
+
+
+def _rep_string(action, name: str) -> str | None:
+    try:
+        metric = action.metric_by_name(name)
+        return metric.as_string() if metric is not None else None
+    except Exception:  # noqa: BLE001  (absent or not a string in this ncu version)
+        return None
+
+
+def report_from_ncu_rep(path: str | Path, forwards: int | None = None) -> ProfileReport:
+    ncu_report = import_ncu_report()
+    if ncu_report is None:
         raise ProfileParseError(
             f"{path}: reading .ncu-rep needs Nsight Compute's python module 'ncu_report' (in "
-            "<nsight-compute>/extras/python, add it to PYTHONPATH), which is not importable here; or export CSV "
-            "with: ncu --import FILE.ncu-rep --csv --page raw > FILE.csv"
+            "<nsight-compute>/extras/python; it is looked up beside the ncu on PATH), which is not available here; "
+            "or export CSV with: ncu --import FILE.ncu-rep --csv --page raw > FILE.csv"
+        )
+    head = Path(path).read_bytes()[:64]
+    try:
+        ctx = ncu_report.load_report(str(path))
+    except Exception as e:  # noqa: BLE001  (the module raises its own types; name the file and the cause)
+        newer = "version" in str(e).lower() or "newer" in str(e).lower()
+        raise ProfileParseError(
+            f"{path}: Nsight Compute's ncu_report could not open it: {type(e).__name__}: {str(e)[:300]}"
+            + ("; the report is likely from a newer Nsight Compute than the one here: export it where it was "
+               "captured with `ncu --import FILE.ncu-rep --csv --page raw > FILE.csv`" if newer else "")
+            + ("" if head else "; the file is empty")
         ) from None
-    ctx = ncu_report.load_report(str(path))
+    if ctx is None or ctx.num_ranges() == 0:
+        raise ProfileParseError(f"{path}: Nsight Compute's ncu_report read no ranges from it (truncated, or written by a "
+                                "newer Nsight Compute); export CSV where it was captured: ncu --import FILE.ncu-rep "
+                                "--csv --page raw > FILE.csv")  # fmt: skip
     launches = []
     for r in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(r)
@@ -388,7 +441,8 @@ def report_from_ncu_rep(path: str | Path, forwards: int | None = None) -> Profil
                 if v is not None and not math.isnan(v):
                     metrics[name] = v
             launches.append({"id": str(len(launches)), "name": action.name(), "block": None, "grid": None,
-                             "metrics": metrics, "device_name": None, "cc": None})  # fmt: skip
+                             "metrics": metrics, "device_name": _rep_string(action, "device__attribute_display_name"),
+                             "cc": None})  # fmt: skip
     if not launches:
         raise ProfileParseError(f"{path}: the report holds no profiled kernels")
     groups = group_launches(launches)

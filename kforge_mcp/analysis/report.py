@@ -62,8 +62,23 @@ class KernelProfile(BaseModel):
     global_store_sectors_per_request: float | None = None
     global_load_bytes_per_sector: float | None = Field(None, description="useful bytes per 32-byte sector (32 = fully coalesced)")
     global_store_bytes_per_sector: float | None = None
-    tensor_pipe_pct: float | None = Field(None, description="tensor-core pipe active, % of peak")
+    tensor_pipe_pct: float | None = Field(None, description="busiest tensor-core pipe (gmma, hmma, imma) active, % of peak")
     fma_pipe_pct: float | None = None
+    pipes: dict[str, float] = Field(default_factory=dict, description="per-pipe utilisation, % of peak while active "
+                                    "(fma, alu, fp64, tensor_op_gmma, tensor_op_hmma, shared, ...)")
+    issue_active_pct: float | None = Field(None, description="issue slots busy, % (low with stalled warps = latency-bound)")
+    l1_hit_pct: float | None = None
+    l2_hit_pct: float | None = None
+    shared_wavefronts: float | None = Field(None, description="shared-memory wavefronts (LSU loads + stores)")
+    shared_bank_conflicts: float | None = Field(None, description="extra wavefronts caused by bank conflicts")
+    shared_instructions: float | None = None
+    local_sectors: float | None = Field(None, description="local-memory sectors moved (register spills, indexed arrays)")
+    atomic_instructions: float | None = Field(None, description="global atomic and reduction instructions executed")
+    instructions: float | None = Field(None, description="warp instructions executed")
+    category: str | None = Field(None, description="what the kernel is: gemm, conv, elementwise, reduction, copy, other")
+    compute_path: str | None = Field(None, description="the unit its math runs on: fma, hmma, wgmma (and the operand "
+                                     "type when the name says it: tf32, bf16, fp16, fp8)")
+    kind_basis: str | None = Field(None, description="how category and compute_path were told: kernel name or metrics")
     top_stalls: list[StallReason] = Field(default_factory=list)
     metrics: dict[str, float] = Field(default_factory=dict, description="other raw profiler metrics kept as is")
 
@@ -88,18 +103,36 @@ class KernelProfile(BaseModel):
         return n
 
 
+class ComputePath(BaseModel):
+    """One way to do the problem's math, and whether it can meet the tolerance."""
+
+    path: str = Field(description="fp32 (FMA pipe), 3xtf32 (three TF32 MMAs per product), tf32, bf16, fp16, fp8, fp64")
+    peak_flops: float = Field(description="dense FLOP/s of this path on the device")
+    feasible: bool = Field(description="can meet the problem's tolerance")
+    why: str = ""
+
+
 class Roofline(BaseModel):
     flops: float = Field(description="FLOPs of one reference forward (torch FlopCounterMode)")
     bytes: float = Field(description="minimum bytes: inputs and parameters read once, outputs written once")
-    dtype: str = "fp32"
+    dtype: str = Field("fp32", description="the problem's dominant floating-point dtype")
+    path: str = Field("fp32", description="the compute path the bound assumes: the fastest that can meet the tolerance")
+    path_reason: str = Field("", description="why that path")
+    paths: list[ComputePath] = Field(default_factory=list, description="every path considered")
+    atol: float | None = Field(None, description="the tolerance the path was chosen for")
+    rtol: float | None = None
     device: str = Field(description="the device whose peaks were used")
-    peak_flops: float = Field(description="FLOP/s used for this dtype")
+    peaks_source: str = Field("", description="where the device's peak figures come from")
+    peak_flops: float = Field(description="FLOP/s of the chosen path")
     peak_bandwidth: float = Field(description="bytes/s")
-    sol_ms: float = Field(description="T_SOL = max(flops / peak_flops, bytes / peak_bandwidth), ms")
+    sol_ms: float = Field(description="T_SOL = max(flops / peak_flops, bytes / peak_bandwidth), ms: a lower bound")
     flop_ms: float = 0.0
     byte_ms: float = 0.0
     measured_ms: float | None = Field(None, description="device time of one forward in this profile")
-    fraction_of_sol: float | None = Field(None, description="sol_ms / measured_ms (1.0 = at the speed of light)")
+    fraction_of_sol: float | None = Field(None, description="sol_ms / measured_ms (1.0 = at the speed of light); None "
+                                          "when the measured time is below the bound (then the model is wrong)")
+    below_bound: bool = Field(False, description="the measured time beat the bound: the model (peaks, path or bytes) "
+                              "is wrong for this kernel, and no fraction is reported")
     bound: Literal["memory", "compute"] = "memory"
     notes: list[str] = Field(default_factory=list)
 
@@ -149,6 +182,7 @@ class Recommendation(BaseModel):
     gain_basis: str = Field("", description="how expected_gain was estimated")
     priority: Priority = "low"
     kernels: list[str] = Field(default_factory=list)
+    stop: bool = Field(False, description="the kernel is at its limit: further rounds are unlikely to pay off")
 
 
 class AnalysisReport(JobAware):
@@ -158,4 +192,5 @@ class AnalysisReport(JobAware):
     source: str | None = Field(None, description="the profile's source")
     file: str | None = None
     roofline: Roofline | None = None
+    stop: bool = Field(False, description="the agent recommends stopping: most of the time is in kernels at their limit")
     notes: list[str] = Field(default_factory=list)

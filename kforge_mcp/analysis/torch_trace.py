@@ -34,6 +34,9 @@ def report_from_trace(data: dict | str, path: str = "<torch trace>", forwards: i
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise ProfileParseError(f"{path}: not a torch.profiler chrome trace (no 'traceEvents' list)")
     events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    if not events:
+        raise ProfileParseError(f"{path}: the trace holds no complete ('ph': 'X') events: nothing was profiled "
+                                "(was the profiler stopped before any op ran?)")  # fmt: skip
     marks = [e for e in events if e.get("name") == FORWARD_MARK and e.get("cat") in ("user_annotation", "cpu_op")]
     props = data.get("deviceProperties") or []
     report = ProfileReport(source="torch.profiler", file=None if path.startswith("<") else path)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..analysis import ncu as ncu_parse
+from ..analysis.ncu_metrics import ncu_args
 from ..analysis.proton import report_from_hatchet
 from ..analysis.report import KernelProfile, ProfileReport
 from ..analysis.roofline import reference_roofline
@@ -113,7 +114,8 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
     progress("computing the roofline")
     measured = report.device_ms_per_forward if report.device_kernels() else wall_ms
     try:
-        report.roofline = reference_roofline(problem, device, name, measured, req.get("peaks"))
+        report.roofline = reference_roofline(problem, device, name, measured, req.get("peaks"), req.get("atol"),
+                                             req.get("rtol"))  # fmt: skip
         if not report.device_kernels():
             report.roofline.notes.append("measured_ms is host wall time per forward (no device kernels)")
     except Exception as e:  # noqa: BLE001
@@ -233,17 +235,20 @@ def _run(cmd: list[str], workdir: Path, timeout: float) -> subprocess.CompletedP
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def ncu_command(spec: Path, metrics: list[str]) -> list[str]:
-    return ["ncu", "--csv", "--page", "raw", "--profile-from-start", "off", "--metrics", ",".join(metrics),
+def ncu_command(spec: Path, metrics: list[str], sections: tuple[str, ...] = ()) -> list[str]:
+    """ncu over the runner: the guided-analysis sections the rules read plus their raw metrics, one raw CSV page."""
+    return ["ncu", "--csv", "--page", "raw", "--profile-from-start", "off", *ncu_args(metrics, sections),
             sys.executable, "-m", "kforge_mcp.engine.profile_runner", str(spec)]  # fmt: skip
 
 
 def _merge_ncu(report: ProfileReport, req: dict, workdir: Path) -> None:
     spec = _runner_spec(req, workdir, "ncu", {})
     timeout = float(req.get("ncu_timeout_s", NCU_TIMEOUT_S))
-    for metrics in (req.get("metrics") or ncu_parse.DEFAULT_METRICS, ncu_parse.CORE_METRICS):
+    # sections + every metric the rules read; if this ncu rejects a name, the core metrics alone
+    attempts = [(req.get("metrics") or ncu_parse.DEFAULT_METRICS, ncu_parse.SECTIONS), (ncu_parse.CORE_METRICS, ())]
+    for metrics, sections in attempts:
         try:
-            proc = _run(ncu_command(spec, metrics), workdir, timeout)
+            proc = _run(ncu_command(spec, metrics, sections), workdir, timeout)
         except subprocess.TimeoutExpired:
             report.notes.append(f"ncu did not finish within {timeout:.0f} s; metrics skipped")
             return

@@ -245,11 +245,17 @@ class Verifier:
         from ..analysis.roofline import lookup_peaks, reference_roofline
 
         try:
-            roof = reference_roofline(self.problem, self.device, self.report.device_state.get("name"), candidate_ms)
+            roof = reference_roofline(self.problem, self.device, self.report.device_state.get("name"), candidate_ms,
+                                      atol=self.atol, rtol=self.rtol)  # fmt: skip
         except Exception as e:  # noqa: BLE001  (a reference the counter cannot run gets no bound, and says so)
             self.finding(Finding(code="no_speed_of_light", message=f"no speed-of-light bound: {type(e).__name__}: {e}"))
             return
         self.report.sol_ms, self.report.fraction_of_sol = roof.sol_ms, roof.fraction_of_sol
+        self.report.sol_path = f"{roof.path} ({roof.bound}-bound on {roof.device}): {roof.path_reason}"
+        if roof.below_bound:
+            self.finding(Finding(code="below_speed_of_light_model", severity="info",
+                                 evidence={"candidate_ms": candidate_ms, "sol_ms": roof.sol_ms, "path": roof.path},
+                                 message=roof.notes[-1]))  # fmt: skip
         peaks, _ = lookup_peaks(self.report.device_state.get("name"))
         floor_ms = max(roof.bytes / peaks.bandwidth, roof.flops / max(peaks.flops.values())) * 1e3
         if candidate_ms < floor_ms * SOL_MARGIN:

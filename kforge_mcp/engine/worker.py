@@ -105,7 +105,8 @@ def handle_roofline(req, progress, workdir, state) -> dict:
     from ..problem import Source, load_problem
 
     problem = load_problem(Source.from_wire(req["problem"]), workdir)
-    return reference_roofline(problem, "cpu", req.get("device_name"), req.get("measured_ms"), req.get("peaks")).model_dump()
+    return reference_roofline(problem, "cpu", req.get("device_name"), req.get("measured_ms"), req.get("peaks"),
+                              req.get("atol"), req.get("rtol")).model_dump()  # fmt: skip
 
 
 def release_memory() -> None:
