@@ -71,7 +71,7 @@ def test_a_time_below_the_bound_names_the_model_and_reports_no_fraction():
     ("cutlass_80_tensorop_s1688gemm_128x128_16x4_tn_align4", "tf32"),
     ("ampere_sgemm_128x64_tn", "fp32"),
     ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "fp16"),
-    ("nvjet_tst_128x256_64x4_2x1_v_bz_TNN", "tf32"),
+    ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", "bf16"),  # a bf16 torch.matmul on the H100
     ("matmul_kernel", None),
 ])  # fmt: skip
 def test_library_names_tell_the_path(name, path):
@@ -158,7 +158,7 @@ def test_the_same_gemm_at_half_its_bound_is_not_at_the_limit():
 
 def test_every_gain_is_capped_by_the_bound():
     k = triton_3xtf32_gemm()
-    roof = gemm_roofline(0.9)  # 0.83 ms bound: at most ~8% left
+    roof = gemm_roofline(0.98)  # 0.83 ms bound: at most ~15% left, under the 42% the pipe figure suggests
     a = agent.analyze(report_of(k, roof))
     assert a.recommendations and all(r.expected_gain <= 1 - roof.fraction_of_sol + 1e-3 for r in a.recommendations)
     assert any("capped" in r.gain_basis for r in a.recommendations)

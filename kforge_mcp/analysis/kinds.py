@@ -4,8 +4,9 @@ an fp32 GEMM on the FMA pipe is leaving tensor cores idle, an element-wise kerne
 
 Library names carry the path: cuBLAS/CUTLASS ``sm80_xmma_gemm_f32f32_...`` (fp32 on the FMA
 pipe), ``..._tf32...``, ``...bf16...``, ``sm90_...`` / ``gmma`` (Hopper wgmma), ``ampere_sgemm``
-(FMA), ``s1688gemm`` / ``s16816gemm`` (mma.sync), cuBLASLt ``nvjet_<in><acc><out>_...`` (Hopper
-wgmma kernels; ``s`` fp32 operands, ``t`` tf32, ``h`` fp16, ``b`` bf16, ``e`` fp8), cuDNN
+(FMA), ``s1688gemm`` / ``s16816gemm`` (mma.sync), cuBLASLt ``nvjet_[sm90_]<in><acc><out>_...``
+(Hopper wgmma kernels; ``h`` fp16, ``t`` bf16 (a bf16 8192^3 torch.matmul ran
+``nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT`` on the H100), ``s`` fp32, ``e``/``q`` fp8), cuDNN
 ``cudnn`` / ``implicit_gemm`` / ``fprop`` (convolutions), PyTorch's ``elementwise_kernel`` and
 ``reduce_kernel``. Triton kernels carry the user's name, so for them the metrics decide.
 """
@@ -26,8 +27,8 @@ _CONV = re.compile(r"cudnn|conv|fprop|dgrad|wgrad|implicit_gemm|winograd", re.I)
 _REDUCE = re.compile(r"reduce|softmax|norm|sum_|_sum|mean|argmax|max_kernel|scan|cumsum", re.I)
 _ELEMENTWISE = re.compile(r"elementwise|vectorized|unrolled|pointwise|triton_poi|add_|relu|gelu|bias|scale", re.I)
 _COPY = re.compile(r"memcpy|memset|copy|transpose|permute|gather|scatter|index", re.I)
-_NVJET = re.compile(r"nvjet_([a-z])([a-z])([a-z])_")
-_NVJET_IN = {"s": "fp32", "t": "tf32", "h": "fp16", "b": "bf16", "e": "fp8", "q": "fp8"}
+_NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z])([a-z])([a-z])_")
+_NVJET_IN = {"s": "fp32", "t": "bf16", "h": "fp16", "b": "bf16", "e": "fp8", "q": "fp8"}
 
 
 def name_path(name: str) -> str | None:

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 # What kforge asks ncu for lives in ncu_metrics (dependency-free, so capture scripts share it).
-from .ncu_metrics import CORE_METRICS, DEFAULT_METRICS, EXTRA_METRICS, PIPES, SECTIONS, STALL_REASONS  # noqa: F401
+from .ncu_metrics import CORE_METRICS, DEFAULT_METRICS, EXTRA_METRICS, INST_PIPES, PIPES, SECTIONS, STALL_REASONS  # noqa: F401
 from .report import KernelProfile, NcuRule, ProfileReport, StallReason
 
 
@@ -181,14 +181,20 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
         v = m(f"sm__pipe_{p}_cycles_active.avg.pct_of_peak_sustained_active")
         if v is not None:
             k.pipes[p] = v
-    lsu = m("sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active")
-    if lsu is not None:
-        k.pipes["lsu"] = lsu
+    for p in INST_PIPES:
+        v = m(f"sm__inst_executed_pipe_{p}.avg.pct_of_peak_sustained_active")
+        if v is not None:
+            k.metrics[f"inst_pipe_{p}_pct"] = v
+    if k.pipes.get("tensor_op_hmma") is not None and k.metrics.get("inst_pipe_tensor_op_gmma_pct", 0) > 0:
+        # Hopper: the hmma cycles counter also counts HGMMA; gmma instructions say it was wgmma
+        k.pipes["tensor_op_gmma"] = k.pipes.pop("tensor_op_hmma")
+    if "lsu" not in k.pipes and "inst_pipe_lsu_pct" in k.metrics:
+        k.pipes["lsu"] = k.metrics["inst_pipe_lsu_pct"]
     tensor = [v for v in (m("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
                           *(k.pipes.get(p) for p in ("tensor_op_gmma", "tensor_op_hmma", "tensor_op_imma")))
               if v is not None]  # fmt: skip
     k.tensor_pipe_pct = max(tensor) if tensor else None
-    k.fma_pipe_pct = k.pipes.get("fma", m("sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active"))
+    k.fma_pipe_pct = k.pipes.get("fma", k.metrics.get("inst_pipe_fma_pct"))
     k.issue_active_pct = m("smsp__issue_active.avg.pct_of_peak_sustained_active")
     k.l1_hit_pct, k.l2_hit_pct = m("l1tex__t_sector_hit_rate.pct"), m("lts__t_sector_hit_rate.pct")
     if k.dram_throughput_pct is None:
@@ -325,6 +331,8 @@ def parse_details(text: str, path: str = "<ncu details csv>") -> tuple[list[dict
                                  speedup_type=get("Estimated Speedup Type") or None, speedup_pct=sp))  # fmt: skip
             continue
         key = _DETAILS_MAP.get((get("Section Name"), get("Metric Name")))
+        if get("Section Name") == "Command line profiler metrics":  # the --metrics asked for, under their raw names
+            key = get("Metric Name")
         if key:
             v = scaled(number(get("Metric Value")), get("Metric Unit"))
             if v is not None:

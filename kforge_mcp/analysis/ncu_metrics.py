@@ -24,17 +24,20 @@ SECTIONS = (
 
 STALL_REASONS = (
     "long_scoreboard", "short_scoreboard", "barrier", "mio_throttle", "lg_throttle", "math_pipe_throttle",
-    "wait", "not_selected", "no_instruction", "branch_resolving", "membar", "drain", "imc_miss",
+    "wait", "gmma", "not_selected", "no_instruction", "branch_resolving", "membar", "drain", "imc_miss",
     "tex_throttle", "dispatch_stall", "misc", "sleeping", "selected",
 )  # fmt: skip
 
-# Per-pipe utilisation (ComputeWorkloadAnalysis' pipe chart): which unit does the math.
-PIPES = ("fma", "alu", "fp64", "fp16", "tensor_op_hmma", "tensor_op_gmma", "tensor_op_imma", "shared", "xu")
-PIPE_METRICS = [f"sm__pipe_{p}_cycles_active.avg.pct_of_peak_sustained_active" for p in PIPES] + [
-    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
-    "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
-]
+# Per-pipe utilisation (ComputeWorkloadAnalysis' pipe chart): which unit does the math. On Hopper
+# (ncu 2025.3) there is no gmma cycles counter: the hmma cycles counter covers HMMA and HGMMA alike,
+# and the executed-instruction share of the gmma pipe (> 0) tells wgmma from mma.sync.
+PIPES = ("fma", "alu", "fp64", "tensor_op_hmma", "tensor_op_imma", "shared", "tma")
+INST_PIPES = ("tensor_op_gmma", "tensor_op_hmma", "fma", "fma_type_fp16", "alu", "lsu", "xu", "tma")
+PIPE_METRICS = (
+    [f"sm__pipe_{p}_cycles_active.avg.pct_of_peak_sustained_active" for p in PIPES]
+    + [f"sm__inst_executed_pipe_{p}.avg.pct_of_peak_sustained_active" for p in INST_PIPES]
+    + ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]
+)
 
 CORE_METRICS = [
     "gpu__time_duration.sum",

@@ -51,6 +51,19 @@ def fuse_launches(report: ProfileReport) -> list[Recommendation]:
 
 
 
+def specific_cause(k) -> bool:
+    """A memory pathology the memory rules name (the stalls follow from it; occupancy is not the lever)."""
+    from .memory import wasted_sectors
+
+    total, wasted = wasted_sectors(k)
+    return bool(
+        (k.atomic_instructions and k.instructions and k.atomic_instructions / k.instructions >= 0.01)
+        or (k.local_sectors and k.local_sectors > 0.05 * ((k.global_load_sectors or 0) + (k.global_store_sectors or 0)))
+        or (k.shared_bank_conflicts and k.shared_wavefronts and k.shared_bank_conflicts / k.shared_wavefronts >= 0.2)
+        or (total > 0 and wasted / total >= 0.2)
+    )
+
+
 @rule
 def latency_bound(report: ProfileReport) -> list[Recommendation]:
     hits, gain, evidence, causes = [], 0.0, [], []
@@ -60,6 +73,8 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
             continue  # a tensor-core GEMM at low occupancy is normal
         if k.blocks is not None and k.blocks < sms:
             continue  # idle SMs, not latency: grid_too_small speaks for it
+        if specific_cause(k):
+            continue  # atomics, spills, bank conflicts or wasted sectors cause the stalls: their rules speak
         warps = k.warps_per_block
         busy = max(k.memory_throughput_pct or 0.0, k.sm_throughput_pct or 0.0)
         if k.issue_active_pct is not None:
@@ -121,7 +136,8 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
 def grid_too_small(report: ProfileReport) -> list[Recommendation]:
     sms = report.sm_count or DEFAULT_SM_COUNT
     share = shares(report)
-    hits = [k for k in report.device_kernels() if k.blocks is not None and k.blocks < sms and share.get(k.name, 0) >= 0.05]
+    hits = [k for k in report.device_kernels() if k.blocks is not None and k.blocks < sms and share.get(k.name, 0) >= 0.05
+            and k.mean_ms >= MIN_KERNEL_MS]  # under ~10 us a launch costs the same whatever the grid  # fmt: skip
     if not hits:
         return []
     gain = sum(share[k.name] * (1 - k.blocks / sms) * 0.75 for k in hits)

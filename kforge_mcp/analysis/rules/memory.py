@@ -22,7 +22,7 @@ def wasted_sectors(k: KernelProfile) -> tuple[float, float]:
     ):
         if not sectors:
             continue
-        if per_sector is not None:
+        if per_sector:  # 0 means no LDG/STG measured (cp.async or TMA loads): fall back to sectors per request
             total += sectors
             wasted += sectors * (1 - min(per_sector, 32) / 32)
         elif per_request is not None:
