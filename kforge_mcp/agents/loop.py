@@ -91,7 +91,9 @@ class LoopOptions(BaseModel):
                                 "are at their limit (a pipe or DRAM saturated and near the true bound)")
     optimize: bool = Field(True, description="after the first correct candidate, keep optimizing")
     profile: bool = Field(True, description="profile correct candidates and feed the analysis agent's advice back")
-    profile_depth: Literal["timeline", "metrics"] = "timeline"
+    profile_depth: Literal["timeline", "metrics"] = Field("metrics", description="metrics: Nsight Compute's pipe, "
+                                                         "memory and stall figures where ncu runs (the timeline "
+                                                         "alone elsewhere); the analysis agent needs them on GPUs")
     device: str | None = None
     trials: int = Field(5, ge=1, le=100)
     atol: float | None = None

@@ -82,10 +82,13 @@ def classify(k: KernelProfile, flops_known: bool = False) -> KernelProfile:
     else:
         kind = "other"
     path = None
-    if kind in ("gemm", "conv") and pipe and busy >= BUSY_TENSOR_PCT:
+    if kind in ("gemm", "conv") and pipe and busy >= BUSY_TENSOR_PCT and k.pipes:
         unit = "wgmma" if pipe == "tensor_op_gmma" else "hmma" if pipe == "tensor_op_hmma" else pipe
         path = f"{unit} ({by_name})" if by_name and by_name != "fp32" else unit
         basis.append(f"{pipe} {busy:.0f}%")
+    elif kind in ("gemm", "conv") and "ptx_mma" in k.metrics:  # a Triton kernel's PTX, when no pipe metrics
+        path = {2.0: "wgmma", 1.0: "hmma"}.get(k.metrics["ptx_mma"], "fma")
+        basis.append("PTX: " + {"wgmma": "wgmma.mma_async", "hmma": "mma.sync"}.get(path, "no MMA instructions"))
     elif kind in ("gemm", "conv"):
         if pipe is not None or k.fma_pipe_pct is not None:  # metrics say: no tensor pipe in use
             path = "fma"

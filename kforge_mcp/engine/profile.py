@@ -217,6 +217,9 @@ def _attach_triton_metadata(report: ProfileReport, module) -> None:
                     k.spills = getattr(compiled, "n_spills", None)
                     if k.registers is None:
                         k.registers = getattr(compiled, "n_regs", None)
+                    ptx = (getattr(compiled, "asm", None) or {}).get("ptx") or ""
+                    if ptx:  # the unit the math runs on, for a timeline without pipe metrics
+                        k.metrics["ptx_mma"] = 2.0 if "wgmma.mma_async" in ptx else 1.0 if "mma.sync" in ptx else 0.0
         except Exception:  # noqa: BLE001  (metadata is a bonus; Triton's internals move between versions)
             continue
 

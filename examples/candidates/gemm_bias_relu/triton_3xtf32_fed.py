@@ -1,6 +1,7 @@
 """relu(x @ W^T + b) on tensor cores in 3xTF32 (fp32-level accuracy at 1e-4), after the analysis agent's
-feed_tensor_pipe advice: larger 128x256 tiles per program and a deeper pipeline (4 stages) so loads
-overlap the MMAs; grouped tile order for L2 reuse, bias and ReLU fused into the epilogue."""
+feed_tensor_pipe advice: a deeper K tile (BLOCK_K 64) so each pipeline stage keeps more MMAs in flight; of
+the tile shapes tried on the H100 (bench/results/analysis-h100/sweep.log) 128x128x64 fed the tensor pipe
+best, and 128x256 tiles ran slower. Grouped tile order for L2 reuse, bias and ReLU fused in the epilogue."""
 
 import torch
 import torch.nn as nn
@@ -51,11 +52,11 @@ class ModelNew(nn.Module):
         M, K = x.shape
         N = w.shape[0]
         out = torch.empty((M, N), device=x.device, dtype=x.dtype)
-        BLOCK_M, BLOCK_N = 128, 256
+        BLOCK_M, BLOCK_N = 128, 128
         grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
         linear_relu_3xtf32_kernel[grid](
             x, w, b, out, M, N, K,
             x.stride(0), x.stride(1), w.stride(0), w.stride(1), out.stride(0), out.stride(1),
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=4,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3,
         )
         return out
