@@ -150,10 +150,10 @@ def make_roofline(flops: float, nbytes: float, dtype: str = "fp32", device_name:
         notes.append("peaks overridden by the caller")
     if peaks.note:
         notes.append(f"{peaks.name}: {peaks.note}")
-    slower = [p.path for p in feasible if p is not best]
-    reason = (f"{path} at {pf / 1e12:.4g} TFLOP/s is the fastest path that can meet the tolerance"
-              + (f" (also feasible: {', '.join(slower)})" if slower else "")
-              + (f"; not: {', '.join(f'{p.path} ({p.why})' for p in paths if not p.feasible)}" if any(not p.feasible for p in paths) else ""))  # fmt: skip
+    tol = max(t for t in (atol, rtol, 0.0) if t is not None) or DEFAULT_TOLERANCE.get(dtype, 1e-4)
+    too_coarse = [p.path for p in paths if not p.feasible]
+    reason = (f"{path} at {pf / 1e12:.4g} TFLOP/s: the fastest path that meets the tolerance {tol:g}"
+              + (f" ({', '.join(too_coarse)} round too coarsely for it; see paths)" if too_coarse else ""))  # fmt: skip
     flop_ms, byte_ms = flops / pf * 1e3, nbytes / bw * 1e3
     sol = max(flop_ms, byte_ms)
     r = Roofline(flops=flops, bytes=nbytes, dtype=dtype, path=path, path_reason=reason, paths=paths, atol=atol,
