@@ -64,3 +64,16 @@ async def test_analyze_profile_bad_inputs_are_tool_errors(server, tmp_path):
     img.write_bytes(b"\x89PNG")
     shot = await call(server, "analyze_profile", {"image": str(img)})
     assert not shot.is_error and "LLM" in shot.structured_content["summary"]
+
+
+async def test_bad_profiles_name_the_file_and_the_server_keeps_serving(server, tmp_path):
+    cases = {"empty.json": ('{"traceEvents": []}', "nothing was profiled"),
+             "foreign.csv": ("name,value\nfoo,1\n", "unrecognized profile format"),
+             "cut.csv": ('"ID","Process ID","Kernel Name"\n', "truncated")}  # fmt: skip
+    async with Client(server) as client:
+        for name, (text, why) in cases.items():
+            (tmp_path / name).write_text(text)
+            result = await client.call_tool("analyze_profile", {"path": str(tmp_path / name)})
+            assert result.is_error and str(tmp_path / name) in result.content[0].text and why in result.content[0].text
+        ok = await client.call_tool("analyze_profile", {"path": str(DATA / "fused_bias_gelu-triton_naive.ncu-raw.csv")})
+        assert not ok.is_error and ok.structured_content["recommendations"][0]["rule"] == "fuse_launches"
