@@ -58,21 +58,46 @@ def executor_from(args, home: str | None):
 
     options = {"accelerator_type": args.ray_accelerator_type} if getattr(args, "ray_accelerator_type", None) else {}
     if name == "ray":
-        err.print(Text("starting Ray" + (f" (cluster {args.ray_address})" if getattr(args, "ray_address", None)
-                                         else " (a local Ray: no --ray-address)"), style="dim"))  # fmt: skip
-    return make_executor(name, home=home, ray_address=getattr(args, "ray_address", None), cpu_workers=cpu_workers,
-                         **options)  # fmt: skip
+        err.print(
+            Text(
+                "starting Ray"
+                + (
+                    f" (cluster {args.ray_address})"
+                    if getattr(args, "ray_address", None)
+                    else " (a local Ray: no --ray-address)"
+                ),
+                style="dim",
+            )
+        )
+    return make_executor(
+        name, home=home, ray_address=getattr(args, "ray_address", None), cpu_workers=cpu_workers, **options
+    )
 
 
 def add_executor_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--executor", choices=("local", "ray"), help="where jobs run: this machine's workers (local, the "
-                   "default) or a Ray cluster (ray); default $KFORGE_EXECUTOR")  # fmt: skip
-    p.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to join (default $KFORGE_RAY_ADDRESS; none: "
-                   "start a local Ray)")  # fmt: skip
-    p.add_argument("--cpu-workers", type=int, metavar="N", help="workers for CPU-only jobs (compile, the Triton "
-                   "interpreter): local default $KFORGE_CPU_WORKERS or 1; Ray default half the cluster's CPUs")  # fmt: skip
-    p.add_argument("--ray-accelerator-type", metavar="TYPE", help="GPU jobs only on Ray nodes with this "
-                   "accelerator type (e.g. H100)")  # fmt: skip
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        help="where jobs run: this machine's workers (local, the "
+        "default) or a Ray cluster (ray); default $KFORGE_EXECUTOR",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster to join (default $KFORGE_RAY_ADDRESS; none: start a local Ray)",
+    )
+    p.add_argument(
+        "--cpu-workers",
+        type=int,
+        metavar="N",
+        help="workers for CPU-only jobs (compile, the Triton "
+        "interpreter): local default $KFORGE_CPU_WORKERS or 1; Ray default half the cluster's CPUs",
+    )
+    p.add_argument(
+        "--ray-accelerator-type",
+        metavar="TYPE",
+        help="GPU jobs only on Ray nodes with this accelerator type (e.g. H100)",
+    )
 
 
 def with_status(label: str, call: Callable[[Callable[[str], None]], object]):
@@ -147,9 +172,12 @@ def cmd_targets(args) -> int:
 
 def cmd_compile(args) -> int:
     with open_engine(args.home) as engine:
-        report = with_status(f"compiling {args.file}", lambda p: engine.compile(
-            args.target, args.file, arch=args.arch, problem=args.problem, emit_ptx=args.ptx,
-            on_progress=p))  # fmt: skip
+        report = with_status(
+            f"compiling {args.file}",
+            lambda p: engine.compile(
+                args.target, args.file, arch=args.arch, problem=args.problem, emit_ptx=args.ptx, on_progress=p
+            ),
+        )
     if args.json:
         print_json(report)
     else:
@@ -159,8 +187,14 @@ def cmd_compile(args) -> int:
 
 def print_compile(report, file: str) -> None:
     status = Text("ok", style="bold green") if report.ok else Text("failed", style="bold red")
-    out.print(Text.assemble("compile ", status, f"  target {report.target}, arch {report.arch or 'default'}, "
-                            f"{report.seconds:.2f} s{', cached' if report.cached else ''}"))  # fmt: skip
+    out.print(
+        Text.assemble(
+            "compile ",
+            status,
+            f"  target {report.target}, arch {report.arch or 'default'}, "
+            f"{report.seconds:.2f} s{', cached' if report.cached else ''}",
+        )
+    )
     print_diagnostics(report.diagnostics, file)
     if report.kernels:
         table = Table(title=f"kernels (signature {report.signature_source or 'unknown'})")
@@ -179,9 +213,21 @@ def print_compile(report, file: str) -> None:
 
 def cmd_verify(args) -> int:
     with open_engine(args.home, args=args) as engine:
-        report = with_status("verifying", lambda p: engine.verify(
-            args.problem, args.candidate, target=args.target, device=args.device, trials=args.trials, atol=args.atol,
-            rtol=args.rtol, timeout_s=args.timeout, baselines=args.baselines, on_progress=p))  # fmt: skip
+        report = with_status(
+            "verifying",
+            lambda p: engine.verify(
+                args.problem,
+                args.candidate,
+                target=args.target,
+                device=args.device,
+                trials=args.trials,
+                atol=args.atol,
+                rtol=args.rtol,
+                timeout_s=args.timeout,
+                baselines=args.baselines,
+                on_progress=p,
+            ),
+        )
     if args.json:
         print_json(report)
     else:
@@ -203,12 +249,25 @@ def cmd_verify_batch(args) -> int:
                 done[0] += 1
                 status.update(Text(f"verified {done[0]}/{n}"))
                 if not args.json:
-                    err.print(Text.assemble(f"[{done[0]}/{n}] ", Text(f"{r.verdict:<10}", style=VERDICT_STYLE.get(
-                        r.verdict, "bold")), f" {args.candidates[i]}", f"  {r.speedup:.3g}x" if r.speedup else ""))  # fmt: skip
+                    err.print(
+                        Text.assemble(
+                            f"[{done[0]}/{n}] ",
+                            Text(f"{r.verdict:<10}", style=VERDICT_STYLE.get(r.verdict, "bold")),
+                            f" {args.candidates[i]}",
+                            f"  {r.speedup:.3g}x" if r.speedup else "",
+                        )
+                    )
 
             started = time.perf_counter()
-            reports = engine.verify_batch(items, on_result=on_result, target=args.target, device=args.device,
-                                          trials=args.trials, timeout_s=args.timeout, baselines=args.baselines)  # fmt: skip
+            reports = engine.verify_batch(
+                items,
+                on_result=on_result,
+                target=args.target,
+                device=args.device,
+                trials=args.trials,
+                timeout_s=args.timeout,
+                baselines=args.baselines,
+            )
     report = VerifyBatchReport(reports=reports, summary=summarize_batch(reports, time.perf_counter() - started))
     if args.json:
         print_json(report)
@@ -224,8 +283,15 @@ def print_batch(report, candidates: list[str]) -> None:
     for i, (r, c) in enumerate(zip(report.reports, candidates)):
         ms = r.timing.candidate.median_ms if r.timing and r.timing.candidate else None
         note = next((e for e in r.errors if e), "")[:80] or (r.node or "")[:12]
-        table.add_row(str(i), c, Text(r.verdict or "?", style=VERDICT_STYLE.get(r.verdict, "")), fmt(r.speedup, ".3g"),
-                      fmt(ms, ".4f"), fmt(r.seconds, ".1f"), Text(note))  # fmt: skip
+        table.add_row(
+            str(i),
+            c,
+            Text(r.verdict or "?", style=VERDICT_STYLE.get(r.verdict, "")),
+            fmt(r.speedup, ".3g"),
+            fmt(ms, ".4f"),
+            fmt(r.seconds, ".1f"),
+            Text(note),
+        )
     out.print(table)
     s = report.summary
     counts = ", ".join(f"{k} {v}" for k, v in sorted(s.verdicts.items()))
@@ -235,13 +301,23 @@ def print_batch(report, candidates: list[str]) -> None:
 
 def print_verify(report, candidate: str) -> None:
     verdict = report.verdict or "unknown"
-    out.print(Text.assemble("verdict ", Text(verdict.upper(), style=VERDICT_STYLE.get(verdict, "bold")),
-                            f"  target {report.target} on {report.device} ({report.execution or '?'}), "
-                            f"{fmt(report.trials)} trials, {fmt(report.seconds, '.1f')} s"))  # fmt: skip
+    out.print(
+        Text.assemble(
+            "verdict ",
+            Text(verdict.upper(), style=VERDICT_STYLE.get(verdict, "bold")),
+            f"  target {report.target} on {report.device} ({report.execution or '?'}), "
+            f"{fmt(report.trials)} trials, {fmt(report.seconds, '.1f')} s",
+        )
+    )
     if report.speedup is not None:
         style = "green" if report.speedup >= 1 else "yellow"
-        out.print(Text.assemble("speedup ", Text(f"{report.speedup:.3g}x", style=f"bold {style}"),
-                                f" over {report.speedup_over or 'the baseline'}"))  # fmt: skip
+        out.print(
+            Text.assemble(
+                "speedup ",
+                Text(f"{report.speedup:.3g}x", style=f"bold {style}"),
+                f" over {report.speedup_over or 'the baseline'}",
+            )
+        )
     print_timing(report.timing)
     for f in report.findings:
         out.print(Text.assemble(Text(f"{f.code}: ", style="bold yellow"), f.message), soft_wrap=True)
@@ -275,8 +351,10 @@ def print_mismatches(mismatches) -> None:
         if m.mismatched_fraction is not None:
             line.append(f", {m.mismatched_fraction:.2%} of elements")
         if m.first_mismatch_index is not None:
-            line.append(f"; first at ({', '.join(map(str, m.first_mismatch_index))}): "
-                        f"expected {fmt(m.expected, '.6g')}, got {fmt(m.got, '.6g')}")  # fmt: skip
+            line.append(
+                f"; first at ({', '.join(map(str, m.first_mismatch_index))}): "
+                f"expected {fmt(m.expected, '.6g')}, got {fmt(m.got, '.6g')}"
+            )
         if m.atol is not None or m.rtol is not None:
             line.append(f" (atol {fmt(m.atol, 'g')}, rtol {fmt(m.rtol, 'g')})", style="dim")
         out.print(line, soft_wrap=True)
@@ -289,9 +367,20 @@ PRIORITY_STYLE = {"high": "bold red", "medium": "bold yellow", "low": "dim"}
 
 def cmd_profile(args) -> int:
     with open_engine(args.home) as engine:
-        report = with_status("profiling", lambda p: engine.profile(
-            args.problem, args.candidate, target=args.target, device=args.device, depth=args.depth,
-            iterations=args.iterations, proton=args.proton, timeout_s=args.timeout, on_progress=p))  # fmt: skip
+        report = with_status(
+            "profiling",
+            lambda p: engine.profile(
+                args.problem,
+                args.candidate,
+                target=args.target,
+                device=args.device,
+                depth=args.depth,
+                iterations=args.iterations,
+                proton=args.proton,
+                timeout_s=args.timeout,
+                on_progress=p,
+            ),
+        )
         analysis = engine.analyze_profile(profile=report.model_dump()) if args.advise and not report.errors else None
     if args.json:
         print_json(report)
@@ -303,27 +392,56 @@ def cmd_profile(args) -> int:
 
 
 def print_profile(report) -> None:
-    out.print(Text.assemble(Text("profile ", style="bold"), f"{report.source or '-'} on {report.device or '?'} "
-                            f"({report.device_name or '?'}), {fmt(report.forwards)} forwards, "
-                            f"{fmt(report.launches_per_forward, 'g')} launches per forward"))  # fmt: skip
+    out.print(
+        Text.assemble(
+            Text("profile ", style="bold"),
+            f"{report.source or '-'} on {report.device or '?'} "
+            f"({report.device_name or '?'}), {fmt(report.forwards)} forwards, "
+            f"{fmt(report.launches_per_forward, 'g')} launches per forward",
+        )
+    )
     if report.kernels:
         table = Table(title="kernels" if report.device_kernels() else "CPU ops (no device kernels)")
-        for column in ("name", "launches", "total ms", "mean us", "grid", "block", "regs", "occupancy %", "sm %", "mem %"):
+        for column in (
+            "name",
+            "launches",
+            "total ms",
+            "mean us",
+            "grid",
+            "block",
+            "regs",
+            "occupancy %",
+            "sm %",
+            "mem %",
+        ):
             table.add_column(column, justify="left" if column == "name" else "right")
         for k in report.kernels:
             name = k.name if len(k.name) <= 60 else k.name[:57] + "..."
-            table.add_row(Text(name), str(k.launches), f"{k.device_ms:.4f}", f"{k.mean_ms * 1e3:.2f}",
-                          "x".join(map(str, k.grid)) if k.grid else "-", "x".join(map(str, k.block)) if k.block else "-",
-                          fmt(k.registers), fmt(k.achieved_occupancy_pct, ".1f"), fmt(k.sm_throughput_pct, ".1f"),
-                          fmt(k.memory_throughput_pct, ".1f"))  # fmt: skip
+            table.add_row(
+                Text(name),
+                str(k.launches),
+                f"{k.device_ms:.4f}",
+                f"{k.mean_ms * 1e3:.2f}",
+                "x".join(map(str, k.grid)) if k.grid else "-",
+                "x".join(map(str, k.block)) if k.block else "-",
+                fmt(k.registers),
+                fmt(k.achieved_occupancy_pct, ".1f"),
+                fmt(k.sm_throughput_pct, ".1f"),
+                fmt(k.memory_throughput_pct, ".1f"),
+            )
         out.print(table)
     if report.host_overhead_ms is not None:
         out.print(f"host launch time per forward: {report.host_overhead_ms * 1e3:.1f} us")
     r = report.roofline
     if r is not None:
-        out.print(Text.assemble(Text("roofline ", style="bold"), f"{r.device} {r.dtype}: {r.flops:.3g} FLOPs, "
-                                f"{r.bytes:.3g} bytes, T_SOL {r.sol_ms * 1e3:.2f} us, {r.bound}-bound, fraction of SOL "
-                                f"{fmt(r.fraction_of_sol, '.1%')}"))  # fmt: skip
+        out.print(
+            Text.assemble(
+                Text("roofline ", style="bold"),
+                f"{r.device} {r.dtype}: {r.flops:.3g} FLOPs, "
+                f"{r.bytes:.3g} bytes, T_SOL {r.sol_ms * 1e3:.2f} us, {r.bound}-bound, fraction of SOL "
+                f"{fmt(r.fraction_of_sol, '.1%')}",
+            )
+        )
     for n in report.notes:
         out.print(Text(n, style="dim"), soft_wrap=True)
     for e in report.errors:
@@ -333,9 +451,15 @@ def print_profile(report) -> None:
 
 def cmd_analyze(args) -> int:
     with open_engine(args.home) as engine:
-        image = args.file if Path(args.file).suffix.lower() in (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp") else None
-        report = with_status(f"analyzing {args.file}", lambda p: engine.analyze_profile(
-            path=None if image else args.file, image=image, problem=args.problem, forwards=args.forwards))  # fmt: skip
+        image = (
+            args.file if Path(args.file).suffix.lower() in (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp") else None
+        )
+        report = with_status(
+            f"analyzing {args.file}",
+            lambda p: engine.analyze_profile(
+                path=None if image else args.file, image=image, problem=args.problem, forwards=args.forwards
+            ),
+        )
     if args.json:
         print_json(report)
     else:
@@ -350,10 +474,19 @@ def print_analysis(report) -> None:
         for column in ("#", "priority", "gain", "title", "evidence", "action"):
             table.add_column(column, justify="right" if column in ("#", "gain") else "left")
         for i, rec in enumerate(report.recommendations, 1):
-            evidence = "\n".join(f"{e.metric}{f' [{e.kernel[:24]}]' if e.kernel else ''}: {e.value}" +
-                                  (f" (good: {e.good})" if e.good else "") for e in rec.evidence[:5])  # fmt: skip
-            table.add_row(str(i), Text(rec.priority, style=PRIORITY_STYLE.get(rec.priority, "")),
-                          f"{rec.expected_gain:.0%}", Text(rec.title), Text(evidence), Text(rec.action))  # fmt: skip
+            evidence = "\n".join(
+                f"{e.metric}{f' [{e.kernel[:24]}]' if e.kernel else ''}: {e.value}"
+                + (f" (good: {e.good})" if e.good else "")
+                for e in rec.evidence[:5]
+            )
+            table.add_row(
+                str(i),
+                Text(rec.priority, style=PRIORITY_STYLE.get(rec.priority, "")),
+                f"{rec.expected_gain:.0%}",
+                Text(rec.title),
+                Text(evidence),
+                Text(rec.action),
+            )
         out.print(table)
     if report.narrative:
         out.print(Text(report.narrative), soft_wrap=True)
@@ -395,9 +528,11 @@ def transport_security(host: str):
             except OSError:
                 pass
     names = list(dict.fromkeys(names))
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
-                                     allowed_hosts=[f"{n}:*" for n in names],
-                                     allowed_origins=[f"http://{n}:*" for n in names])  # fmt: skip
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{n}:*" for n in names],
+        allowed_origins=[f"http://{n}:*" for n in names],
+    )
 
 
 def banner(args, engine) -> None:
@@ -415,10 +550,18 @@ def banner(args, engine) -> None:
         if args.token:
             lines.append(Text("auth:    bearer token required (Authorization: Bearer <token>)"))
         if not is_loopback(args.host):
-            lines.append(Text(f"warning: listening on {args.host}: anyone with the token can run code on this machine",
-                              style="bold yellow"))  # fmt: skip
-    lines.append(Text(f"paths:   problems and candidates given as paths must lie under "
-                      f"{', '.join(map(str, engine.allow_dirs))}", style="dim"))  # fmt: skip
+            lines.append(
+                Text(
+                    f"warning: listening on {args.host}: anyone with the token can run code on this machine",
+                    style="bold yellow",
+                )
+            )
+    lines.append(
+        Text(
+            f"paths:   problems and candidates given as paths must lie under {', '.join(map(str, engine.allow_dirs))}",
+            style="dim",
+        )
+    )
     sandbox = engine.list_targets().host.get("sandbox") if engine._targets is not None else None
     if sandbox:
         lines.append(Text(f"sandbox: {sandbox}", style="dim"))
@@ -442,8 +585,10 @@ def cmd_serve(args) -> int:
 
     args.token = args.token or os.environ.get(TOKEN_ENV) or None
     if args.transport == "http" and not is_loopback(args.host) and not args.token:
-        raise KforgeError(f"refusing to listen on non-loopback host '{args.host}' without authentication: the server "
-                          f"runs submitted code; set a bearer token with --token or ${TOKEN_ENV}")  # fmt: skip
+        raise KforgeError(
+            f"refusing to listen on non-loopback host '{args.host}' without authentication: the server "
+            f"runs submitted code; set a bearer token with --token or ${TOKEN_ENV}"
+        )
     from .server import build_server
 
     interrupted = False
@@ -457,8 +602,14 @@ def cmd_serve(args) -> int:
             else:
                 from . import http_transport
 
-                http_transport.serve(server, args.host, args.port, transport_security(args.host), token=args.token,
-                                     max_request_bytes=int(args.max_request_mb * 2**20))  # fmt: skip
+                http_transport.serve(
+                    server,
+                    args.host,
+                    args.port,
+                    transport_security(args.host),
+                    token=args.token,
+                    max_request_bytes=int(args.max_request_mb * 2**20),
+                )
         except KeyboardInterrupt:
             interrupted = True
     err.print(Text("kforge: server stopped", style="dim"))
@@ -479,32 +630,49 @@ def port_number(value: str) -> int:
 
 
 def add_serve_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
-                   help="stdio (default; the client launches the server) or streamable HTTP")  # fmt: skip
+    p.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default; the client launches the server) or streamable HTTP",
+    )
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=8765, help="HTTP port (default 8765)")
-    p.add_argument("--token", help="HTTP bearer token clients must send (default $KFORGE_HTTP_TOKEN); required "
-                   "for a non-loopback --host")  # fmt: skip
-    p.add_argument("--max-request-mb", type=float, default=4.0, metavar="MB",
-                   help="largest HTTP request body accepted (default 4)")  # fmt: skip
-    p.add_argument("--allow-dir", action="append", metavar="DIR",
-                   help="problems and candidates given as paths must lie under one of these (repeatable; "
-                   "default: the working directory)")  # fmt: skip
+    p.add_argument(
+        "--token",
+        help="HTTP bearer token clients must send (default $KFORGE_HTTP_TOKEN); required for a non-loopback --host",
+    )
+    p.add_argument(
+        "--max-request-mb", type=float, default=4.0, metavar="MB", help="largest HTTP request body accepted (default 4)"
+    )
+    p.add_argument(
+        "--allow-dir",
+        action="append",
+        metavar="DIR",
+        help="problems and candidates given as paths must lie under one of these (repeatable; "
+        "default: the working directory)",
+    )
     add_executor_options(p)
     p.set_defaults(handler=cmd_serve)
 
 
 def add_home_option(p: argparse.ArgumentParser, default=None) -> None:
-    p.add_argument("--home", default=default, metavar="DIR",
-                   help="engine home: caches, worker state (default $KFORGE_HOME or ~/.kforge)")  # fmt: skip
+    p.add_argument(
+        "--home",
+        default=default,
+        metavar="DIR",
+        help="engine home: caches, worker state (default $KFORGE_HOME or ~/.kforge)",
+    )
 
 
 # ---- parsers and entry points ----
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kforge", description="Write, compile and verify GPU kernels against "
-                                     "PyTorch references; serve the same tools over MCP.")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="kforge",
+        description="Write, compile and verify GPU kernels against PyTorch references; serve the same tools over MCP.",
+    )
     parser.add_argument("--version", action="version", version=f"kforge {__version__}")
     add_home_option(parser)
     common = argparse.ArgumentParser(add_help=False)  # --home after the subcommand too
@@ -534,9 +702,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
     p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="kill the worker after S seconds")
-    p.add_argument("--baselines", type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
-                   default=["eager", "compiled"],
-                   help="comma-separated baselines to time (default eager,compiled)")  # fmt: skip
+    p.add_argument(
+        "--baselines",
+        type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
+        default=["eager", "compiled"],
+        help="comma-separated baselines to time (default eager,compiled)",
+    )
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify)
 
@@ -546,10 +717,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
     p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
     p.add_argument("--trials", type=int, default=5, help="correctness trials per candidate (default 5)")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                   help="per candidate: kill its worker after S seconds")
-    p.add_argument("--baselines", type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
-                   default=["eager", "compiled"], help="comma-separated baselines to time (default eager,compiled)")  # fmt: skip
+    p.add_argument(
+        "--timeout", type=float, default=300.0, metavar="S", help="per candidate: kill its worker after S seconds"
+    )
+    p.add_argument(
+        "--baselines",
+        type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
+        default=["eager", "compiled"],
+        help="comma-separated baselines to time (default eager,compiled)",
+    )
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify_batch)
 
@@ -558,16 +734,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("candidate", nargs="?", help="source defining class ModelNew (.py); omit to profile the reference")
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
     p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
-    p.add_argument("--depth", choices=("timeline", "metrics"), default="timeline",
-                   help="timeline: torch.profiler; metrics: also Nsight Compute when ncu is on PATH")  # fmt: skip
+    p.add_argument(
+        "--depth",
+        choices=("timeline", "metrics"),
+        default="timeline",
+        help="timeline: torch.profiler; metrics: also Nsight Compute when ncu is on PATH",
+    )
     p.add_argument("--iterations", type=int, default=5, help="profiled forwards (default 5)")
     p.add_argument("--proton", action="store_true", help="also run Triton's proton profiler")
     p.add_argument("--advise", action="store_true", help="also print the analysis agent's recommendations")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="kill the worker after S seconds")
     p.set_defaults(handler=cmd_profile)
 
-    p = sub.add_parser("analyze", parents=[report], help="recommendations from a captured profile (ncu CSV, "
-                       "torch.profiler trace, proton .hatchet) or a screenshot")  # fmt: skip
+    p = sub.add_parser(
+        "analyze",
+        parents=[report],
+        help="recommendations from a captured profile (ncu CSV, torch.profiler trace, proton .hatchet) or a screenshot",
+    )
     p.add_argument("file", help="the captured profile")
     p.add_argument("--problem", help="the reference (.py): adds its roofline")
     p.add_argument("--forwards", type=int, help="forwards the file holds (default: inferred from launch counts)")

@@ -51,8 +51,10 @@ def check_allowed_path(path: Path | str, role: str, allowed_roots: Sequence[Path
     roots = [Path(os.path.realpath(Path(r).expanduser())) for r in allowed_roots]
     if any(real == root or real.is_relative_to(root) for root in roots):
         return real
-    raise InputError(f"{role}: {path} is outside the allowed directories ({', '.join(map(str, roots)) or 'none'}); "
-                     "pass the source text instead, or allow its directory (kforge-mcp --allow-dir DIR)")  # fmt: skip
+    raise InputError(
+        f"{role}: {path} is outside the allowed directories ({', '.join(map(str, roots)) or 'none'}); "
+        "pass the source text instead, or allow its directory (kforge-mcp --allow-dir DIR)"
+    )
 
 
 def resolve_source(value: str, role: str, allowed_roots: Sequence[Path | str] | None = None) -> Source:
@@ -112,8 +114,10 @@ class LoadedProblem:
         try:
             value = getattr(self.module, name)()
         except Exception as e:
-            raise InputError(f"problem: {name}() raised {type(e).__name__}: {e}",
-                             diagnostics_from_exception(e, self.path, self.source)) from None  # fmt: skip
+            raise InputError(
+                f"problem: {name}() raised {type(e).__name__}: {e}",
+                diagnostics_from_exception(e, self.path, self.source),
+            ) from None
         if not isinstance(value, (list, tuple)):
             raise InputError(f"problem: {name}() must return a list or tuple, got {type(value).__name__}")
         return list(value)
@@ -162,8 +166,10 @@ def build_models(problem: LoadedProblem, candidate_module, device: str, build_re
 
     new_cls = getattr(candidate_module, "ModelNew", None)
     if new_cls is None:
-        raise InputError("candidate defines no class ModelNew: it must define class ModelNew(nn.Module) "
-                         "with the same constructor and forward signature as Model")  # fmt: skip
+        raise InputError(
+            "candidate defines no class ModelNew: it must define class ModelNew(nn.Module) "
+            "with the same constructor and forward signature as Model"
+        )
     init = problem.init_inputs(device)
     reference = None
     if build_reference:
@@ -171,8 +177,10 @@ def build_models(problem: LoadedProblem, candidate_module, device: str, build_re
         try:
             reference = problem.module.Model(*init).to(device)
         except Exception as e:
-            raise InputError(f"problem: Model(*get_init_inputs()) raised {type(e).__name__}: {e}",
-                             diagnostics_from_exception(e, problem.path, problem.source)) from None  # fmt: skip
+            raise InputError(
+                f"problem: Model(*get_init_inputs()) raised {type(e).__name__}: {e}",
+                diagnostics_from_exception(e, problem.path, problem.source),
+            ) from None
     seed_everything(0)
     try:
         candidate = new_cls(*init).to(device)

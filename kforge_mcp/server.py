@@ -24,8 +24,7 @@ ncu / torch.profiler / proton file) into ranked advice. Calls that outlive wait_
 run_loop runs the whole generate / repair / optimize loop with your model via sampling; without sampling, drive it
 with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best, kforge://runs/{run_id}/report (HTML)."""
 
-TOOL_MODULES = (list_targets, compile_tool, verify, jobs, profile, analyze_profile, loop, prompts, runs,
-                verify_batch)
+TOOL_MODULES = (list_targets, compile_tool, verify, jobs, profile, analyze_profile, loop, prompts, runs, verify_batch)
 
 
 def build_server(engine: Engine | None = None) -> MCPServer:

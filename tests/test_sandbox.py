@@ -79,8 +79,9 @@ def test_each_protection_can_be_turned_off():
 
 
 def test_worker_environment_points_temp_files_and_caches_into_writable_dirs(tmp_path):
-    env = worker_environment("cpu", tmp_path / "home", tmp_path / "tmp", base={"TMPDIR": "/elsewhere",
-                             "KFORGE_SANDBOX_MAX_PROCS": "7"})  # fmt: skip
+    env = worker_environment(
+        "cpu", tmp_path / "home", tmp_path / "tmp", base={"TMPDIR": "/elsewhere", "KFORGE_SANDBOX_MAX_PROCS": "7"}
+    )
     assert env["TMPDIR"] == str(tmp_path / "tmp") and env["KFORGE_SANDBOX_MAX_PROCS"] == "7"
     writable = sandbox.writable_dirs(env)
     assert str(tmp_path / "home") not in writable  # the home itself (run store, compile cache) is not
@@ -128,11 +129,14 @@ def test_no_network(sandboxed):
 
 
 @pytest.mark.skipif(not LANDLOCK_APPLIES, reason="Landlock is not available here, or off beside an NVIDIA driver")
-@pytest.mark.parametrize("name, target", [
-    ("hostile_write_store", "runs.db"),
-    ("hostile_write_cache", "cache/compile/poisoned.json"),
-    ("hostile_write_home", "~/.kforge_pwned"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, target",
+    [
+        ("hostile_write_store", "runs.db"),
+        ("hostile_write_cache", "cache/compile/poisoned.json"),
+        ("hostile_write_home", "~/.kforge_pwned"),
+    ],
+)
 def test_no_writes_outside_the_sandbox(sandboxed, name, target):
     engine, fake_home = sandboxed
     report = verify(engine, hostile(name))
@@ -216,9 +220,11 @@ def test_kill_tree_reaches_processes_in_other_sessions():
     import sys
 
     # a parent that starts a child in a new session and waits: killpg on the parent misses it
-    code = ("import os,subprocess,sys,time\n"
-            "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'], start_new_session=True)\n"
-            "time.sleep(60)\n")  # fmt: skip
+    code = (
+        "import os,subprocess,sys,time\n"
+        "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'], start_new_session=True)\n"
+        "time.sleep(60)\n"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code])
     try:
         deadline = time.monotonic() + 20
@@ -294,8 +300,9 @@ def http_url(engine):
     from kforge_mcp.cli import transport_security
     from kforge_mcp.server import build_server
 
-    app = http_transport.build_app(build_server(engine), "127.0.0.1", transport_security("127.0.0.1"), token=TOKEN,
-                                   max_request_bytes=64 * 1024)  # fmt: skip
+    app = http_transport.build_app(
+        build_server(engine), "127.0.0.1", transport_security("127.0.0.1"), token=TOKEN, max_request_bytes=64 * 1024
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -311,8 +318,12 @@ def http_url(engine):
     thread.join(timeout=10)
 
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}  # fmt: skip
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 

@@ -34,7 +34,6 @@ from . import prompts
 from .extract import ExtractionError, extract_candidate
 
 
-
 class Reply(str):
     """A generation agent's reply that also says what it cost: ``Reply(text, tokens=prompt + completion)``.
 
@@ -78,15 +77,28 @@ _driving_lock = threading.Lock()
 class LoopOptions(BaseModel):
     max_iterations: int = Field(8, ge=1, le=200, description="attempts in all, functional and optimization")
     max_seconds: float | None = Field(None, gt=0, description="wall-time budget; checked between rounds")
-    max_tokens: int | None = Field(None, ge=1, description="token budget of the whole run (prompt + completion, all "
-                                   "attempts); checked between rounds. Providers report exact counts; MCP sampling and "
-                                   "plain-str generate callables report none, so there it is estimated as "
-                                   "len(prompt + reply) / 4")  # fmt: skip
-    candidates_per_round: int = Field(1, ge=1, le=16, description="replies asked for the same prompt each round "
-                                      "(concurrently), checked side by side as the executor allows; each is an "
-                                      "attempt, and the round's best drives the next prompt")  # fmt: skip
-    stop_at_sol: float | None = Field(0.9, gt=0, description="stop once a correct candidate reaches this fraction "
-                                      "of speed of light (when the device's peaks are known)")  # fmt: skip
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="token budget of the whole run (prompt + completion, all "
+        "attempts); checked between rounds. Providers report exact counts; MCP sampling and "
+        "plain-str generate callables report none, so there it is estimated as "
+        "len(prompt + reply) / 4",
+    )
+    candidates_per_round: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="replies asked for the same prompt each round "
+        "(concurrently), checked side by side as the executor allows; each is an "
+        "attempt, and the round's best drives the next prompt",
+    )
+    stop_at_sol: float | None = Field(
+        0.9,
+        gt=0,
+        description="stop once a correct candidate reaches this fraction "
+        "of speed of light (when the device's peaks are known)",
+    )
     optimize: bool = Field(True, description="after the first correct candidate, keep optimizing")
     profile: bool = Field(True, description="profile correct candidates and feed the analysis agent's advice back")
     profile_depth: Literal["timeline", "metrics"] = "timeline"
@@ -118,8 +130,11 @@ class LoopOptions(BaseModel):
 class AttemptSummary(BaseModel):
     index: int
     pass_: str = Field(alias="pass", serialization_alias="pass")
-    verdict: str | None = Field(None, description="pass, fail, suspicious, error; 'no_code' when nothing was extracted, "
-                                "'compile_error' when it did not compile")  # fmt: skip
+    verdict: str | None = Field(
+        None,
+        description="pass, fail, suspicious, error; 'no_code' when nothing was extracted, "
+        "'compile_error' when it did not compile",
+    )
     correct: bool = False
     speedup: float | None = None
     problem: str | None = Field(None, description="the first lines of the feedback, when it failed")
@@ -143,8 +158,11 @@ class LoopResult(BaseModel):
     best: BestCandidate | None = None
     attempts: list[AttemptSummary] = Field(default_factory=list)
     tokens: int = Field(0, description="tokens spent, summed over the attempts (see LoopOptions.max_tokens)")
-    report: str | None = Field(None, description="path of the run's HTML report (speedup and verdict per attempt, "
-                               "the best kernel); a PNG of the plot lies beside it")  # fmt: skip
+    report: str | None = Field(
+        None,
+        description="path of the run's HTML report (speedup and verdict per attempt, "
+        "the best kernel); a PNG of the plot lies beside it",
+    )
     report_uri: str | None = Field(None, description="the same report as an MCP resource")
     job_id: str | None = Field(None, description="set when run_loop outlived wait_s; poll job_status / job_result")
 
@@ -179,7 +197,11 @@ def _source_line(source: str | None, line: int | None) -> str | None:
 def _diagnostics_text(diags: list[dict], source: str | None) -> list[str]:
     out = []
     for d in diags[:10]:
-        where = f"line {d['line']}" + (f", column {d['column']}" if d.get("column") else "") if d.get("line") else "candidate"
+        where = (
+            f"line {d['line']}" + (f", column {d['column']}" if d.get("column") else "")
+            if d.get("line")
+            else "candidate"
+        )
         out.append(f"- {where}: {d.get('severity', 'error')}: {d['message']}")
         src = _source_line(source, d.get("line"))
         if src is not None:
@@ -210,12 +232,18 @@ def failure_feedback(attempt: Attempt) -> str:
     elif verdict == "fail":
         lines.append("It ran but its outputs do not match the reference:")
         for m in v.get("mismatches", [])[:4]:
-            at = f" first mismatch at index {m['first_mismatch_index']}" if m.get("first_mismatch_index") is not None else ""
-            lines.append(f"- trial {m['trial']}, output {m.get('output_index', 0)}: {m['reason']};{at} expected "
-                         f"{_g(m.get('expected'))}, got {_g(m.get('got'))}; max_abs_error {_g(m.get('max_abs_error'))}, "
-                         f"mean_abs_error {_g(m.get('mean_abs_error'))}, max_rel_error {_g(m.get('max_rel_error'))}, "
-                         f"mismatched fraction {_g(m.get('mismatched_fraction'))} (atol {_g(m.get('atol'))}, "
-                         f"rtol {_g(m.get('rtol'))})")  # fmt: skip
+            at = (
+                f" first mismatch at index {m['first_mismatch_index']}"
+                if m.get("first_mismatch_index") is not None
+                else ""
+            )
+            lines.append(
+                f"- trial {m['trial']}, output {m.get('output_index', 0)}: {m['reason']};{at} expected "
+                f"{_g(m.get('expected'))}, got {_g(m.get('got'))}; max_abs_error {_g(m.get('max_abs_error'))}, "
+                f"mean_abs_error {_g(m.get('mean_abs_error'))}, max_rel_error {_g(m.get('max_rel_error'))}, "
+                f"mismatched fraction {_g(m.get('mismatched_fraction'))} (atol {_g(m.get('atol'))}, "
+                f"rtol {_g(m.get('rtol'))})"
+            )
     elif verdict == "suspicious":
         lines.append("It matched the reference but was flagged as suspicious (it must do the work in its own kernels):")
     if verdict in ("fail", "suspicious", "error"):
@@ -225,6 +253,8 @@ def failure_feedback(attempt: Attempt) -> str:
     return "\n".join(lines) or f"It was not accepted (verdict {verdict})."
 
 
+# kept as on main until the analysis rewrite there merges, then formatted
+# fmt: off
 def optimize_feedback(best: Attempt, last: Attempt | None) -> str:
     """Measurements of the best candidate and the analysis agent's advice (and why the last try failed)."""
     v = best.verify_report or {}
@@ -267,6 +297,7 @@ def optimize_feedback(best: Attempt, last: Attempt | None) -> str:
         else:
             lines.append(f"Your last attempt ({last.index}) was discarded:\n" + failure_feedback(last))
     return "\n".join(lines)
+# fmt: on
 
 
 def summarize(a: Attempt) -> AttemptSummary:
@@ -277,8 +308,16 @@ def summarize(a: Attempt) -> AttemptSummary:
     else:
         verdict = (a.verify_report or {}).get("verdict")
         problem = None if a.correct else failure_feedback(a)
-    return AttemptSummary(index=a.index, pass_=a.pass_, verdict=verdict, correct=a.correct, speedup=a.speedup,
-                          problem=problem[:500] if problem else None, tokens=a.tokens, round=a.round)  # fmt: skip
+    return AttemptSummary(
+        index=a.index,
+        pass_=a.pass_,
+        verdict=verdict,
+        correct=a.correct,
+        speedup=a.speedup,
+        problem=problem[:500] if problem else None,
+        tokens=a.tokens,
+        round=a.round,
+    )
 
 
 def resolve(engine, value: str, role: str):
@@ -326,13 +365,16 @@ class LoopDriver:
 
     # ---- starting and prompting ----
 
-    def start(self, problem: str, target: str, provider: str | None = None, options: LoopOptions | dict | None = None) -> Run:
+    def start(
+        self, problem: str, target: str, provider: str | None = None, options: LoopOptions | dict | None = None
+    ) -> Run:
         opts = LoopOptions.parse(options)
         prob = resolve(self.engine, problem, "problem")
         prompts.render("first", target, prob.text)  # fails early (InputError) for a target without templates
         self.engine.target_status(target)  # unknown target names fail here
-        return self.store.create_run(prob.text, target, provider=provider, problem_name=prob.name,
-                                     options=opts.model_dump(mode="json"))  # fmt: skip
+        return self.store.create_run(
+            prob.text, target, provider=provider, problem_name=prob.name, options=opts.model_dump(mode="json")
+        )
 
     def options(self, run: Run) -> LoopOptions:
         return LoopOptions.model_validate(run.options)
@@ -348,51 +390,85 @@ class LoopDriver:
         run = self.store.get_run(run_id)
         opts = self.options(run)
         attempts = self.store.attempts(run_id)
-        common = dict(device=self._device_facts(run.target), reference_impl=opts.reference_impl,
-                      reference_target=opts.reference_target)  # fmt: skip
+        common = dict(
+            device=self._device_facts(run.target),
+            reference_impl=opts.reference_impl,
+            reference_target=opts.reference_target,
+        )
         if not attempts:
             return "functional", prompts.render("first", run.target, run.problem, **common)
         # the latest round's best (with one candidate per round: the last attempt) is what the feedback is about
         last, best = _round_best(_last_round(attempts)), _best_of(attempts)
         if best is None:
             previous = last.candidate or last.reply or ""
-            return "functional", prompts.render("repair", run.target, run.problem, previous=previous,
-                                                feedback=failure_feedback(last), attempt_index=last.index, **common)  # fmt: skip
-        return "optimize", prompts.render("optimize", run.target, run.problem, previous=best.candidate,
-                                          feedback=optimize_feedback(best, last), attempt_index=best.index,
-                                          speedup=best.speedup, **common)  # fmt: skip
+            return "functional", prompts.render(
+                "repair",
+                run.target,
+                run.problem,
+                previous=previous,
+                feedback=failure_feedback(last),
+                attempt_index=last.index,
+                **common,
+            )
+        return "optimize", prompts.render(
+            "optimize",
+            run.target,
+            run.problem,
+            previous=best.candidate,
+            feedback=optimize_feedback(best, last),
+            attempt_index=best.index,
+            speedup=best.speedup,
+            **common,
+        )
 
     # ---- one attempt ----
 
-    def submit(self, run_id: str, reply: str, prompt: str | None = None, on_progress: Progress = None,
-               cancel: threading.Event | None = None) -> SubmitResult:  # fmt: skip
+    def submit(
+        self,
+        run_id: str,
+        reply: str,
+        prompt: str | None = None,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+    ) -> SubmitResult:
         """Check one reply (a raw LLM reply or bare candidate source) and record it as the next attempt."""
         with self._lock(run_id):
             run = self.store.get_run(run_id)
             if run.status != "running":
                 raise InputError(f"run '{run_id}' is {run.status} ({run.stop_reason}); start a new run or resume it")
             pass_, expected_prompt = self.next_prompt(run_id)
-            attempt = self._check(run, pass_, prompt or expected_prompt, reply, on_progress, cancel,
-                                  round=run.attempts)  # fmt: skip
+            attempt = self._check(run, pass_, prompt or expected_prompt, reply, on_progress, cancel, round=run.attempts)
             return self._after_attempt(run, attempt)
 
-    def _submit_round(self, run_id: str, pass_: str, prompt: str, replies: list[tuple[str, int | None]],
-                      on_progress: Progress, cancel: threading.Event | None) -> SubmitResult:  # fmt: skip
+    def _submit_round(
+        self,
+        run_id: str,
+        pass_: str,
+        prompt: str,
+        replies: list[tuple[str, int | None]],
+        on_progress: Progress,
+        cancel: threading.Event | None,
+    ) -> SubmitResult:
         """Check a round's replies (text, tokens) side by side, as many at once as the run's device
         lane has workers, each recorded as its own attempt; the result is about the round's best."""
         with self._lock(run_id):
             run = self.store.get_run(run_id)
             if run.status != "running":
                 raise InputError(f"run '{run_id}' is {run.status} ({run.stop_reason}); start a new run or resume it")
-            check = functools.partial(self._check, run, pass_, prompt, on_progress=on_progress, cancel=cancel,
-                                      round=run.attempts)  # fmt: skip
+            check = functools.partial(
+                self._check, run, pass_, prompt, on_progress=on_progress, cancel=cancel, round=run.attempts
+            )
             width = min(len(replies), self._check_width(run))
             if width <= 1:
-                attempts = [check(text, tokens=tokens, label=f"candidate {i}") for i, (text, tokens) in enumerate(replies)]
+                attempts = [
+                    check(text, tokens=tokens, label=f"candidate {i}") for i, (text, tokens) in enumerate(replies)
+                ]
             else:
                 with ThreadPoolExecutor(width, thread_name_prefix=f"kforge-loop-{run_id}") as pool:
-                    futures = [pool.submit(check, text, tokens=tokens, label=f"candidate {i}")
-                               for i, (text, tokens) in enumerate(replies)]  # fmt: skip
+                    futures = [
+                        pool.submit(check, text, tokens=tokens, label=f"candidate {i}")
+                        for i, (text, tokens) in enumerate(replies)
+                    ]
                     attempts = [f.result() for f in futures]  # the first error (e.g. JobCancelled) is raised
             return self._after_attempt(run, _round_best(attempts))
 
@@ -404,14 +480,24 @@ class LoopDriver:
         except Exception:  # noqa: BLE001  (an engine without an executor: one at a time)
             return 1
 
-    def _check(self, run: Run, pass_: str, prompt: str, reply: str, on_progress: Progress,
-               cancel: threading.Event | None, tokens: int | None = None, round: int | None = None,
-               label: str | None = None) -> Attempt:  # fmt: skip
+    def _check(
+        self,
+        run: Run,
+        pass_: str,
+        prompt: str,
+        reply: str,
+        on_progress: Progress,
+        cancel: threading.Event | None,
+        tokens: int | None = None,
+        round: int | None = None,
+        label: str | None = None,
+    ) -> Attempt:
         opts = self.options(run)
         say = on_progress or (lambda _m: None)
         n = label or f"attempt {run.attempts}"
-        add = functools.partial(self.store.add_attempt, run.id, pass_, prompt=prompt, reply=reply, tokens=tokens,
-                                round=round)  # fmt: skip
+        add = functools.partial(
+            self.store.add_attempt, run.id, pass_, prompt=prompt, reply=reply, tokens=tokens, round=round
+        )
         try:
             code = extract_candidate(reply).code
         except ExtractionError as e:
@@ -425,9 +511,20 @@ class LoopDriver:
             return add(candidate=code, compile_report=comp.model_dump(mode="json"))
         say(f"{n}: verifying")
         try:
-            ver = self.engine.verify(run.problem, code, target=run.target, device=opts.device, trials=opts.trials,
-                                     atol=opts.atol, rtol=opts.rtol, timeout_s=opts.timeout_s, baselines=opts.baselines,
-                                     timing_budget_s=opts.timing_budget_s, on_progress=on_progress, cancel=cancel)  # fmt: skip
+            ver = self.engine.verify(
+                run.problem,
+                code,
+                target=run.target,
+                device=opts.device,
+                trials=opts.trials,
+                atol=opts.atol,
+                rtol=opts.rtol,
+                timeout_s=opts.timeout_s,
+                baselines=opts.baselines,
+                timing_budget_s=opts.timing_budget_s,
+                on_progress=on_progress,
+                cancel=cancel,
+            )
         except InputError as e:
             return add(candidate=code, compile_report=comp.model_dump(mode="json"), error=str(e))
         correct = ver.verdict == "pass"
@@ -435,14 +532,28 @@ class LoopDriver:
         if correct and opts.optimize and opts.profile:
             say(f"{n}: profiling")
             recs = self._advice(run, code, opts, cancel)
-        return add(candidate=code, compile_report=comp.model_dump(mode="json"), verify_report=ver.model_dump(mode="json"),
-                   recommendations=recs, speedup=ver.speedup, correct=correct)  # fmt: skip
+        return add(
+            candidate=code,
+            compile_report=comp.model_dump(mode="json"),
+            verify_report=ver.model_dump(mode="json"),
+            recommendations=recs,
+            speedup=ver.speedup,
+            correct=correct,
+        )
 
     def _advice(self, run: Run, code: str, opts: LoopOptions, cancel) -> list[dict]:
         """The analysis agent's recommendations for a correct candidate, plus its summary line."""
         try:
-            prof = self.engine.profile(run.problem, code, target=run.target, device=opts.device,
-                                       depth=opts.profile_depth, iterations=3, timeout_s=opts.timeout_s, cancel=cancel)  # fmt: skip
+            prof = self.engine.profile(
+                run.problem,
+                code,
+                target=run.target,
+                device=opts.device,
+                depth=opts.profile_depth,
+                iterations=3,
+                timeout_s=opts.timeout_s,
+                cancel=cancel,
+            )
             if prof.errors:
                 return [{"_summary": "profiling failed: " + "; ".join(e for e in prof.errors if e)[:500]}]
             analysis = self.engine.analyze_profile(profile=prof.model_dump(mode="json"), problem=run.problem)
@@ -463,12 +574,25 @@ class LoopDriver:
         summary = summarize(attempt)
         feedback = summary.problem if not attempt.correct else (optimize_feedback(attempt, None) if not stop else None)
         next_prompt = None if stop else self.next_prompt(run.id)[1]
-        return SubmitResult(run_id=run.id, attempt=attempt.index, verdict=summary.verdict, correct=attempt.correct,
-                            speedup=attempt.speedup, error=attempt.error, compile_report=attempt.compile_report,
-                            verify_report=attempt.verify_report, recommendations=attempt.recommendations,
-                            feedback=feedback, next_prompt=next_prompt, done=stop is not None, stop_reason=stop,
-                            best=self._best_model(best))  # fmt: skip
+        return SubmitResult(
+            run_id=run.id,
+            attempt=attempt.index,
+            verdict=summary.verdict,
+            correct=attempt.correct,
+            speedup=attempt.speedup,
+            error=attempt.error,
+            compile_report=attempt.compile_report,
+            verify_report=attempt.verify_report,
+            recommendations=attempt.recommendations,
+            feedback=feedback,
+            next_prompt=next_prompt,
+            done=stop is not None,
+            stop_reason=stop,
+            best=self._best_model(best),
+        )
 
+    # kept as on main until the analysis rewrite there merges, then formatted
+    # fmt: off
     def _stop_reason(self, run: Run, opts: LoopOptions, attempts: list[Attempt], best: Attempt | None) -> str | None:
         if best is not None:
             if not opts.optimize:
@@ -483,13 +607,15 @@ class LoopDriver:
         if opts.max_tokens and sum(a.tokens or 0 for a in attempts) >= opts.max_tokens:
             return "max_tokens"
         return None
+    # fmt: on
 
     @staticmethod
     def _best_model(best: Attempt | None) -> BestCandidate | None:
         if best is None:
             return None
-        return BestCandidate(index=best.index, candidate=best.candidate, speedup=best.speedup,
-                             verify_report=best.verify_report)  # fmt: skip
+        return BestCandidate(
+            index=best.index, candidate=best.candidate, speedup=best.speedup, verify_report=best.verify_report
+        )
 
     # ---- results ----
 
@@ -497,8 +623,14 @@ class LoopDriver:
         run = self.store.get_run(run_id)
         attempts = self.store.attempts(run_id)
         best = _best_of(attempts)
-        return LoopResult(run_id=run.id, status=run.status, stop_reason=run.stop_reason, best=self._best_model(best),
-                          attempts=[summarize(a) for a in attempts], tokens=sum(a.tokens or 0 for a in attempts))  # fmt: skip
+        return LoopResult(
+            run_id=run.id,
+            status=run.status,
+            stop_reason=run.stop_reason,
+            best=self._best_model(best),
+            attempts=[summarize(a) for a in attempts],
+            tokens=sum(a.tokens or 0 for a in attempts),
+        )
 
     def finish(self, run_id: str) -> LoopResult:
         """The result, with the run's report written (a report that fails to draw does not fail the run)."""
@@ -517,8 +649,9 @@ class LoopDriver:
 
     # ---- the headless driver ----
 
-    def drive(self, run_id: str, generate: Generate, on_progress: Progress = None,
-              cancel: threading.Event | None = None) -> LoopResult:  # fmt: skip
+    def drive(
+        self, run_id: str, generate: Generate, on_progress: Progress = None, cancel: threading.Event | None = None
+    ) -> LoopResult:
         """Generate and check attempts until the run stops. Works for a new run and for one that
         was interrupted: it continues from the attempts already recorded, never redoing one."""
         with _driving_lock:
@@ -527,8 +660,9 @@ class LoopDriver:
             self.store.claim(run_id)  # refused while another live process drives it
             _driving.add(run_id)
         beating = threading.Event()
-        threading.Thread(target=self._heartbeat, args=(run_id, beating), daemon=True,
-                         name=f"kforge-heartbeat-{run_id}").start()  # fmt: skip
+        threading.Thread(
+            target=self._heartbeat, args=(run_id, beating), daemon=True, name=f"kforge-heartbeat-{run_id}"
+        ).start()
         try:
             self._drive(run_id, generate, on_progress, cancel)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM in the CLI: a stop the user asked for
@@ -567,8 +701,10 @@ class LoopDriver:
                 return self.store.update_run(run_id, status="done", stop_reason=stop)
             pass_, prompt = self.next_prompt(run_id)
             n = min(opts.candidates_per_round, opts.max_iterations - len(attempts))  # a round never overruns the budget
-            say(f"attempt {run.attempts} ({pass_}): asking the generation agent"
-                + (f" for {n} candidates" if n > 1 else ""))  # fmt: skip
+            say(
+                f"attempt {run.attempts} ({pass_}): asking the generation agent"
+                + (f" for {n} candidates" if n > 1 else "")
+            )
             replies, errors = self._generate(generate, prompt, n)
             if cancelled():  # the replies came after a cancel: not checked, resume asks again
                 return self.stop(run_id, "stopped", "cancelled")
@@ -576,8 +712,10 @@ class LoopDriver:
                 e = errors[0]
                 return self.stop(run_id, "failed", f"generation failed: {type(e).__name__}: {str(e)[:500]}")
             if errors:
-                say(f"{len(errors)} of {n} generations failed ({type(errors[0]).__name__}: {str(errors[0])[:200]}); "
-                    f"checking the other {len(replies)}")  # fmt: skip
+                say(
+                    f"{len(errors)} of {n} generations failed ({type(errors[0]).__name__}: {str(errors[0])[:200]}); "
+                    f"checking the other {len(replies)}"
+                )
             try:
                 res = self._submit_round(run_id, pass_, prompt, replies, on_progress, cancel)
             except JobCancelled:
@@ -610,14 +748,27 @@ class LoopDriver:
                     errors.append(e)
         return replies, errors
 
-    def run(self, problem: str, target: str, generate: Generate, provider: str | None = None,
-            options: LoopOptions | dict | None = None, on_progress: Progress = None,
-            cancel: threading.Event | None = None) -> LoopResult:  # fmt: skip
+    def run(
+        self,
+        problem: str,
+        target: str,
+        generate: Generate,
+        provider: str | None = None,
+        options: LoopOptions | dict | None = None,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+    ) -> LoopResult:
         run = self.start(problem, target, provider=provider, options=options)
         return self.drive(run.id, generate, on_progress=on_progress, cancel=cancel)
 
-    def resume(self, run_id: str, generate: Generate, on_progress: Progress = None,
-               cancel: threading.Event | None = None, **more_options) -> LoopResult:  # fmt: skip
+    def resume(
+        self,
+        run_id: str,
+        generate: Generate,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+        **more_options,
+    ) -> LoopResult:
         """Continue a run from its last attempt (after a crash, a cancel, or with a larger budget):
         recorded attempts are kept; an attempt that was cut off is asked for again."""
         run = self.store.get_run(run_id)  # an unknown id fails here, naming the closest ones
@@ -628,9 +779,18 @@ class LoopDriver:
         return self.drive(run_id, generate, on_progress=on_progress, cancel=cancel)
 
 
-def run_loop(problem: str, target: str = "triton", generate: Generate | None = None, *, engine=None,
-             provider: str | None = None, max_iterations: int | None = None, on_progress: Progress = None,
-             run_id: str | None = None, **options) -> LoopResult:  # fmt: skip
+def run_loop(
+    problem: str,
+    target: str = "triton",
+    generate: Generate | None = None,
+    *,
+    engine=None,
+    provider: str | None = None,
+    max_iterations: int | None = None,
+    on_progress: Progress = None,
+    run_id: str | None = None,
+    **options,
+) -> LoopResult:
     """The whole loop headless: ``generate(prompt) -> reply`` plays the generation agent (or pass
     ``provider='anthropic'|'openai'`` to use one from ``kforge_mcp.agents.providers``). With
     ``run_id`` it resumes that run from its last attempt (options given override the run's)."""

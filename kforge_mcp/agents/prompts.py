@@ -29,8 +29,12 @@ _env: jinja2.Environment | None = None
 def environment() -> jinja2.Environment:
     global _env
     if _env is None:
-        _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), undefined=jinja2.StrictUndefined,
-                                  keep_trailing_newline=True, autoescape=False)  # fmt: skip
+        _env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)),
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+            autoescape=False,
+        )
     return _env
 
 
@@ -60,29 +64,52 @@ def device_facts(target: str, status=None) -> str:
     if status.versions:
         parts.append("Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(status.versions.items())) + ".")
     if status.devices and all(d == "cpu" for d in status.devices) and target == "triton":
-        parts.append("Kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1): correctness is exact, "
-                     "timings are not GPU timings.")  # fmt: skip
+        parts.append(
+            "Kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1): correctness is exact, "
+            "timings are not GPU timings."
+        )
     parts.extend(status.notes)
     return " ".join(parts)
 
 
-def render(kind: Kind, target: str, problem: str, *, previous: str | None = None, feedback: str | None = None,
-           attempt_index: int | None = None, speedup: float | None = None, device: str | None = None,
-           reference_impl: str | None = None, reference_target: str | None = None,
-           include_one_shot: bool = True) -> str:  # fmt: skip
+def render(
+    kind: Kind,
+    target: str,
+    problem: str,
+    *,
+    previous: str | None = None,
+    feedback: str | None = None,
+    attempt_index: int | None = None,
+    speedup: float | None = None,
+    device: str | None = None,
+    reference_impl: str | None = None,
+    reference_target: str | None = None,
+    include_one_shot: bool = True,
+) -> str:
     """The prompt text for one pass. ``problem`` is the reference's source text."""
     if kind not in KINDS:
         raise InputError(f"prompt kind must be one of {list(KINDS)}, got '{kind}'")
     if target not in targets_with_prompts():
-        raise InputError(f"no prompt templates for target '{target}'; templates exist for: "
-                         f"{', '.join(targets_with_prompts()) or 'none'} (add prompts/{target}/first.j2, repair.j2, optimize.j2)")  # fmt: skip
+        raise InputError(
+            f"no prompt templates for target '{target}'; templates exist for: "
+            f"{', '.join(targets_with_prompts()) or 'none'} (add prompts/{target}/first.j2, repair.j2, optimize.j2)"
+        )
     shot = one_shot(target) if include_one_shot else None
     template = environment().get_template(f"{target}/{kind}.j2")
-    return template.render(
-        target=target, target_title=TITLES.get(target, target), problem=problem.strip(),
-        device_facts=device or f"Target {target}; device facts unknown.",
-        one_shot_problem=shot[0].strip() if shot else None, one_shot=shot[1].strip() if shot else None,
-        reference_impl=reference_impl.strip() if reference_impl else None, reference_target=reference_target,
-        previous=(previous or "").strip(), feedback=(feedback or "").strip(), attempt_index=attempt_index,
-        speedup="unknown" if speedup is None else f"{speedup:.3g}x",
-    ).strip() + "\n"
+    return (
+        template.render(
+            target=target,
+            target_title=TITLES.get(target, target),
+            problem=problem.strip(),
+            device_facts=device or f"Target {target}; device facts unknown.",
+            one_shot_problem=shot[0].strip() if shot else None,
+            one_shot=shot[1].strip() if shot else None,
+            reference_impl=reference_impl.strip() if reference_impl else None,
+            reference_target=reference_target,
+            previous=(previous or "").strip(),
+            feedback=(feedback or "").strip(),
+            attempt_index=attempt_index,
+            speedup="unknown" if speedup is None else f"{speedup:.3g}x",
+        ).strip()
+        + "\n"
+    )

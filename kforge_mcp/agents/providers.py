@@ -66,9 +66,15 @@ def _tokens(response, prompt_field: str, completion_field: str) -> int | None:
     return sum(counts) if all(isinstance(c, int) for c in counts) else None
 
 
-def make_provider(name: str, model: str | None = None, base_url: str | None = None, max_tokens: int = 8192,
-                  temperature: float | None = None, max_retries: int = 2,
-                  timeout_s: float = 600.0) -> Callable[[str], Reply]:  # fmt: skip
+def make_provider(
+    name: str,
+    model: str | None = None,
+    base_url: str | None = None,
+    max_tokens: int = 8192,
+    temperature: float | None = None,
+    max_retries: int = 2,
+    timeout_s: float = 600.0,
+) -> Callable[[str], Reply]:
     if name not in PROVIDERS:
         raise InputError(f"unknown provider '{name}'; choose from {', '.join(PROVIDERS)}")
     key = os.environ.get(KEY_ENV[name])
@@ -87,17 +93,25 @@ def make_provider(name: str, model: str | None = None, base_url: str | None = No
         client = sdk.Anthropic(api_key=key, base_url=base_url, max_retries=max_retries, timeout=timeout_s)
 
         def call(prompt: str) -> Reply:
-            msg = client.messages.create(model=model, max_tokens=max_tokens, system=SYSTEM,
-                                         messages=[{"role": "user", "content": prompt}], **extra)  # fmt: skip
+            msg = client.messages.create(
+                model=model,
+                max_tokens=max_tokens,
+                system=SYSTEM,
+                messages=[{"role": "user", "content": prompt}],
+                **extra,
+            )
             text = "".join(b.text for b in msg.content if getattr(b, "type", None) == "text")
             return Reply(text, tokens=_tokens(msg, "input_tokens", "output_tokens"))
     else:
         client = sdk.OpenAI(api_key=key or "none", base_url=base_url, max_retries=max_retries, timeout=timeout_s)
 
         def call(prompt: str) -> Reply:
-            resp = client.chat.completions.create(model=model, max_completion_tokens=max_tokens,
-                                                  messages=[{"role": "system", "content": SYSTEM},
-                                                            {"role": "user", "content": prompt}], **extra)  # fmt: skip
+            resp = client.chat.completions.create(
+                model=model,
+                max_completion_tokens=max_tokens,
+                messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
+                **extra,
+            )
             if not resp.choices:
                 raise ProviderError(f"openai endpoint {where} returned no choices")
             text = resp.choices[0].message.content or ""

@@ -24,8 +24,15 @@ CPU_LANES = ("compile", "cpu")  # lanes that need only CPUs: several workers may
 class Executor(Protocol):
     name: str
 
-    def run(self, lane: str, kind: str, payload: dict, timeout_s: float, on_progress: Progress = None,
-            cancel: threading.Event | None = None) -> dict:  # fmt: skip
+    def run(
+        self,
+        lane: str,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+    ) -> dict:
         """Run one worker job; the worker's reply (``{"ok": ..., "value"/"kind"/"message"}``).
         Raises pool.WorkerFailure (or JobCancelled) when the job has no result."""
         ...
@@ -57,8 +64,15 @@ class LocalExecutor:
         self._busy: dict[str, set[int]] = {}
         self._cond = threading.Condition()
 
-    def run(self, lane: str, kind: str, payload: dict, timeout_s: float, on_progress: Progress = None,
-            cancel: threading.Event | None = None) -> dict:  # fmt: skip
+    def run(
+        self,
+        lane: str,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+    ) -> dict:
         if self.slots(lane) == 1:
             return self.pool.run(lane, kind, payload, timeout_s, on_progress, cancel)
         i = self._take(lane, cancel)
@@ -95,8 +109,14 @@ class LocalExecutor:
         self.pool.shutdown()
 
 
-def make_executor(name: str | None = None, home: Path | str | None = None, memory_limit_mb: int | None = None,
-                  ray_address: str | None = None, cpu_workers: int | None = None, **ray_options) -> Executor:
+def make_executor(
+    name: str | None = None,
+    home: Path | str | None = None,
+    memory_limit_mb: int | None = None,
+    ray_address: str | None = None,
+    cpu_workers: int | None = None,
+    **ray_options,
+) -> Executor:
     """``local`` (default) or ``ray``; the name and the Ray address fall back to $KFORGE_EXECUTOR and
     $KFORGE_RAY_ADDRESS. A Ray executor with no address starts a local Ray."""
     name = (name or os.environ.get("KFORGE_EXECUTOR") or "local").lower()
@@ -110,7 +130,11 @@ def make_executor(name: str | None = None, home: Path | str | None = None, memor
     if name == "ray":
         from .ray_executor import RayExecutor
 
-        return RayExecutor(address=ray_address or os.environ.get("KFORGE_RAY_ADDRESS") or None,
-                           home=str(home) if home else None, memory_limit_mb=limit, cpu_workers=cpu_workers,
-                           **ray_options)  # fmt: skip
+        return RayExecutor(
+            address=ray_address or os.environ.get("KFORGE_RAY_ADDRESS") or None,
+            home=str(home) if home else None,
+            memory_limit_mb=limit,
+            cpu_workers=cpu_workers,
+            **ray_options,
+        )
     raise InputError(f"unknown executor '{name}'; choose 'local' or 'ray'")

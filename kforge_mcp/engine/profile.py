@@ -55,8 +55,13 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
     problem = load_problem(Source.from_wire(req["problem"]), workdir)
     cand = Source.from_wire(req["candidate"]) if req.get("candidate") else None
     name = device_name(device)
-    report = ProfileReport(source="torch.profiler", target=target.name if cand else "reference", device=device,
-                           device_name=name, execution=target.execution(device) if cand else "pytorch")  # fmt: skip
+    report = ProfileReport(
+        source="torch.profiler",
+        target=target.name if cand else "reference",
+        device=device,
+        device_name=name,
+        execution=target.execution(device) if cand else "pytorch",
+    )
 
     progress("building the model")
     module = None
@@ -95,15 +100,24 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
     trace = workdir / "trace.json"
     prof.export_chrome_trace(str(trace))
     parsed = report_from_trace(trace.read_text(), "<torch.profiler trace>", forwards=iters)
-    for key in ("kernels", "forwards", "forwards_inferred", "launches_per_forward", "device_ms_per_forward",
-                "host_overhead_ms", "sm_count"):  # fmt: skip
+    for key in (
+        "kernels",
+        "forwards",
+        "forwards_inferred",
+        "launches_per_forward",
+        "device_ms_per_forward",
+        "host_overhead_ms",
+        "sm_count",
+    ):
         setattr(report, key, getattr(parsed, key))
     report.notes += parsed.notes
     if device.startswith("cuda") and report.sm_count is None:
         report.sm_count = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
     if report.execution == "triton-interpreter":
-        report.notes.append("Triton interpreter on CPU: there are no device kernels; times are CPU times of the "
-                            "interpreter and say nothing about a GPU")  # fmt: skip
+        report.notes.append(
+            "Triton interpreter on CPU: there are no device kernels; times are CPU times of the "
+            "interpreter and say nothing about a GPU"
+        )
     if module is not None and target.name == "triton" and device != "cpu":
         _attach_triton_metadata(report, module)
     if device == "mps":
@@ -127,9 +141,13 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
             _merge_xctrace(report, req, workdir)
     elif depth == "metrics":
         if not device.startswith("cuda"):
-            report.notes.append(f"depth 'metrics' needs Nsight Compute on a CUDA device; {device} has only the timeline")
+            report.notes.append(
+                f"depth 'metrics' needs Nsight Compute on a CUDA device; {device} has only the timeline"
+            )
         elif shutil.which("ncu") is None:
-            report.notes.append("depth 'metrics': ncu is not on PATH here; only the torch.profiler timeline was captured")
+            report.notes.append(
+                "depth 'metrics': ncu is not on PATH here; only the torch.profiler timeline was captured"
+            )
         else:
             progress("re-running one forward under Nsight Compute")
             _merge_ncu(report, req, workdir)
@@ -157,8 +175,10 @@ def _mps_timeline(report: ProfileReport, model, inputs, iters: int) -> None:
             e.record()
     torch.mps.synchronize()
     report.device_ms_per_forward = sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / iters
-    report.notes.append("mps: device time per forward from MPS events (torch.profiler does not see Metal kernels); "
-                        "per-kernel times need depth 'metrics' (xctrace)")  # fmt: skip
+    report.notes.append(
+        "mps: device time per forward from MPS events (torch.profiler does not see Metal kernels); "
+        "per-kernel times need depth 'metrics' (xctrace)"
+    )
 
 
 XCTRACE_XPATH = '/trace-toc/run[@number="1"]/data/table[@schema="metal-gpu-intervals"]'
@@ -172,14 +192,30 @@ def _merge_xctrace(report: ProfileReport, req: dict, workdir: Path) -> None:
     iters = int(req.get("iterations", 5))
     spec = _runner_spec(req, workdir, "xctrace", {"iterations": iters})
     trace = workdir / "metal.trace"
-    record = ["xcrun", "xctrace", "record", "--template", "Metal System Trace", "--output", str(trace), "--no-prompt",
-              "--launch", "--", sys.executable, "-m", "kforge_mcp.engine.profile_runner", str(spec)]  # fmt: skip
+    record = [
+        "xcrun",
+        "xctrace",
+        "record",
+        "--template",
+        "Metal System Trace",
+        "--output",
+        str(trace),
+        "--no-prompt",
+        "--launch",
+        "--",
+        sys.executable,
+        "-m",
+        "kforge_mcp.engine.profile_runner",
+        str(spec),
+    ]
     try:
         proc = _run(record, workdir, NCU_TIMEOUT_S)
         if proc.returncode != 0 or not trace.exists():
             report.notes.append(f"xctrace record failed (exit {proc.returncode}): {(proc.stderr or '')[-400:].strip()}")
             return
-        proc = _run(["xcrun", "xctrace", "export", "--input", str(trace), "--xpath", XCTRACE_XPATH], workdir, NCU_TIMEOUT_S)
+        proc = _run(
+            ["xcrun", "xctrace", "export", "--input", str(trace), "--xpath", XCTRACE_XPATH], workdir, NCU_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         report.notes.append("xctrace did not finish in time; metrics skipped")
         return
@@ -220,8 +256,15 @@ def _attach_triton_metadata(report: ProfileReport, module) -> None:
 
 
 def _runner_spec(req: dict, workdir: Path, mode: str, extra: dict) -> Path:
-    spec = {"problem": req["problem"], "candidate": req.get("candidate"), "target": req["target"],
-            "device": req["device"], "warmup": int(req.get("warmup", 2)), "mode": mode, **extra}  # fmt: skip
+    spec = {
+        "problem": req["problem"],
+        "candidate": req.get("candidate"),
+        "target": req["target"],
+        "device": req["device"],
+        "warmup": int(req.get("warmup", 2)),
+        "mode": mode,
+        **extra,
+    }
     path = workdir / f"{mode}-spec.json"
     path.write_text(json.dumps(spec))
     return path
@@ -233,11 +276,16 @@ def _run(cmd: list[str], workdir: Path, timeout: float) -> subprocess.CompletedP
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+# kept as on main until the analysis rewrite there merges, then formatted
+# fmt: off
 def ncu_command(spec: Path, metrics: list[str]) -> list[str]:
     return ["ncu", "--csv", "--page", "raw", "--profile-from-start", "off", "--metrics", ",".join(metrics),
             sys.executable, "-m", "kforge_mcp.engine.profile_runner", str(spec)]  # fmt: skip
+# fmt: on
 
 
+# kept as on main until the analysis rewrite there merges, then formatted
+# fmt: off
 def _merge_ncu(report: ProfileReport, req: dict, workdir: Path) -> None:
     spec = _runner_spec(req, workdir, "ncu", {})
     timeout = float(req.get("ncu_timeout_s", NCU_TIMEOUT_S))
@@ -257,8 +305,11 @@ def _merge_ncu(report: ProfileReport, req: dict, workdir: Path) -> None:
         report.notes.append(failure)
         return
     merge_ncu(report, ncu_report)
+# fmt: on
 
 
+# kept as on main until the analysis rewrite there merges, then formatted
+# fmt: off
 def merge_ncu(report: ProfileReport, ncu_report: ProfileReport) -> None:
     """Put ncu's per-kernel metrics on the timeline's kernels: by exact name, then by launch order."""
     fields = [f for f in KernelProfile.model_fields if f not in ("name", "kind", "launches", "device_ms", "mean_ms",
@@ -282,6 +333,7 @@ def merge_ncu(report: ProfileReport, ncu_report: ProfileReport) -> None:
     report.source = "torch.profiler+ncu"
     report.notes.append("ncu metrics are from one forward under ncu (clocks locked by ncu's default); device times "
                         "are torch.profiler's")  # fmt: skip
+# fmt: on
 
 
 def _merge_proton(report: ProfileReport, req: dict, workdir: Path) -> None:

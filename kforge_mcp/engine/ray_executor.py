@@ -53,8 +53,11 @@ def lane_kind(lane: str) -> str:
 def _node_info() -> dict:
     import ray
 
-    return {"node_id": ray.get_runtime_context().get_node_id(), "address": ray.util.get_node_ip_address(),
-            "pid": os.getpid()}  # fmt: skip
+    return {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "address": ray.util.get_node_ip_address(),
+        "pid": os.getpid(),
+    }
 
 
 def _home(home: str | None) -> Path:
@@ -83,8 +86,9 @@ class NodeWorker:
         try:
             reply = self.pool.run(self.lane, kind, payload, timeout_s, log.append, cancel)
         except WorkerFailure as e:  # JobCancelled too: sent back as data, re-raised by the caller
-            reply = {"failure": {"reason": e.reason, "message": e.message, "stderr_tail": e.stderr_tail,
-                                 "line": e.line}}  # fmt: skip
+            reply = {
+                "failure": {"reason": e.reason, "message": e.message, "stderr_tail": e.stderr_tail, "line": e.line}
+            }
         finally:
             self.jobs.pop(job_id, None)
         return {**reply, "node": self.node["node_id"], "progress_log": log}
@@ -125,11 +129,19 @@ class _Lost(Exception):
 class RayExecutor:
     name = "ray"
 
-    def __init__(self, address: str | None = None, home: str | None = None, memory_limit_mb: int | None = 8192,
-                 cpu_workers: int | None = None, accelerator_type: str | None = None,
-                 lane_resources: dict[str, dict[str, float]] | None = None, num_cpus: int | None = None,
-                 resources: dict[str, float] | None = None, placement_timeout_s: float = 120.0,
-                 grace_s: float = GRACE_S):  # fmt: skip
+    def __init__(
+        self,
+        address: str | None = None,
+        home: str | None = None,
+        memory_limit_mb: int | None = 8192,
+        cpu_workers: int | None = None,
+        accelerator_type: str | None = None,
+        lane_resources: dict[str, dict[str, float]] | None = None,
+        num_cpus: int | None = None,
+        resources: dict[str, float] | None = None,
+        placement_timeout_s: float = 120.0,
+        grace_s: float = GRACE_S,
+    ):
         try:
             import ray
         except ImportError:
@@ -143,15 +155,20 @@ class RayExecutor:
         self.placement_timeout_s, self.grace_s = placement_timeout_s, grace_s
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
-            options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
-                           configure_logging=True)  # fmt: skip
+            options = dict(
+                include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, configure_logging=True
+            )
             if address:
                 ray.init(address=address, **options)
             else:  # a local Ray: worker processes die with a killed actor (the raylet reaps them)
-                ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), resources=resources,
-                         object_store_memory=256 * 2**20,
-                         _system_config={"kill_child_processes_on_worker_exit_with_raylet_subreaper": True},
-                         **options)  # fmt: skip
+                ray.init(
+                    address="local",
+                    num_cpus=num_cpus or os.cpu_count(),
+                    resources=resources,
+                    object_store_memory=256 * 2**20,
+                    _system_config={"kill_child_processes_on_worker_exit_with_raylet_subreaper": True},
+                    **options,
+                )
             default_sigchld()  # ray.init made this process ignore SIGCHLD; local pools need it back
         total_cpus = int(ray.cluster_resources().get("CPU", 1))
         self.cpu_workers = max(1, cpu_workers or total_cpus // 2)
@@ -169,8 +186,11 @@ class RayExecutor:
     def _need(self, lane: str, target: str | None = None) -> tuple[tuple, dict[str, float]]:
         kind = lane_kind(lane)
         if kind not in self.lane_resources:
-            raise WorkerFailure("internal", f"the Ray executor has no resource mapping for lane '{lane}'; "
-                                f"known lane kinds: {', '.join(self.lane_resources)}")  # fmt: skip
+            raise WorkerFailure(
+                "internal",
+                f"the Ray executor has no resource mapping for lane '{lane}'; "
+                f"known lane kinds: {', '.join(self.lane_resources)}",
+            )
         need = dict(self.lane_resources[kind])
         if kind not in ("compile", "cpu"):
             for name in _target_requires(target):
@@ -212,8 +232,9 @@ class RayExecutor:
         for r, amount in need.items():
             self._held[r] = self._held.get(r, 0.0) + sign * amount
 
-    def _acquire(self, key: tuple, need: dict[str, float], lane: str, cancel: threading.Event | None,
-                 on_progress) -> tuple:  # fmt: skip
+    def _acquire(
+        self, key: tuple, need: dict[str, float], lane: str, cancel: threading.Event | None, on_progress
+    ) -> tuple:
         with self._cond:
             while True:
                 if cancel is not None and cancel.is_set():
@@ -225,8 +246,11 @@ class RayExecutor:
                     return free.pop()
                 capacity = self._capacity(key, need)
                 if capacity == 0:
-                    raise WorkerFailure("internal", f"no node of the Ray cluster offers what lane '{lane}' needs "
-                                        f"({_fmt(need)}); the cluster has {_fmt(self.ray.cluster_resources())}")  # fmt: skip
+                    raise WorkerFailure(
+                        "internal",
+                        f"no node of the Ray cluster offers what lane '{lane}' needs "
+                        f"({_fmt(need)}); the cluster has {_fmt(self.ray.cluster_resources())}",
+                    )
                 if len(mine) < capacity and not self._room_for(need) and not mine:
                     self._reclaim_idle(need)  # e.g. a compile actor holds the CPU a cpu lane needs
                 if len(mine) < capacity and self._room_for(need):
@@ -262,11 +286,15 @@ class RayExecutor:
             node = self.ray.get(actor.ready.remote(), timeout=self.placement_timeout_s)
         except self.ray.exceptions.GetTimeoutError:
             self.ray.kill(actor)
-            raise WorkerFailure("internal", f"no Ray node took a worker for lane '{lane}' ({_fmt(need)}) within "
-                                f"{self.placement_timeout_s:g} s; are those resources held by something else?") from None  # fmt: skip
+            raise WorkerFailure(
+                "internal",
+                f"no Ray node took a worker for lane '{lane}' ({_fmt(need)}) within "
+                f"{self.placement_timeout_s:g} s; are those resources held by something else?",
+            ) from None
         except self.ray.exceptions.RayError as e:
-            raise WorkerFailure("crash", f"the Ray worker for lane '{lane}' failed to start: "
-                                f"{_first_line(e)}") from None
+            raise WorkerFailure(
+                "crash", f"the Ray worker for lane '{lane}' failed to start: {_first_line(e)}"
+            ) from None
         return actor, node
 
     def _release(self, key: tuple, slot: tuple) -> None:
@@ -300,8 +328,15 @@ class RayExecutor:
 
     # ---- jobs ----
 
-    def run(self, lane: str, kind: str, payload: dict, timeout_s: float, on_progress=None,
-            cancel: threading.Event | None = None) -> dict:  # fmt: skip
+    def run(
+        self,
+        lane: str,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        on_progress=None,
+        cancel: threading.Event | None = None,
+    ) -> dict:
         if kind == "probe":  # list_targets: what the whole cluster offers, node by node
             return {"ok": True, "value": self.probe_cluster(timeout_s)}
         key, need = self._need(lane, payload.get("target"))
@@ -325,11 +360,21 @@ class RayExecutor:
                 raise
             self._release(key, slot)
             return reply
-        raise WorkerFailure("crash", f"the job on lane '{lane}' lost its Ray worker twice, so it was not retried "
-                            f"again: {'; then '.join(lost)}")  # fmt: skip
+        raise WorkerFailure(
+            "crash",
+            f"the job on lane '{lane}' lost its Ray worker twice, so it was not retried again: {'; then '.join(lost)}",
+        )
 
-    def _run_on(self, slot: tuple, lane: str, kind: str, payload: dict, timeout_s: float, on_progress,
-                cancel: threading.Event | None) -> dict:  # fmt: skip
+    def _run_on(
+        self,
+        slot: tuple,
+        lane: str,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        on_progress,
+        cancel: threading.Event | None,
+    ) -> dict:
         ray = self.ray
         actor, node = slot
         where = f"node {node['address']} ({node['node_id'][:12]})"
@@ -347,8 +392,10 @@ class RayExecutor:
                 except ray.exceptions.RayTaskError as e:  # the actor method raised: our bug, not the node's
                     raise WorkerFailure("internal", f"{kind} on {where} failed: {_first_line(e)}") from None
                 except ray.exceptions.RayError as e:  # actor died, node died, worker crashed
-                    raise _Lost(f"the Ray worker for lane '{lane}' on {where} was lost during {kind}: "
-                                f"{type(e).__name__}: {_first_line(e)}") from None  # fmt: skip
+                    raise _Lost(
+                        f"the Ray worker for lane '{lane}' on {where} was lost during {kind}: "
+                        f"{type(e).__name__}: {_first_line(e)}"
+                    ) from None
                 log = reply.pop("progress_log", [])
                 if on_progress:
                     for line in log[seen:]:
@@ -357,8 +404,12 @@ class RayExecutor:
                 if failure:
                     if failure["reason"] == "cancelled":
                         raise JobCancelled()
-                    raise WorkerFailure(failure["reason"], f"{failure['message']} (on {where})",
-                                        failure.get("stderr_tail") or "", failure.get("line"))  # fmt: skip
+                    raise WorkerFailure(
+                        failure["reason"],
+                        f"{failure['message']} (on {where})",
+                        failure.get("stderr_tail") or "",
+                        failure.get("line"),
+                    )
                 return reply
             now = time.monotonic()
             if cancel is not None and cancel.is_set():
@@ -368,9 +419,15 @@ class RayExecutor:
                 elif now - cancelled_at > CANCEL_GRACE_S:
                     raise _killed(ray, actor, JobCancelled())
             if now > deadline:
-                raise _killed(ray, actor, WorkerFailure(
-                    "timeout", f"{kind} on {where} gave no answer within {patience:.0f} s (the job's timeout, a "
-                    "worker start and a grace period); its Ray worker was killed"))
+                raise _killed(
+                    ray,
+                    actor,
+                    WorkerFailure(
+                        "timeout",
+                        f"{kind} on {where} gave no answer within {patience:.0f} s (the job's timeout, a "
+                        "worker start and a grace period); its Ray worker was killed",
+                    ),
+                )
             if on_progress and now >= next_poll:
                 next_poll = now + PROGRESS_EVERY_S
                 try:
@@ -392,17 +449,27 @@ class RayExecutor:
 
         nodes = [n for n in self.ray.nodes() if n.get("Alive")]
         pinned = [NodeAffinitySchedulingStrategy(n["NodeID"], soft=False) for n in nodes]
-        refs = [self._probe.options(num_cpus=0, scheduling_strategy=s).remote(self.home, self.memory_limit_mb, timeout_s)
-                for s in pinned]
+        refs = [
+            self._probe.options(num_cpus=0, scheduling_strategy=s).remote(self.home, self.memory_limit_mb, timeout_s)
+            for s in pinned
+        ]
         results = []
         for n, ref in zip(nodes, refs):
             try:
                 results.append(self.ray.get(ref, timeout=timeout_s + STARTUP_TIMEOUT_S))
             except Exception as e:  # noqa: BLE001  (a lost node is reported, not fatal)
-                results.append({"node_id": n["NodeID"], "address": n.get("NodeManagerAddress"),
-                                "error": f"probe failed: {type(e).__name__}: {_first_line(e)}"})  # fmt: skip
-        return merge_probes(results, {n["NodeID"]: n.get("Resources", {}) for n in nodes},
-                            {"executor": "ray", "cpu_workers": str(self.cpu_workers)})  # fmt: skip
+                results.append(
+                    {
+                        "node_id": n["NodeID"],
+                        "address": n.get("NodeManagerAddress"),
+                        "error": f"probe failed: {type(e).__name__}: {_first_line(e)}",
+                    }
+                )
+        return merge_probes(
+            results,
+            {n["NodeID"]: n.get("Resources", {}) for n in nodes},
+            {"executor": "ray", "cpu_workers": str(self.cpu_workers)},
+        )
 
     def prewarm(self, lane: str) -> None:
         pass  # actors start on the first job; a cluster's nodes may not even be there yet
@@ -434,11 +501,22 @@ def merge_probes(results: list[dict], resources: dict[str, dict], host_extra: di
         res = resources.get(r["node_id"], {})
         offers = [t["name"] for t in report.get("targets", []) if t.get("available")]
         devices = sorted({d for t in report.get("targets", []) if t.get("available") for d in t.get("devices", [])})
-        nodes.append({"node_id": r["node_id"], "address": r.get("address"), "alive": "error" not in r,
-                      "resources": {k: v for k, v in res.items() if not k.startswith(HIDDEN_RESOURCES)},
-                      "targets": offers, "devices": devices, "error": r.get("error"),
-                      "host": {k: v for k, v in report.get("host", {}).items()
-                               if k in ("python", "torch", "platform", "arch") or k.startswith("device ")}})  # fmt: skip
+        nodes.append(
+            {
+                "node_id": r["node_id"],
+                "address": r.get("address"),
+                "alive": "error" not in r,
+                "resources": {k: v for k, v in res.items() if not k.startswith(HIDDEN_RESOURCES)},
+                "targets": offers,
+                "devices": devices,
+                "error": r.get("error"),
+                "host": {
+                    k: v
+                    for k, v in report.get("host", {}).items()
+                    if k in ("python", "torch", "platform", "arch") or k.startswith("device ")
+                },
+            }
+        )
         if report and (not host or ("arch" in report.get("host", {}) and "arch" not in host)):
             host = dict(report.get("host", {}))  # a GPU node's host facts (its arch) win
         for t in report.get("targets", []):
@@ -454,8 +532,11 @@ def merge_probes(results: list[dict], resources: dict[str, dict], host_extra: di
         t["devices"].sort(key=lambda d: (d == "cpu", d))
     host.update(host_extra, nodes=str(len(nodes)))
     if not targets:
-        raise WorkerFailure("internal", "no node of the Ray cluster answered the probe: "
-                            + "; ".join(f"{n['address']}: {n['error']}" for n in nodes))  # fmt: skip
+        raise WorkerFailure(
+            "internal",
+            "no node of the Ray cluster answered the probe: "
+            + "; ".join(f"{n['address']}: {n['error']}" for n in nodes),
+        )
     return {"targets": list(targets.values()), "host": host, "nodes": nodes}
 
 

@@ -348,13 +348,27 @@ SCOPE_SIGNAL = 1 << 1  # ABI 6
 READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
 FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE
 # device files a GPU stack opens read-write (created ones under /dev/shm are covered by the dir rule)
-DEVICE_GLOBS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/nvidia*",
-                "/dev/nvidia-caps/*", "/dev/dri/*", "/dev/kfd", "/dev/accel/*")
+DEVICE_GLOBS = (
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/nvidia*",
+    "/dev/nvidia-caps/*",
+    "/dev/dri/*",
+    "/dev/kfd",
+    "/dev/accel/*",
+)
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]  # fmt: skip
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -365,16 +379,25 @@ class _PathBeneathAttr(ctypes.Structure):
 def landlock_abi() -> int:
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
-    abi = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
-                       ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))  # fmt: skip
+    abi = libc.syscall(
+        SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION)
+    )
     return int(abi) if abi > 0 else 0
 
 
 def writable_dirs(env: dict | None = None) -> list[str]:
     """Where a sandboxed worker may write: its temp dir and the caches compiling needs."""
     env = os.environ if env is None else env
-    keys = ("KFORGE_WORKER_TMP", "TMPDIR", "TRITON_CACHE_DIR", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR",
-            "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")  # fmt: skip
+    keys = (
+        "KFORGE_WORKER_TMP",
+        "TMPDIR",
+        "TRITON_CACHE_DIR",
+        "TRITON_HOME",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TORCH_EXTENSIONS_DIR",
+        "CUDA_CACHE_PATH",
+        "XDG_CACHE_HOME",
+    )
     return list(dict.fromkeys(env[k] for k in keys if env.get(k)))
 
 
@@ -384,22 +407,35 @@ def _landlock(write_dirs: list[str]) -> str:
         return "off (Landlock is not available in this kernel)"
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
-    write = FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG | FS_MAKE_SOCK \
-        | FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM  # fmt: skip
+    write = (
+        FS_WRITE_FILE
+        | FS_REMOVE_DIR
+        | FS_REMOVE_FILE
+        | FS_MAKE_CHAR
+        | FS_MAKE_DIR
+        | FS_MAKE_REG
+        | FS_MAKE_SOCK
+        | FS_MAKE_FIFO
+        | FS_MAKE_BLOCK
+        | FS_MAKE_SYM
+    )
     if abi >= 2:
         write |= FS_REFER
     if abi >= 3:
         write |= FS_TRUNCATE
     handled = READ | write
-    attr = _RulesetAttr(handled_access_fs=handled,
-                        handled_access_net=(NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
-                        scoped=SCOPE_SIGNAL if abi >= 6 else 0)  # fmt: skip
+    attr = _RulesetAttr(
+        handled_access_fs=handled,
+        handled_access_net=(NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
+        scoped=SCOPE_SIGNAL if abi >= 6 else 0,
+    )
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
     ruleset = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         return f"off (landlock_create_ruleset: {os.strerror(ctypes.get_errno())})"
     ruleset = int(ruleset)
     try:
+
         def allow(path: str, access: int) -> bool:
             try:
                 fd = os.open(path, O_PATH | os.O_CLOEXEC)
@@ -409,8 +445,16 @@ def _landlock(write_dirs: list[str]) -> str:
                 if not os.path.isdir(path):
                     access &= FILE_RIGHTS
                 rule = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
-                return libc.syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
-                                    ctypes.byref(rule), ctypes.c_uint32(0)) == 0  # fmt: skip
+                return (
+                    libc.syscall(
+                        SYS_LANDLOCK_ADD_RULE,
+                        ctypes.c_int(ruleset),
+                        ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+                        ctypes.byref(rule),
+                        ctypes.c_uint32(0),
+                    )
+                    == 0
+                )
             finally:
                 os.close(fd)
 
@@ -487,8 +531,11 @@ def _process_cap(cgroup_status: str) -> str:
     # and kills them; without this they would reparent to init and escape both
     reaper = _become_subreaper()
     parts = [] if os.geteuid() == 0 else [f"RLIMIT_NPROC {cap} (per user)"]
-    parts.append(f"server watchdog (kills the worker's process tree above {cap} tasks, checked every 50 ms"
-                 + ("" if reaper else "; not a subreaper, so orphans escape it") + ")")
+    parts.append(
+        f"server watchdog (kills the worker's process tree above {cap} tasks, checked every 50 ms"
+        + ("" if reaper else "; not a subreaper, so orphans escape it")
+        + ")"
+    )
     return " and ".join(parts)
 
 

@@ -53,8 +53,11 @@ def _device_api(device: str):
 
     kind = device.split(":")[0]
     if kind not in _device_apis:
-        api = {"cuda": getattr(torch, "cuda", None), "xpu": getattr(torch, "xpu", None),
-               "mps": getattr(torch, "mps", None)}.get(kind)  # each has Event(enable_timing=True) and synchronize
+        api = {
+            "cuda": getattr(torch, "cuda", None),
+            "xpu": getattr(torch, "xpu", None),
+            "mps": getattr(torch, "mps", None),
+        }.get(kind)  # each has Event(enable_timing=True) and synchronize
         _device_apis[kind] = (api, api.Event, api.synchronize) if api is not None else (None, None, None)
     return _device_apis[kind]
 
@@ -123,9 +126,15 @@ class Sampler:
         self.samples += [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def time_interleaved(fns: dict[str, Callable[[], object]], device: str, budget_s: float = 1.0, rounds: int = 5,
-                     min_calls: int = 3, max_calls: int = 1000,
-                     warmup_calls: int = 2) -> tuple[dict[str, TimingStats], dict[str, list[float]]]:  # fmt: skip
+def time_interleaved(
+    fns: dict[str, Callable[[], object]],
+    device: str,
+    budget_s: float = 1.0,
+    rounds: int = 5,
+    min_calls: int = 3,
+    max_calls: int = 1000,
+    warmup_calls: int = 2,
+) -> tuple[dict[str, TimingStats], dict[str, list[float]]]:
     """Time each callable in ``rounds`` interleaved batches; each gets about ``budget_s``.
     Returns the statistics and the raw samples (ms) per name."""
     samplers = {name: Sampler(fn, device) for name, fn in fns.items()}

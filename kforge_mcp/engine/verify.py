@@ -65,8 +65,9 @@ class Verifier:
         self.device = req["device"]
         self.atol, self.rtol = req.get("atol"), req.get("rtol")
         trials = int(req.get("trials", 5))
-        self.report = VerifyReport(target=self.target.name, device=self.device, trials=trials,
-                                   execution=self.target.execution(self.device))  # fmt: skip
+        self.report = VerifyReport(
+            target=self.target.name, device=self.device, trials=trials, execution=self.target.execution(self.device)
+        )
         self.trials = trials
 
     def finding(self, f: Finding | None) -> None:
@@ -106,8 +107,10 @@ class Verifier:
         try:
             return self.reference(*_clone(inputs))
         except Exception as e:
-            raise InputError(f"problem: Model.forward raised {type(e).__name__}: {e}",
-                             diagnostics_from_exception(e, self.problem.path, self.problem.source)) from None  # fmt: skip
+            raise InputError(
+                f"problem: Model.forward raised {type(e).__name__}: {e}",
+                diagnostics_from_exception(e, self.problem.path, self.problem.source),
+            ) from None
 
     def trial(self, label: int, inputs: list, watch: bool = False):
         """Returns (reference output on CPU, candidate output) and records any mismatch."""
@@ -147,9 +150,14 @@ class Verifier:
             return self.verdict(error=True)
         self.finding(guards.patched_timers(timers))
         if self.report.execution == "triton-interpreter" and self.report.timing:
-            self.finding(Finding(code="interpreter_timing", evidence={"execution": self.report.execution},
-                                 message="kernels ran through Triton's CPU interpreter: correctness is real, "
-                                         "the speedup says nothing about a GPU"))  # fmt: skip
+            self.finding(
+                Finding(
+                    code="interpreter_timing",
+                    evidence={"execution": self.report.execution},
+                    message="kernels ran through Triton's CPU interpreter: correctness is real, "
+                    "the speedup says nothing about a GPU",
+                )
+            )
         return self.verdict()
 
     def check_correctness(self) -> None:
@@ -183,16 +191,27 @@ class Verifier:
         again = self.run_candidate(inputs, watch=False)
         diff = compare_outputs(first, again, self.trials - 1, self.atol, self.rtol)
         if diff is not None:
-            self.finding(Finding(code="nondeterministic", severity="fail", evidence=diff.model_dump(exclude_none=True),
-                                 message="two runs of ModelNew on the same inputs differ beyond tolerance"))  # fmt: skip
+            self.finding(
+                Finding(
+                    code="nondeterministic",
+                    severity="fail",
+                    evidence=diff.model_dump(exclude_none=True),
+                    message="two runs of ModelNew on the same inputs differ beyond tolerance",
+                )
+            )
 
     def recheck_after_timing(self) -> None:
         """A candidate that is right only until it is timed (a replayed result) fails here."""
         before = len(self.report.mismatches)
         self.trial(self.trials, self.problem.make_inputs(RECHECK_SEED, self.device))
         if len(self.report.mismatches) > before:
-            self.finding(Finding(code="wrong_after_timing", severity="fail",
-                                 message="ModelNew was correct before timing and wrong after it"))  # fmt: skip
+            self.finding(
+                Finding(
+                    code="wrong_after_timing",
+                    severity="fail",
+                    message="ModelNew was correct before timing and wrong after it",
+                )
+            )
 
     def time_all(self) -> Timing:
         import torch
@@ -214,8 +233,13 @@ class Verifier:
                     self.cache.compiled[key] = compiled
                 fns["compiled"] = lambda: compiled(*inputs)
             except Exception as e:
-                self.finding(Finding(code="compiled_baseline_unavailable", evidence={"device": self.device},
-                                     message=f"torch.compile baseline could not run here: {type(e).__name__}: {str(e)[:300]}"))  # fmt: skip
+                self.finding(
+                    Finding(
+                        code="compiled_baseline_unavailable",
+                        evidence={"device": self.device},
+                        message=f"torch.compile baseline could not run here: {type(e).__name__}: {str(e)[:300]}",
+                    )
+                )
         self.progress(f"timing {', '.join(fns)} in interleaved rounds")
         try:
             stats, samples = time_interleaved(fns, self.device, budget)
@@ -233,12 +257,19 @@ class Verifier:
             self.report.device_state = device_state(self.device)
             self.speed_of_light(stats["candidate"].median_ms)
             if stats["candidate"].median_ms < HOST_BOUND_MS:
-                self.finding(Finding(code="host_bound_timing", evidence={"candidate_median_ms": stats["candidate"].median_ms},
-                                     message=f"the candidate takes under {HOST_BOUND_MS * 1e3:.0f} us a call: its time is "
-                                             "mostly the host's launch path, and the speedup can move by tens of percent "
-                                             "between runs; use larger shapes to compare kernels"))  # fmt: skip
+                self.finding(
+                    Finding(
+                        code="host_bound_timing",
+                        evidence={"candidate_median_ms": stats["candidate"].median_ms},
+                        message=f"the candidate takes under {HOST_BOUND_MS * 1e3:.0f} us a call: its time is "
+                        "mostly the host's launch path, and the speedup can move by tens of percent "
+                        "between runs; use larger shapes to compare kernels",
+                    )
+                )
         return timing
 
+    # kept as on main until the analysis rewrite there merges, then formatted
+    # fmt: off
     def speed_of_light(self, candidate_ms: float) -> None:
         """Faster than physics is a bug: the floor is the minimum bytes at peak bandwidth and the
         FLOPs at the device's fastest (lowest-precision) tensor rate."""
@@ -258,6 +289,7 @@ class Verifier:
                                            "flops": roof.flops, "device": peaks.name},
                                  message=f"{candidate_ms:.4f} ms is faster than the device allows for this problem "
                                          f"({floor_ms:.4f} ms to move its minimum bytes and do its FLOPs)"))  # fmt: skip
+    # fmt: on
 
     def failed(self) -> bool:
         return any(f.severity == "fail" for f in self.report.findings)

@@ -105,7 +105,9 @@ def handle_roofline(req, progress, workdir, state) -> dict:
     from ..problem import Source, load_problem
 
     problem = load_problem(Source.from_wire(req["problem"]), workdir)
-    return reference_roofline(problem, "cpu", req.get("device_name"), req.get("measured_ms"), req.get("peaks")).model_dump()
+    return reference_roofline(
+        problem, "cpu", req.get("device_name"), req.get("measured_ms"), req.get("peaks")
+    ).model_dump()
 
 
 def release_memory() -> None:
@@ -123,8 +125,13 @@ def release_memory() -> None:
 
 MAX_LEFTOVER_CHILDREN = 16  # more than a compile pool leaves: the worker is replaced (with them)
 
-HANDLERS = {"probe": handle_probe, "compile": handle_compile, "verify": handle_verify, "profile": handle_profile,
-            "roofline": handle_roofline}
+HANDLERS = {
+    "probe": handle_probe,
+    "compile": handle_compile,
+    "verify": handle_verify,
+    "profile": handle_profile,
+    "roofline": handle_roofline,
+}
 
 
 def serve(conn_in: Connection, conn_out: Connection) -> None:
@@ -162,11 +169,25 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
             recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
             send({"type": "result", "ok": True, "value": value, "recycle": recycle})
         except InputError as e:
-            send({"type": "result", "ok": False, "kind": "input", "message": e.message,
-                  "diagnostics": [d.model_dump() for d in e.diagnostics]})  # fmt: skip
+            send(
+                {
+                    "type": "result",
+                    "ok": False,
+                    "kind": "input",
+                    "message": e.message,
+                    "diagnostics": [d.model_dump() for d in e.diagnostics],
+                }
+            )
         except BaseException as e:  # noqa: BLE001  (a candidate may raise SystemExit; report it, keep serving)
-            send({"type": "result", "ok": False, "kind": "internal",
-                  "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]})  # fmt: skip
+            send(
+                {
+                    "type": "result",
+                    "ok": False,
+                    "kind": "internal",
+                    "message": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-4000:],
+                }
+            )
         finally:
             os.chdir(workdir.parent)
             shutil.rmtree(workdir, ignore_errors=True)

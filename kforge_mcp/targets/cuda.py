@@ -44,13 +44,17 @@ from .cuda_lean_header import TORCH_LEAN_H
 
 DEFAULT_ARCH = "sm_90a"
 NEEDS_GPU = "needs an NVIDIA GPU to run; compile works here"
-TORCH_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/|c10/|pybind11/|THC/|Python\.h)[^>"]*[>"]', re.M)
+TORCH_HEADER = re.compile(
+    r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/|c10/|pybind11/|THC/|Python\.h)[^>"]*[>"]', re.M
+)
 CUTLASS_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](cute|cutlass)/', re.M)
 # load_inline puts these before the CUDA sources; the full path does the same
 LOAD_INLINE_CUDA_PREFIX = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 # an error whose message names these may come from the lean stand-in, not from the candidate
-LEAN_SUSPECT = re.compile(r"\b(at|c10|torch|pybind11|py)::|Tensor|TensorOptions|ScalarType|Half|BFloat16|__half|"
-                          r"__nv_bfloat16|scalar_t|kforge_lean|TORCH_|AT_|C10_|optional|IntArrayRef")  # fmt: skip
+LEAN_SUSPECT = re.compile(
+    r"\b(at|c10|torch|pybind11|py)::|Tensor|TensorOptions|ScalarType|Half|BFloat16|__half|"
+    r"__nv_bfloat16|scalar_t|kforge_lean|TORCH_|AT_|C10_|optional|IntArrayRef"
+)
 
 
 # ---- toolchain ----
@@ -99,7 +103,9 @@ def demangle(names: list[str]) -> dict[str, str]:
     if not tool or not names:
         return {n: n for n in names}
     try:
-        out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, timeout=30).stdout.splitlines()
+        out = subprocess.run(
+            [tool], input="\n".join(names), capture_output=True, text=True, timeout=30
+        ).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return {n: n for n in names}
     return {n: (d.strip() or n) for n, d in zip(names, out)} if len(out) == len(names) else {n: n for n in names}
@@ -285,8 +291,8 @@ def map_pieces(strings: list[str], text: str, label: str) -> list[Piece]:
                     continue
                 first = value[:at].count("\n")
                 sub = _map_constant(node.value, node, seg, src_lines)
-                if all(x is None for x in lines[first:first + len(sub)]):
-                    lines[first:first + len(sub)] = sub
+                if all(x is None for x in lines[first : first + len(sub)]):
+                    lines[first : first + len(sub)] = sub
         pieces.append(Piece(value, lines, f"{label}[{i}]"))
     return pieces
 
@@ -376,9 +382,13 @@ def top_level_blocks(code: str) -> list[Block]:
 
 # ---- nvcc output ----
 
-EDG = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<sev>catastrophic error|fatal error|error|warning|remark)"
-                 r"(?: #[\w-]+)?: (?P<msg>.*)$")  # fmt: skip
-GCC = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$")
+EDG = re.compile(
+    r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<sev>catastrophic error|fatal error|error|warning|remark)"
+    r"(?: #[\w-]+)?: (?P<msg>.*)$"
+)
+GCC = re.compile(
+    r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$"
+)
 TOOL = re.compile(r"^(?P<tool>ptxas|nvcc|nvlink|fatbinary)\s*(?P<sev>fatal|error|warning)\s*: (?P<msg>.*)$")
 
 
@@ -406,8 +416,9 @@ def parse_compiler_output(text: str) -> list[RawDiag]:
             if j + 1 < len(lines) and re.fullmatch(r"\s*\^\s*", lines[j + 1]):
                 d.column = max(1, lines[j + 1].index("^") - 1)  # EDG indents the echoed line by two
                 j += 2
-            while j < len(lines) and lines[j].startswith(("          detected during", "            instantiation of",
-                                                           "            detected during")):  # fmt: skip
+            while j < len(lines) and lines[j].startswith(
+                ("          detected during", "            instantiation of", "            detected during")
+            ):
                 d.message += "; " + lines[j].strip()
                 j += 1
             diags.append(d)
@@ -443,9 +454,14 @@ def parse_ptxas_resources(text: str) -> dict[str, dict[str, int]]:
             continue
         if current is None:
             continue
-        for key, pattern in (("stack", r"(\d+) bytes stack frame"), ("spill_stores", r"(\d+) bytes spill stores"),
-                             ("spill_loads", r"(\d+) bytes spill loads"), ("registers", r"Used (\d+) registers"),
-                             ("shared", r"(\d+) bytes smem"), ("barriers", r"used (\d+) barriers")):  # fmt: skip
+        for key, pattern in (
+            ("stack", r"(\d+) bytes stack frame"),
+            ("spill_stores", r"(\d+) bytes spill stores"),
+            ("spill_loads", r"(\d+) bytes spill loads"),
+            ("registers", r"Used (\d+) registers"),
+            ("shared", r"(\d+) bytes smem"),
+            ("barriers", r"used (\d+) barriers"),
+        ):
             m = re.search(pattern, line)
             if m:
                 current[key] = int(m.group(1))
@@ -465,15 +481,32 @@ class NvccRun:
     command: list[str]
 
 
-def run_nvcc(cu: Path, arch: str, includes: list[str], flags: list[str], workdir: Path, timeout_s: float = 600) -> NvccRun:
+def run_nvcc(
+    cu: Path, arch: str, includes: list[str], flags: list[str], workdir: Path, timeout_s: float = 600
+) -> NvccRun:
     nvcc = find_tool("nvcc")
     if nvcc is None:
         raise InputError("nvcc not found: install the CUDA toolkit (or set CUDA_HOME) to compile CUDA sources")
     keep = workdir / f"keep-{cu.stem}"
     keep.mkdir(exist_ok=True)
     cubin = workdir / f"{cu.stem}.cubin"
-    cmd = [nvcc, "-cubin", f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-lineinfo", "--expt-relaxed-constexpr",
-           "-keep", f"-keep-dir={keep}", *(f"-I{d}" for d in includes), *flags, "-o", str(cubin), str(cu)]  # fmt: skip
+    cmd = [
+        nvcc,
+        "-cubin",
+        f"-arch={arch}",
+        "-std=c++17",
+        "-Xptxas",
+        "-v",
+        "-lineinfo",
+        "--expt-relaxed-constexpr",
+        "-keep",
+        f"-keep-dir={keep}",
+        *(f"-I{d}" for d in includes),
+        *flags,
+        "-o",
+        str(cubin),
+        str(cu),
+    ]
     started = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=workdir)
@@ -481,11 +514,15 @@ def run_nvcc(cu: Path, arch: str, includes: list[str], flags: list[str], workdir
     except subprocess.TimeoutExpired as e:
         output, ok = f"nvcc timed out after {timeout_s:.0f} s\n{e.stderr or ''}", False
     ptx = next(iter(sorted(keep.glob("*.ptx"))), None)
-    return NvccRun(ok and cubin.exists(), output, time.perf_counter() - started, cubin if cubin.exists() else None, ptx, cmd)
+    return NvccRun(
+        ok and cubin.exists(), output, time.perf_counter() - started, cubin if cubin.exists() else None, ptx, cmd
+    )
 
 
 # flags that only make sense for a real build, or that nvcc -cubin refuses
-_DROP_FLAGS = re.compile(r"^(-gencode|--generate-code|-arch|--gpu-architecture|-code|--gpu-code|-Xcompiler|-c$|-o$|-shared|-fPIC|-l|-L)")
+_DROP_FLAGS = re.compile(
+    r"^(-gencode|--generate-code|-arch|--gpu-architecture|-code|--gpu-code|-Xcompiler|-c$|-o$|-shared|-fPIC|-l|-L)"
+)
 
 
 def usable_flags(flags: list[str]) -> list[str]:
@@ -512,32 +549,50 @@ class CudaTarget:
         import torch
 
         nvcc = find_tool("nvcc")
-        versions = {k: v for k, v in {"nvcc": nvcc_version(), "torch": torch.__version__,
-                                      "torch cuda": torch.version.cuda}.items() if v}  # fmt: skip
+        versions = {
+            k: v
+            for k, v in {"nvcc": nvcc_version(), "torch": torch.__version__, "torch cuda": torch.version.cuda}.items()
+            if v
+        }
         gpus = [d for d in devices if d.startswith("cuda")]
         notes = []
         if nvcc:
-            notes.append(f"compile: nvcc -cubin for any NVIDIA arch (default {DEFAULT_ARCH}), no GPU needed; kernels "
-                         "compile against a lean stand-in for torch's headers (seconds), falling back to the real "
-                         "headers (~1-5 min on a small CPU) when host code needs judging")  # fmt: skip
+            notes.append(
+                f"compile: nvcc -cubin for any NVIDIA arch (default {DEFAULT_ARCH}), no GPU needed; kernels "
+                "compile against a lean stand-in for torch's headers (seconds), falling back to the real "
+                "headers (~1-5 min on a small CPU) when host code needs judging"
+            )
         if cutlass_include_dir():
             notes.append("CuTe / CUTLASS C++ headers (nvidia-cutlass) are on the include path")
         if nvcc is None:
             reason = "nvcc not found: install the CUDA toolkit (or set CUDA_HOME)"
             return TargetStatus(name=self.name, available=False, reason=reason, versions=versions, notes=notes)
         if not gpus:
-            return TargetStatus(name=self.name, available=False, reason=NEEDS_GPU, can_compile=True, versions=versions,
-                                notes=notes)  # fmt: skip
+            return TargetStatus(
+                name=self.name, available=False, reason=NEEDS_GPU, can_compile=True, versions=versions, notes=notes
+            )
         if torch.version.cuda is None:
-            return TargetStatus(name=self.name, available=False, can_compile=True, versions=versions, notes=notes,
-                                reason="this torch build has no CUDA support; install a CUDA build of torch")  # fmt: skip
-        return TargetStatus(name=self.name, available=True, devices=gpus, can_compile=True, versions=versions, notes=notes)
+            return TargetStatus(
+                name=self.name,
+                available=False,
+                can_compile=True,
+                versions=versions,
+                notes=notes,
+                reason="this torch build has no CUDA support; install a CUDA build of torch",
+            )
+        return TargetStatus(
+            name=self.name, available=True, devices=gpus, can_compile=True, versions=versions, notes=notes
+        )
 
     def check(self, source: Source) -> list[Finding]:
         if "load_inline" not in source.text:
-            return [Finding(code="no_load_inline",
-                            message="the candidate never calls torch.utils.cpp_extension.load_inline: a CUDA candidate "
-                                    "builds its kernels with load_inline(cpp_sources=..., cuda_sources=..., functions=[...])")]  # fmt: skip
+            return [
+                Finding(
+                    code="no_load_inline",
+                    message="the candidate never calls torch.utils.cpp_extension.load_inline: a CUDA candidate "
+                    "builds its kernels with load_inline(cpp_sources=..., cuda_sources=..., functions=[...])",
+                )
+            ]
         return []
 
     def execution(self, device: str) -> str:
@@ -556,8 +611,13 @@ class CudaTarget:
             report.seconds = time.perf_counter() - started
             return report
         if not builds or not any(b.cuda for b in builds):
-            report.diagnostics = [Diagnostic(file=source.name, message="no load_inline(..., cuda_sources=...) call ran "
-                                             "while importing the candidate: nothing to compile")]  # fmt: skip
+            report.diagnostics = [
+                Diagnostic(
+                    file=source.name,
+                    message="no load_inline(..., cuda_sources=...) call ran "
+                    "while importing the candidate: nothing to compile",
+                )
+            ]
             report.seconds = time.perf_counter() - started
             return report
         diags: list[Diagnostic] = []
@@ -571,8 +631,9 @@ class CudaTarget:
         report.seconds = time.perf_counter() - started
         return report
 
-    def _compile_build(self, build: InlineBuild, index: int, source: Source, arch: str, workdir: Path,
-                       report: CompileReport) -> tuple[bool, list[Diagnostic]]:  # fmt: skip
+    def _compile_build(
+        self, build: InlineBuild, index: int, source: Source, arch: str, workdir: Path, report: CompileReport
+    ) -> tuple[bool, list[Diagnostic]]:
         diags = binding_diagnostics(build, source)
         if not build.cuda:
             return not diags, diags
@@ -584,16 +645,23 @@ class CudaTarget:
             if inc:
                 includes.append(inc)
             else:
-                diags.append(Diagnostic(severity="warning", file=source.name, line=build.call_line,
-                                        message="the source includes CuTe/CUTLASS headers but nvidia-cutlass is not "
-                                                "installed (pip install nvidia-cutlass)"))  # fmt: skip
+                diags.append(
+                    Diagnostic(
+                        severity="warning",
+                        file=source.name,
+                        line=build.call_line,
+                        message="the source includes CuTe/CUTLASS headers but nvidia-cutlass is not "
+                        "installed (pip install nvidia-cutlass)",
+                    )
+                )
         flags = usable_flags(build.flags())
         blocks = [(p, top_level_blocks(p.text)) for p in pieces]
 
         lean_cu = workdir / f"lean_{index}.cu"
         (workdir / "kforge_torch_lean.h").write_text(TORCH_LEAN_H)
-        lean_cu.write_text('#include "kforge_torch_lean.h"\n' + "\n".join(
-            lean_piece(p).annotated(source.name) for p in pieces) + "\n")
+        lean_cu.write_text(
+            '#include "kforge_torch_lean.h"\n' + "\n".join(lean_piece(p).annotated(source.name) for p in pieces) + "\n"
+        )
         run = run_nvcc(lean_cu, arch, [str(workdir), *includes], flags, workdir)
         mode = "lean"
         raw = parse_compiler_output(run.output)
@@ -605,15 +673,26 @@ class CudaTarget:
             raw = parse_compiler_output(run.output)
         diags += to_diagnostics(raw, source, pieces, blocks, run)
         if not run.ok and not any(d.severity == "error" for d in diags):
-            diags.append(Diagnostic(file=source.name, line=build.call_line,
-                                    message="nvcc failed: " + run.output.strip()[-2000:]))  # fmt: skip
+            diags.append(
+                Diagnostic(file=source.name, line=build.call_line, message="nvcc failed: " + run.output.strip()[-2000:])
+            )
         if run.ok:
             self._resources(run, report, build)
-        diags.append(Diagnostic(severity="note", file=source.name, line=build.call_line,
-                                message=f"load_inline '{build.name}': nvcc -cubin -arch={arch} ({mode} path: "
-                                        + ("torch's headers replaced by kforge's lean stand-in; host code is checked "
-                                           "loosely, the real build runs in verify" if mode == "lean" else
-                                           "torch's real headers") + f") in {run.seconds:.1f} s"))  # fmt: skip
+        diags.append(
+            Diagnostic(
+                severity="note",
+                file=source.name,
+                line=build.call_line,
+                message=f"load_inline '{build.name}': nvcc -cubin -arch={arch} ({mode} path: "
+                + (
+                    "torch's headers replaced by kforge's lean stand-in; host code is checked "
+                    "loosely, the real build runs in verify"
+                    if mode == "lean"
+                    else "torch's real headers"
+                )
+                + f") in {run.seconds:.1f} s",
+            )
+        )
         return run.ok, diags
 
     def _resources(self, run: NvccRun, report: CompileReport, build: InlineBuild) -> None:
@@ -621,12 +700,16 @@ class CudaTarget:
         names = demangle(list(usage))
         for mangled, u in usage.items():
             pretty = names.get(mangled, mangled)
-            report.kernels.append(KernelResources(
-                name=pretty, registers=u.get("registers"), spills=u.get("spill_stores"),
-                shared_bytes=u.get("shared", 0), stack_bytes=u.get("stack"),
-                signature={"symbol": mangled, "extension": build.name,
-                           "spill_loads": str(u.get("spill_loads", 0))},
-            ))  # fmt: skip
+            report.kernels.append(
+                KernelResources(
+                    name=pretty,
+                    registers=u.get("registers"),
+                    spills=u.get("spill_stores"),
+                    shared_bytes=u.get("shared", 0),
+                    stack_bytes=u.get("stack"),
+                    signature={"symbol": mangled, "extension": build.name, "spill_loads": str(u.get("spill_loads", 0))},
+                )
+            )
         if run.ptx is not None:
             report.ptx = (report.ptx or {}) | {build.name: run.ptx.read_text(errors="replace")}
         if run.cubin is not None and hasattr(report, "sass"):
@@ -655,11 +738,26 @@ class CudaTarget:
             if any(CUTLASS_HEADER.search(p.text) for p in cuda) and cutlass_include_dir():
                 includes.append(cutlass_include_dir())
                 kwargs["extra_include_paths"] = includes
-            key = hashlib.sha256(json.dumps({
-                "name": name, "cpp": cpp_src, "cuda": cuda_src, "functions": functions, "flags": flags,
-                "cflags": kwargs.get("extra_cflags"), "ldflags": kwargs.get("extra_ldflags"), "includes": includes,
-                "torch": torch.__version__, "torch_cuda": torch.version.cuda, "nvcc": nvcc_version(), "arch": arch,
-            }, sort_keys=True, default=str).encode()).hexdigest()[:20]  # fmt: skip
+            key = hashlib.sha256(
+                json.dumps(
+                    {
+                        "name": name,
+                        "cpp": cpp_src,
+                        "cuda": cuda_src,
+                        "functions": functions,
+                        "flags": flags,
+                        "cflags": kwargs.get("extra_cflags"),
+                        "ldflags": kwargs.get("extra_ldflags"),
+                        "includes": includes,
+                        "torch": torch.__version__,
+                        "torch_cuda": torch.version.cuda,
+                        "nvcc": nvcc_version(),
+                        "arch": arch,
+                    },
+                    sort_keys=True,
+                    default=str,
+                ).encode()
+            ).hexdigest()[:20]
             build_dir = extension_cache_dir() / f"{name}-{key}"
             build_dir.mkdir(parents=True, exist_ok=True)
             kwargs.pop("build_directory", None)
@@ -671,16 +769,29 @@ class CudaTarget:
             try:
                 with FileLock(str(build_dir) + ".lock", timeout=1800):
                     # keywords only: load_inline's positional order differs across torch versions (sycl_sources)
-                    return real(f"{name}_{key}", cpp_src, *args, cuda_sources=cuda_src, functions=functions,
-                                build_directory=str(build_dir), **kwargs)  # fmt: skip
+                    return real(
+                        f"{name}_{key}",
+                        cpp_src,
+                        *args,
+                        cuda_sources=cuda_src,
+                        functions=functions,
+                        build_directory=str(build_dir),
+                        **kwargs,
+                    )
             except Exception as e:
                 text = str(e)
                 raw = parse_compiler_output(text)
-                errors.extend(Diagnostic(line=r.line if r.file == source.name else None,
-                                         column=r.column if r.file == source.name else None, severity=r.severity,
-                                         message=r.message if r.file == source.name else f"{r.file}:{r.line}: {r.message}",
-                                         file=source.name)
-                              for r in raw if r.severity == "error")  # fmt: skip
+                errors.extend(
+                    Diagnostic(
+                        line=r.line if r.file == source.name else None,
+                        column=r.column if r.file == source.name else None,
+                        severity=r.severity,
+                        message=r.message if r.file == source.name else f"{r.file}:{r.line}: {r.message}",
+                        file=source.name,
+                    )
+                    for r in raw
+                    if r.severity == "error"
+                )
                 raise
             finally:
                 if env_arch is None:
@@ -701,8 +812,10 @@ class CudaTarget:
             if not errors:
                 raise
             # the build log is in the exception text; the parsed errors say it shorter
-            call = [Diagnostic(line=d.line, severity="note", file=source.name, message="the load_inline build failed here")
-                    for d in e.diagnostics[:1]]  # fmt: skip
+            call = [
+                Diagnostic(line=d.line, severity="note", file=source.name, message="the load_inline build failed here")
+                for d in e.diagnostics[:1]
+            ]
             summary = "; ".join(f"line {d.line}: {d.message}" if d.line else d.message for d in errors[:3])
             raise SourceRuntimeError(f"{source.name}: load_inline build failed: {summary}", errors + call) from None
 
@@ -712,7 +825,11 @@ def extension_cache_dir() -> Path:
     base = os.environ.get("TORCH_EXTENSIONS_DIR")
     if not base:
         triton_cache = os.environ.get("TRITON_CACHE_DIR")
-        base = str(Path(triton_cache).parent / "torch_extensions") if triton_cache else str(Path.home() / ".kforge" / "cache" / "torch_extensions")
+        base = (
+            str(Path(triton_cache).parent / "torch_extensions")
+            if triton_cache
+            else str(Path.home() / ".kforge" / "cache" / "torch_extensions")
+        )
     path = Path(base) / "kforge-cuda"
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -770,8 +887,16 @@ def to_diagnostics(raw: list[RawDiag], source: Source, pieces: list[Piece], bloc
         piece, block, _ = _locate(r, source.name, pieces, blocks)
         line = r.line if r.file == source.name else None
         message = r.message if r.file in (source.name, "ptxas", "nvcc") else f"{r.file}:{r.line}: {r.message}"
-        out.append(Diagnostic(line=line, column=r.column if line else None, severity=r.severity, message=message,
-                              file=source.name, kernel=block.kernel if block else None))  # fmt: skip
+        out.append(
+            Diagnostic(
+                line=line,
+                column=r.column if line else None,
+                severity=r.severity,
+                message=message,
+                file=source.name,
+                kernel=block.kernel if block else None,
+            )
+        )
     return out
 
 
@@ -782,11 +907,21 @@ def binding_diagnostics(build: InlineBuild, source: Source) -> list[Diagnostic]:
     cpp, everything = "\n".join(build.cpp), "\n".join(build.cpp + build.cuda)
     for fn in build.functions:
         if build.cpp and not re.search(rf"\b{re.escape(fn)}\s*\(", cpp):
-            diags.append(Diagnostic(line=build.call_line, file=source.name,
-                                    message=f"functions=[...] names '{fn}' but cpp_sources do not declare it: "
-                                            "load_inline's generated bindings would not compile"))  # fmt: skip
+            diags.append(
+                Diagnostic(
+                    line=build.call_line,
+                    file=source.name,
+                    message=f"functions=[...] names '{fn}' but cpp_sources do not declare it: "
+                    "load_inline's generated bindings would not compile",
+                )
+            )
         elif not re.search(rf"\b{re.escape(fn)}\s*\([^;{{]*\)\s*(const\s*)?(noexcept\s*)?\{{", everything):
-            diags.append(Diagnostic(line=build.call_line, file=source.name,
-                                    message=f"'{fn}' is declared but not defined in cpp_sources or cuda_sources: "
-                                            "the extension would fail to load (undefined symbol)"))  # fmt: skip
+            diags.append(
+                Diagnostic(
+                    line=build.call_line,
+                    file=source.name,
+                    message=f"'{fn}' is declared but not defined in cpp_sources or cuda_sources: "
+                    "the extension would fail to load (undefined symbol)",
+                )
+            )
     return diags

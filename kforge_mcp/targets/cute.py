@@ -104,7 +104,9 @@ def recording_compile(arch: str, records: list):
         def __call__(self, fn, *args, options=None, **kwargs):
             dump_dir()
             compiled = real(fn, *args, options=merge_options(options, arch), **kwargs)
-            records.append((getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "jit"), compiled))
+            records.append(
+                (getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "jit"), compiled)
+            )
             return CompiledStub(compiled)
 
         def __getitem__(self, item):  # cute.compile[...] variants: same recording
@@ -132,7 +134,9 @@ def pretty_kernel(symbol: str, names: list[str]) -> str:
 
 class CuteTarget:
     name = "cute"
-    summary = "CuTe DSL (nvidia-cutlass-dsl: @cute.kernel / @cute.jit / cute.compile) and CuTe C++ headers via load_inline"
+    summary = (
+        "CuTe DSL (nvidia-cutlass-dsl: @cute.kernel / @cute.jit / cute.compile) and CuTe C++ headers via load_inline"
+    )
 
     def __init__(self):
         self._cuda = CudaTarget()
@@ -141,25 +145,42 @@ class CuteTarget:
         import torch
 
         dsl = dist_version("nvidia-cutlass-dsl")
-        versions = {k: v for k, v in {"nvidia-cutlass-dsl": dsl, "nvidia-cutlass": dist_version("nvidia-cutlass"),
-                                      "torch": torch.__version__}.items() if v}  # fmt: skip
+        versions = {
+            k: v
+            for k, v in {
+                "nvidia-cutlass-dsl": dsl,
+                "nvidia-cutlass": dist_version("nvidia-cutlass"),
+                "torch": torch.__version__,
+            }.items()
+            if v
+        }
         if dsl is None:
-            return TargetStatus(name=self.name, available=False, versions=versions,
-                                reason=f"nvidia-cutlass-dsl is not installed: {PIP}")  # fmt: skip
-        notes = [f"compile: cute.compile with --gpu-arch (default {DEFAULT_ARCH}) without a GPU; pass `problem` so one "
-                 "forward runs on its CPU inputs with cute.compile recorded",
-                 "the candidate calls cute.compile(launcher, ...) and then the compiled function from ModelNew.forward",
-                 "CuTe C++ (load_inline with cute/ or cutlass/ includes) compiles through the cuda target's path"]  # fmt: skip
+            return TargetStatus(
+                name=self.name, available=False, versions=versions, reason=f"nvidia-cutlass-dsl is not installed: {PIP}"
+            )
+        notes = [
+            f"compile: cute.compile with --gpu-arch (default {DEFAULT_ARCH}) without a GPU; pass `problem` so one "
+            "forward runs on its CPU inputs with cute.compile recorded",
+            "the candidate calls cute.compile(launcher, ...) and then the compiled function from ModelNew.forward",
+            "CuTe C++ (load_inline with cute/ or cutlass/ includes) compiles through the cuda target's path",
+        ]
         gpus = [d for d in devices if d.startswith("cuda")]
         if not gpus:
-            return TargetStatus(name=self.name, available=False, reason=NEEDS_GPU, can_compile=True, versions=versions,
-                                notes=notes)  # fmt: skip
-        return TargetStatus(name=self.name, available=True, devices=gpus, can_compile=True, versions=versions, notes=notes)
+            return TargetStatus(
+                name=self.name, available=False, reason=NEEDS_GPU, can_compile=True, versions=versions, notes=notes
+            )
+        return TargetStatus(
+            name=self.name, available=True, devices=gpus, can_compile=True, versions=versions, notes=notes
+        )
 
     def check(self, source: Source) -> list[Finding]:
         if is_cpp(source) or "cute" in source.text:
             return []
-        return [Finding(code="no_cute_kernel", message="the candidate uses neither the CuTe DSL (@cute.kernel) nor CuTe C++")]
+        return [
+            Finding(
+                code="no_cute_kernel", message="the candidate uses neither the CuTe DSL (@cute.kernel) nor CuTe C++"
+            )
+        ]
 
     def execution(self, device: str) -> str:
         return device.split(":")[0]
@@ -198,14 +219,25 @@ class CuteTarget:
             diags += e.diagnostics
         except Exception as e:
             path = Path(module.__file__) if module is not None else None
-            diags += exception_diagnostics(e, path, source) if path else [Diagnostic(message=f"{type(e).__name__}: {e}",
-                                                                                     file=source.name)]  # fmt: skip
+            diags += (
+                exception_diagnostics(e, path, source)
+                if path
+                else [Diagnostic(message=f"{type(e).__name__}: {e}", file=source.name)]
+            )
         if not records and not diags:
-            diags.append(Diagnostic(severity="warning" if problem is None else "error", file=source.name,
-                                    message="no cute.compile call ran" + (" while importing the candidate; pass `problem` "
-                                            "so kforge runs ModelNew.forward on its inputs" if problem is None else
-                                            " in ModelNew.forward: compile the launcher with cute.compile(...) and call "
-                                            "the compiled function")))  # fmt: skip
+            diags.append(
+                Diagnostic(
+                    severity="warning" if problem is None else "error",
+                    file=source.name,
+                    message="no cute.compile call ran"
+                    + (
+                        " while importing the candidate; pass `problem` so kforge runs ModelNew.forward on its inputs"
+                        if problem is None
+                        else " in ModelNew.forward: compile the launcher with cute.compile(...) and call "
+                        "the compiled function"
+                    ),
+                )
+            )
         names = kernel_names(module) if module is not None else []
         from .triton import cubin_resources
 
@@ -213,19 +245,29 @@ class CuteTarget:
             ptx, cubin = _artifact(compiled.__ptx__, text=True), _artifact(compiled.__cubin__, text=False)
             usage = cubin_resources(cubin) if cubin else {}
             for symbol, u in usage.items():
-                report.kernels.append(KernelResources(
-                    name=pretty_kernel(symbol, names), registers=u.get("REG"), spills=u.get("LOCAL"),
-                    shared_bytes=u.get("SHARED"), stack_bytes=u.get("STACK"),
-                    signature={"symbol": symbol, "launcher": jit_name},
-                ))  # fmt: skip
+                report.kernels.append(
+                    KernelResources(
+                        name=pretty_kernel(symbol, names),
+                        registers=u.get("REG"),
+                        spills=u.get("LOCAL"),
+                        shared_bytes=u.get("SHARED"),
+                        stack_bytes=u.get("STACK"),
+                        signature={"symbol": symbol, "launcher": jit_name},
+                    )
+                )
             if ptx:
                 report.ptx = (report.ptx or {}) | {jit_name: ptx}
             sass = _artifact(getattr(compiled, "__sass__", None), text=True)
             if sass:
                 report.sass = (report.sass or {}) | {jit_name: sass}
             if cubin is None:
-                diags.append(Diagnostic(severity="warning", file=source.name,
-                                        message=f"{jit_name}: the DSL kept no cubin, so no resource report"))  # fmt: skip
+                diags.append(
+                    Diagnostic(
+                        severity="warning",
+                        file=source.name,
+                        message=f"{jit_name}: the DSL kept no cubin, so no resource report",
+                    )
+                )
         for leftover in dump_dir().glob("*"):  # the artifacts are in the report now
             if leftover.is_file():
                 leftover.unlink(missing_ok=True)

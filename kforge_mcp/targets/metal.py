@@ -39,13 +39,32 @@ MAX_THREADS_PER_GROUP = 1024  # Apple GPUs (Metal feature set tables): threads p
 MAX_THREADGROUP_MEMORY = 32 * 1024  # bytes of threadgroup memory per threadgroup
 SIMD_WIDTH = 32  # threadExecutionWidth on Apple GPUs
 COMPILER_MESSAGE = re.compile(r"program_source:(\d+):(\d+):\s*(error|warning|note):\s*(.*)")
-SCALAR_BYTES = {"bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2, "bfloat": 2, "int": 4,
-                "uint": 4, "float": 4, "long": 8, "ulong": 8, "int8_t": 1, "uint8_t": 1, "int16_t": 2,
-                "uint16_t": 2, "int32_t": 4, "uint32_t": 4, "int64_t": 8, "uint64_t": 8, "size_t": 8}  # fmt: skip
+SCALAR_BYTES = {
+    "bool": 1,
+    "char": 1,
+    "uchar": 1,
+    "short": 2,
+    "ushort": 2,
+    "half": 2,
+    "bfloat": 2,
+    "int": 4,
+    "uint": 4,
+    "float": 4,
+    "long": 8,
+    "ulong": 8,
+    "int8_t": 1,
+    "uint8_t": 1,
+    "int16_t": 2,
+    "uint16_t": 2,
+    "int32_t": 4,
+    "uint32_t": 4,
+    "int64_t": 8,
+    "uint64_t": 8,
+    "size_t": 8,
+}
 INT_TYPES = {k for k in SCALAR_BYTES if k not in ("half", "bfloat", "float", "bool")}
 FLOAT_TYPES = {"half", "bfloat", "float"}
-GRID_BUILTINS = ("thread_position_in_grid", "threadgroup_position_in_grid", "threads_per_grid",
-                 "threadgroups_per_grid")  # fmt: skip
+GRID_BUILTINS = ("thread_position_in_grid", "threadgroup_position_in_grid", "threads_per_grid", "threadgroups_per_grid")
 
 
 # ---- the Metal source: kernels and their parameters ----
@@ -167,8 +186,10 @@ def parse_kernels(msl: str) -> list[Kernel]:
     """Every ``kernel`` function (and ``[[host_name("x")]]`` instantiation) in an MSL source."""
     code = strip_comments(msl)
     kernels = []
-    head = re.compile(r'(?:\[\[\s*host_name\(\s*"(\w+)"\s*\)\s*\]\]\s*)?(?:\[\[\s*kernel\s*\]\]|\bkernel\b)\s+'
-                      r"([\w:<>]+)\s+(\w+)\s*(<[^>()]*>)?\s*\(")  # fmt: skip
+    head = re.compile(
+        r'(?:\[\[\s*host_name\(\s*"(\w+)"\s*\)\s*\]\]\s*)?(?:\[\[\s*kernel\s*\]\]|\bkernel\b)\s+'
+        r"([\w:<>]+)\s+(\w+)\s*(<[^>()]*>)?\s*\("
+    )
     for m in head.finditer(code):
         open_at = m.end() - 1
         close_at = _matching(code, open_at, "(", ")")
@@ -205,24 +226,53 @@ def check_kernels(kernels: list[Kernel]) -> list[tuple[int, str, str]]:
             out.append((k.line, "error", f"kernel {k.name} returns {k.return_type}: Metal kernels return void"))
         for p in k.params:
             if p.kind == "threadgroup":
-                out.append((p.line, "error", f"kernel {k.name}: parameter '{p.name}' is threadgroup memory, which "
-                                             "torch.mps.compile_shader's dispatch cannot size; declare it in the body "
-                                             f"(threadgroup float {p.name}[256];)"))  # fmt: skip
+                out.append(
+                    (
+                        p.line,
+                        "error",
+                        f"kernel {k.name}: parameter '{p.name}' is threadgroup memory, which "
+                        "torch.mps.compile_shader's dispatch cannot size; declare it in the body "
+                        f"(threadgroup float {p.name}[256];)",
+                    )
+                )
             elif p.kind == "invalid":
-                out.append((p.line, "error", f"kernel {k.name}: parameter '{p.text}' is neither a buffer "
-                                             "(device T* / constant T*), a scalar (constant T&) nor a builtin "
-                                             "([[thread_position_in_grid]] ...)"))  # fmt: skip
+                out.append(
+                    (
+                        p.line,
+                        "error",
+                        f"kernel {k.name}: parameter '{p.text}' is neither a buffer "
+                        "(device T* / constant T*), a scalar (constant T&) nor a builtin "
+                        "([[thread_position_in_grid]] ...)",
+                    )
+                )
         indices = [p.buffer_index for p in k.bindable()]
         if indices != list(range(len(indices))):
-            out.append((k.line, "error", f"kernel {k.name}: buffer indices {indices} are not 0..{len(indices) - 1}; "
-                                         "torch binds positional argument i to buffer(i)"))  # fmt: skip
+            out.append(
+                (
+                    k.line,
+                    "error",
+                    f"kernel {k.name}: buffer indices {indices} are not 0..{len(indices) - 1}; "
+                    "torch binds positional argument i to buffer(i)",
+                )
+            )
         if k.grid_dims() is None:
-            out.append((k.line, "warning", f"kernel {k.name} reads no [[thread_position_in_grid]] (or threadgroup "
-                                           "position): every thread would do the same work"))  # fmt: skip
+            out.append(
+                (
+                    k.line,
+                    "warning",
+                    f"kernel {k.name} reads no [[thread_position_in_grid]] (or threadgroup "
+                    "position): every thread would do the same work",
+                )
+            )
         if k.threadgroup_bytes > MAX_THREADGROUP_MEMORY:
-            out.append((k.body_line or k.line, "error",
-                        f"kernel {k.name} declares {k.threadgroup_bytes} bytes of threadgroup memory; Apple GPUs "
-                        f"allow {MAX_THREADGROUP_MEMORY}"))  # fmt: skip
+            out.append(
+                (
+                    k.body_line or k.line,
+                    "error",
+                    f"kernel {k.name} declares {k.threadgroup_bytes} bytes of threadgroup memory; Apple GPUs "
+                    f"allow {MAX_THREADGROUP_MEMORY}",
+                )
+            )
     return out
 
 
@@ -248,7 +298,9 @@ def _is_compile_shader(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     f = node.func
-    return (isinstance(f, ast.Attribute) and f.attr == "compile_shader") or (isinstance(f, ast.Name) and f.id == "compile_shader")
+    return (isinstance(f, ast.Attribute) and f.attr == "compile_shader") or (
+        isinstance(f, ast.Name) and f.id == "compile_shader"
+    )
 
 
 def _target_names(targets: list[ast.expr]) -> set[str]:
@@ -268,7 +320,11 @@ def _module_constants(tree: ast.Module) -> dict[str, Any]:
 
 def const_eval(node: ast.AST, names: dict[str, Any]) -> Any:
     """Value of a constant expression (literals, known names, + - * // on them, tuples), else None."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float)) and not isinstance(node.value, bool):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (str, int, float))
+        and not isinstance(node.value, bool)
+    ):
         return node.value
     if isinstance(node, ast.Name):
         return names.get(node.id)
@@ -381,28 +437,62 @@ def check_call(call: ast.Call, lib: Library, kname: str, names: dict[str, Any]) 
         return out  # *args: the count is not visible statically
     if len(call.args) != len(bindable):
         want = ", ".join(p.name for p in bindable)
-        out.append((line, "error", f"{kname} takes {len(bindable)} arguments ({want}) but this dispatch passes "
-                                   f"{len(call.args)}"))  # fmt: skip
+        out.append(
+            (
+                line,
+                "error",
+                f"{kname} takes {len(bindable)} arguments ({want}) but this dispatch passes {len(call.args)}",
+            )
+        )
     for arg, p in zip(call.args, bindable):
         kind = python_kind(arg, names)
         if kind is None:
             continue
         if p.kind == "buffer":
-            out.append((line, "error", f"{kname}: argument '{p.name}' is a buffer ({p.text}) but a Python {kind} is "
-                                       "passed; pass a tensor"))  # fmt: skip
+            out.append(
+                (
+                    line,
+                    "error",
+                    f"{kname}: argument '{p.name}' is a buffer ({p.text}) but a Python {kind} is passed; pass a tensor",
+                )
+            )
         elif kind == "int" and p.base_type in FLOAT_TYPES:
-            out.append((line, "error", f"{kname}: argument '{p.name}' is {p.base_type} but a Python int is passed "
-                                       "(sent as int64): pass float(...)"))  # fmt: skip
+            out.append(
+                (
+                    line,
+                    "error",
+                    f"{kname}: argument '{p.name}' is {p.base_type} but a Python int is passed "
+                    "(sent as int64): pass float(...)",
+                )
+            )
         elif kind == "float" and p.base_type in INT_TYPES:
-            out.append((line, "error", f"{kname}: argument '{p.name}' is {p.base_type} but a Python float is passed "
-                                       "(sent as float32): pass int(...)"))  # fmt: skip
+            out.append(
+                (
+                    line,
+                    "error",
+                    f"{kname}: argument '{p.name}' is {p.base_type} but a Python float is passed "
+                    "(sent as float32): pass int(...)",
+                )
+            )
         elif kind == "int" and SCALAR_BYTES.get(p.base_type, 8) < 8:
-            out.append((line, "warning", f"{kname}: argument '{p.name}' is {p.base_type} but torch sends a Python int "
-                                         "as int64; declare `constant long&` (a narrower type reads only the low "
-                                         "bytes)"))  # fmt: skip
+            out.append(
+                (
+                    line,
+                    "warning",
+                    f"{kname}: argument '{p.name}' is {p.base_type} but torch sends a Python int "
+                    "as int64; declare `constant long&` (a narrower type reads only the low "
+                    "bytes)",
+                )
+            )
         elif kind == "float" and p.base_type != "float":
-            out.append((line, "warning", f"{kname}: argument '{p.name}' is {p.base_type} but torch sends a Python "
-                                         "float as float32; declare `constant float&`"))  # fmt: skip
+            out.append(
+                (
+                    line,
+                    "warning",
+                    f"{kname}: argument '{p.name}' is {p.base_type} but torch sends a Python "
+                    "float as float32; declare `constant float&`",
+                )
+            )
     kw = {k.arg: k.value for k in call.keywords if k.arg}
     if "threads" not in kw:
         out.append((line, "warning", f"{kname}: no threads= at this dispatch; pass the grid size in threads"))
@@ -416,16 +506,29 @@ def check_call(call: ast.Call, lib: Library, kname: str, names: dict[str, Any]) 
         for d in group:
             total *= d
         if total > MAX_THREADS_PER_GROUP:
-            out.append((line, "error", f"{kname}: group_size {group} is {total} threads per threadgroup; Apple GPUs "
-                                       f"allow at most {MAX_THREADS_PER_GROUP}"))  # fmt: skip
+            out.append(
+                (
+                    line,
+                    "error",
+                    f"{kname}: group_size {group} is {total} threads per threadgroup; Apple GPUs "
+                    f"allow at most {MAX_THREADS_PER_GROUP}",
+                )
+            )
         elif total % SIMD_WIDTH:
-            out.append((line, "warning", f"{kname}: group_size {group} ({total} threads) is not a multiple of the "
-                                         f"SIMD width {SIMD_WIDTH}: the last SIMD-group runs partly empty"))  # fmt: skip
+            out.append(
+                (
+                    line,
+                    "warning",
+                    f"{kname}: group_size {group} ({total} threads) is not a multiple of the "
+                    f"SIMD width {SIMD_WIDTH}: the last SIMD-group runs partly empty",
+                )
+            )
     dims = kernel.grid_dims()
     n = len(threads) if threads is not None else (1 if "threads" in kw and python_kind(kw["threads"], names) else None)
     if dims is not None and n is not None and dims != n:
-        out.append((line, "warning", f"{kname}: the kernel's grid position is {dims}-D but threads= gives {n} "
-                                     "dimension(s)"))  # fmt: skip
+        out.append(
+            (line, "warning", f"{kname}: the kernel's grid position is {dims}-D but threads= gives {n} dimension(s)")
+        )
     return out
 
 
@@ -445,19 +548,33 @@ def static_diagnostics(source: Source) -> list[Diagnostic]:
     libs = find_libraries(tree, source.text, names)
     diags = []
     if not libs:
-        return [Diagnostic(file=source.name, message="no torch.mps.compile_shader(...) call: a Metal candidate compiles "
-                                                     "its MSL source with torch.mps.compile_shader and dispatches its "
-                                                     "kernels from ModelNew.forward")]  # fmt: skip
+        return [
+            Diagnostic(
+                file=source.name,
+                message="no torch.mps.compile_shader(...) call: a Metal candidate compiles "
+                "its MSL source with torch.mps.compile_shader and dispatches its "
+                "kernels from ModelNew.forward",
+            )
+        ]
     for lib in libs:
         if lib.msl is None:
-            diags.append(Diagnostic(line=lib.call_line, severity="note", file=source.name,
-                                    message="the Metal source passed here is built at run time; static checks of its "
-                                            "kernels are skipped (the Metal compiler still checks it on a Mac)"))  # fmt: skip
+            diags.append(
+                Diagnostic(
+                    line=lib.call_line,
+                    severity="note",
+                    file=source.name,
+                    message="the Metal source passed here is built at run time; static checks of its "
+                    "kernels are skipped (the Metal compiler still checks it on a Mac)",
+                )
+            )
             continue
         for msl_line, severity, message in check_kernels(lib.kernels):
             kernel = next((k.name for k in lib.kernels if k.line <= msl_line), None)
-            diags.append(Diagnostic(line=lib.py_line(msl_line), severity=severity, message=message, file=source.name,
-                                    kernel=kernel))  # fmt: skip
+            diags.append(
+                Diagnostic(
+                    line=lib.py_line(msl_line), severity=severity, message=message, file=source.name, kernel=kernel
+                )
+            )
     for line, severity, message in check_dispatches(tree, libs, names):
         diags.append(Diagnostic(line=line, severity=severity, message=message, file=source.name))
     return diags
@@ -496,10 +613,15 @@ def compiler_diagnostics(message: str, lib: Library, source: Source) -> list[Dia
             text = f"in {header} (included here): {text}"
         py_line = lib.py_line(msl_line) if msl_line else lib.call_line
         in_place = msl_line is not None and not header and lib.piece is not None
-        diags.append(Diagnostic(line=py_line, column=col if in_place else None, severity=severity, message=text,
-                                file=source.name))  # fmt: skip
+        diags.append(
+            Diagnostic(
+                line=py_line, column=col if in_place else None, severity=severity, message=text, file=source.name
+            )
+        )
     if not diags:
-        diags.append(Diagnostic(line=lib.call_line, file=source.name, message=f"Metal compile failed: {message[-2000:]}"))
+        diags.append(
+            Diagnostic(line=lib.call_line, file=source.name, message=f"Metal compile failed: {message[-2000:]}")
+        )
     return diags
 
 
@@ -563,21 +685,43 @@ class MetalTarget:
 
     def probe(self, devices: list[str]) -> TargetStatus:
         versions = {k: v for k, v in {"torch": dist_version("torch"), "macos": platform.mac_ver()[0]}.items() if v}
-        notes = ["static checks (kernel signatures, dispatch arguments, threads and group size against Apple's "
-                 "limits) run anywhere: compile reports them where Metal cannot run"]  # fmt: skip
+        notes = [
+            "static checks (kernel signatures, dispatch arguments, threads and group size against Apple's "
+            "limits) run anywhere: compile reports them where Metal cannot run"
+        ]
         reason = unavailable_reason()
         if reason is not None or "mps" not in devices:
-            return TargetStatus(name=self.name, available=False, reason=reason or f"{NEEDS}; no mps device found",
-                                versions=versions, notes=notes, requires=[REQUIRES])  # fmt: skip
-        return TargetStatus(name=self.name, available=True, devices=["mps"], can_compile=True, versions=versions,
-                            notes=notes, requires=[REQUIRES])  # fmt: skip
+            return TargetStatus(
+                name=self.name,
+                available=False,
+                reason=reason or f"{NEEDS}; no mps device found",
+                versions=versions,
+                notes=notes,
+                requires=[REQUIRES],
+            )
+        return TargetStatus(
+            name=self.name,
+            available=True,
+            devices=["mps"],
+            can_compile=True,
+            versions=versions,
+            notes=notes,
+            requires=[REQUIRES],
+        )
 
     def check(self, source: Source) -> list[Finding]:
         errors = [d for d in static_diagnostics(source) if d.severity == "error"]
         if not errors:
             return []
-        return [Finding(code="metal_static_check", severity="info", message=f"line {d.line}: {d.message}",
-                        evidence={"line": d.line}) for d in errors]  # fmt: skip
+        return [
+            Finding(
+                code="metal_static_check",
+                severity="info",
+                message=f"line {d.line}: {d.message}",
+                evidence={"line": d.line},
+            )
+            for d in errors
+        ]
 
     def static_diagnostics(self, source: Source) -> list[Diagnostic]:
         return static_diagnostics(source)
@@ -634,7 +778,9 @@ class MetalTarget:
             if not errors:
                 raise
             summary = "; ".join(f"line {d.line}: {d.message}" for d in errors[:3])
-            raise SourceRuntimeError(f"{source.name}: Metal compile failed: {summary}", errors + e.diagnostics[:1]) from None
+            raise SourceRuntimeError(
+                f"{source.name}: Metal compile failed: {summary}", errors + e.diagnostics[:1]
+            ) from None
         finally:
             torch.mps.compile_shader = real
         return module, built, errors
@@ -655,7 +801,9 @@ class MetalTarget:
         report.diagnostics = static
         report.ok = bool(built) and not any(d.severity == "error" for d in static)
         if not built:
-            report.diagnostics.append(Diagnostic(file=source.name, message="importing the candidate compiled no Metal library"))
+            report.diagnostics.append(
+                Diagnostic(file=source.name, message="importing the candidate compiled no Metal library")
+            )
         report.seconds = time.perf_counter() - started
         return report
 

@@ -30,10 +30,19 @@ GUESSED_CONSTEXPR = 64  # a power of two, so tl.arange accepts it
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 POINTER_USES = {"load", "store", "make_block_ptr", "make_tensor_descriptor"}
 TORCH_TO_TRITON = {
-    "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
-    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1",
-    "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5",
-}  # fmt: skip
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float64": "fp64",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "bool": "i1",
+    "float8_e4m3fn": "fp8e4nv",
+    "float8_e5m2": "fp8e5",
+}
 
 
 @dataclass
@@ -46,7 +55,12 @@ class Launch:
     options: dict[str, Any] = field(default_factory=dict)
 
     def key(self) -> tuple:
-        return (self.kernel, tuple(self.signature.items()), repr(sorted(self.constexprs.items())), repr(sorted(self.options.items())))
+        return (
+            self.kernel,
+            tuple(self.signature.items()),
+            repr(sorted(self.constexprs.items())),
+            repr(sorted(self.options.items())),
+        )
 
 
 @dataclass
@@ -190,7 +204,11 @@ def _pointer_params(fn) -> set[str]:
     names = {p.name for p in fn.params if "ptr" in p.name.lower()}
     for node in ast.walk(ast.parse(fn.src)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in POINTER_USES:
-            first = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg in ("pointer", "base")), None)
+            first = (
+                node.args[0]
+                if node.args
+                else next((k.value for k in node.keywords if k.arg in ("pointer", "base")), None)
+            )
             base = _pointer_base(first) if first is not None else None
             if base:
                 names.add(base)
@@ -203,9 +221,11 @@ def launch_site_constants(module_source: str) -> dict[str, dict[str, Any]]:
     tree = ast.parse(module_source)
     assigned = {
         t.id: node.value.value
-        for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-        for t in node.targets if isinstance(t, ast.Name)
-    }  # fmt: skip
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
     found: dict[str, dict[str, Any]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript):
@@ -247,10 +267,16 @@ def infer_launches(kernels: dict[str, Any], module_source: str) -> tuple[list[La
             else:
                 signature[p.name] = "*fp32" if p.name in pointers else "i32"
         if guessed:
-            diags.append(Diagnostic(line=_def_line(fn), severity="note", kernel=name,
-                                    message=f"kernel {name}: constexpr {', '.join(guessed)} has no default and no constant "
-                                            f"at the launch site; compiled with {GUESSED_CONSTEXPR}. Pass `problem` so "
-                                            "kforge traces the real launch values"))  # fmt: skip
+            diags.append(
+                Diagnostic(
+                    line=_def_line(fn),
+                    severity="note",
+                    kernel=name,
+                    message=f"kernel {name}: constexpr {', '.join(guessed)} has no default and no constant "
+                    f"at the launch site; compiled with {GUESSED_CONSTEXPR}. Pass `problem` so "
+                    "kforge traces the real launch values",
+                )
+            )
         launches.append(Launch(name, signature, constexprs))
     return launches, diags
 
@@ -299,8 +325,16 @@ def compile_error_diagnostics(exc: BaseException, kernels: dict[str, Any], sourc
         message = err.error_message or str(err).strip().splitlines()[-1]
         if i > 0:
             message = f"in a call from kernel {fn.__name__ if fn else '?'}: {message}"
-        diags.append(Diagnostic(line=line, column=col, severity="error" if i == 0 else "note", message=message,
-                                file=source.name, kernel=fn.__name__ if fn else None))  # fmt: skip
+        diags.append(
+            Diagnostic(
+                line=line,
+                column=col,
+                severity="error" if i == 0 else "note",
+                message=message,
+                file=source.name,
+                kernel=fn.__name__ if fn else None,
+            )
+        )
     if not diags:
         diags = [Diagnostic(message=f"{type(exc).__name__}: {str(exc).strip()[-2000:]}", file=source.name)]
     return diags
@@ -314,20 +348,33 @@ class TritonTarget:
         version = dist_version("triton") or dist_version("pytorch-triton-xpu") or dist_version("pytorch-triton")
         versions = {k: v for k, v in {"triton": version, "torch": dist_version("torch")}.items() if v}
         if version is None:
-            return TargetStatus(name=self.name, available=False, reason="triton is not installed (pip install triton)",
-                                versions=versions)  # fmt: skip
+            return TargetStatus(
+                name=self.name,
+                available=False,
+                reason="triton is not installed (pip install triton)",
+                versions=versions,
+            )
         gpus = [d for d in devices if d.startswith(("cuda", "xpu"))]
         notes = []
         if not gpus:
-            notes.append("no GPU found: kernels run through Triton's interpreter on CPU (correctness only; timings are not representative)")
+            notes.append(
+                "no GPU found: kernels run through Triton's interpreter on CPU (correctness only; timings are not representative)"
+            )
         can_compile = any(find_tool(t, prefer_triton_bundle=True) for t in ("cuobjdump", "ptxas"))
         if can_compile:
             notes.append(f"compile: ahead of time to PTX and cubin for any NVIDIA arch (default {DEFAULT_ARCH})")
         missing = {}
         if not any(d.startswith("xpu") for d in devices):
             missing["xpu"] = xpu_unavailable_reason() or "no Intel GPU found by torch.xpu"
-        return TargetStatus(name=self.name, available=True, devices=gpus + ["cpu"], can_compile=can_compile,
-                            versions=versions, notes=notes, unavailable_devices=missing)  # fmt: skip
+        return TargetStatus(
+            name=self.name,
+            available=True,
+            devices=gpus + ["cpu"],
+            can_compile=can_compile,
+            versions=versions,
+            notes=notes,
+            unavailable_devices=missing,
+        )
 
     def check(self, source: Source) -> list[Finding]:
         try:
@@ -335,9 +382,10 @@ class TritonTarget:
         except SyntaxError:
             return []  # reported as a diagnostic where the source is loaded
         decorated = [
-            n for n in ast.walk(tree)
+            n
+            for n in ast.walk(tree)
             if isinstance(n, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in n.decorator_list)
-        ]  # fmt: skip
+        ]
         if not decorated:
             return [Finding(code="no_triton_kernel", message="the candidate defines no @triton.jit kernel")]
         return []
@@ -409,8 +457,13 @@ class TritonTarget:
                 report.diagnostics = diags
                 return report
             if not launches:
-                diags.append(Diagnostic(severity="warning", file=source.name,
-                                        message="ModelNew.forward launched no Triton kernel on the problem's inputs"))  # fmt: skip
+                diags.append(
+                    Diagnostic(
+                        severity="warning",
+                        file=source.name,
+                        message="ModelNew.forward launched no Triton kernel on the problem's inputs",
+                    )
+                )
         else:
             launches, diags = infer_launches(kernels, source.text)
             report.signature_source = "inferred"
@@ -428,12 +481,19 @@ class TritonTarget:
                 diags += compile_error_diagnostics(e, kernels, source)
                 continue
             usage = cubin_resources(compiled.asm["cubin"]).get(compiled.name, {})
-            report.kernels.append(KernelResources(
-                name=launch.kernel, registers=usage.get("REG"), spills=usage.get("LOCAL"),
-                shared_bytes=compiled.metadata.shared, stack_bytes=usage.get("STACK"),
-                num_warps=compiled.metadata.num_warps, num_stages=compiled.metadata.num_stages,
-                signature=launch.signature, constexprs={k: repr(v) for k, v in launch.constexprs.items()},
-            ))  # fmt: skip
+            report.kernels.append(
+                KernelResources(
+                    name=launch.kernel,
+                    registers=usage.get("REG"),
+                    spills=usage.get("LOCAL"),
+                    shared_bytes=compiled.metadata.shared,
+                    stack_bytes=usage.get("STACK"),
+                    num_warps=compiled.metadata.num_warps,
+                    num_stages=compiled.metadata.num_stages,
+                    signature=launch.signature,
+                    constexprs={k: repr(v) for k, v in launch.constexprs.items()},
+                )
+            )
             report.ptx = (report.ptx or {}) | {launch.kernel: compiled.asm["ptx"]}
         report.ok = ok and not any(d.severity == "error" for d in diags)
         report.diagnostics = diags
