@@ -27,7 +27,7 @@ FLOORS = [
     ("kforge_mcp.home", 1),
     ("kforge_mcp.store", 1),
     ("kforge_mcp.problem", 1),
-    ("kforge_mcp.source_loader", 1),
+    ("kforge_mcp.source", 1),
     ("kforge_mcp.device", 1),
     ("kforge_mcp.targets", 2),
     ("kforge_mcp.analysis", 2),

@@ -98,8 +98,12 @@ def run_loop(
     writes candidates; repaired until correct, then optimized from profiles. A LoopResult (run_id, best, attempts,
     report). ``run_id=...`` resumes a stopped or interrupted run from its last attempt. max_iterations: default 8."""
     from .agents.loop import run_loop as _run_loop
+    from .api import default_engine
 
-    return _run_loop(problem, target, generate, provider=provider, max_iterations=max_iterations, **kwargs)
+    engine = kwargs.pop("engine", None) or default_engine()
+    return _run_loop(
+        problem, target, generate, engine=engine, provider=provider, max_iterations=max_iterations, **kwargs
+    )
 
 
 def write_report(run_id: str, out: str | None = None, home: str | None = None):

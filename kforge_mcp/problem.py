@@ -7,7 +7,6 @@ A problem defines ``class Model(nn.Module)``, ``get_inputs()`` and ``get_init_in
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -15,27 +14,9 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import InputError
+from .source import Source, SourceRuntimeError, diagnostics_from_exception, import_source
 
 REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
-
-
-@dataclass(frozen=True)
-class Source:
-    """Python source text plus the name diagnostics should use for it."""
-
-    text: str
-    name: str  # the submitted path, or "<problem>" / "<candidate>"
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
-
-    def to_wire(self) -> dict:
-        return {"text": self.text, "name": self.name}
-
-    @classmethod
-    def from_wire(cls, d: dict) -> "Source":
-        return cls(text=d["text"], name=d["name"])
 
 
 def default_allowed_roots() -> list[Path]:
@@ -109,8 +90,6 @@ class LoadedProblem:
 
     def call(self, name: str):
         """Call get_inputs / get_init_inputs, turning a failure into an input error with its line."""
-        from .engine.loader import diagnostics_from_exception
-
         try:
             value = getattr(self.module, name)()
         except Exception as e:
@@ -144,8 +123,6 @@ class LoadedProblem:
 def load_problem(source: Source, workdir: Path) -> LoadedProblem:
     """Import a problem and check it has the KernelBench names. Building and running it is
     checked by ``build_models`` and the first reference forward."""
-    from .engine.loader import SourceRuntimeError, import_source
-
     try:
         module = import_source(source, workdir, "problem")
     except SourceRuntimeError as e:
@@ -162,8 +139,6 @@ def load_problem(source: Source, workdir: Path) -> LoadedProblem:
 def build_models(problem: LoadedProblem, candidate_module, device: str, build_reference: bool = True):
     """Model and ModelNew with the same weights: the seed is reset before get_init_inputs()
     and before each construction."""
-    from .engine.loader import SourceRuntimeError, diagnostics_from_exception
-
     new_cls = getattr(candidate_module, "ModelNew", None)
     if new_cls is None:
         raise InputError(

@@ -101,12 +101,12 @@ def plot(run, summaries, best_index: int | None) -> bytes:
 
 def render(store: RunStore, run_id: str) -> tuple[str, bytes]:
     """(HTML page, PNG) of a run."""
-    from .agents.loop import _best_of, summarize
+    from .agents.results import best_of, summarize
 
     run = store.get_run(run_id)
     attempts = store.attempts(run_id)
     summaries = [summarize(a) for a in attempts]
-    best = _best_of(attempts)
+    best = best_of(attempts)
     png = plot(run, summaries, best.index if best else None)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=jinja2.StrictUndefined

@@ -297,7 +297,7 @@ def http_url(engine):
     import uvicorn
 
     from kforge_mcp import http_transport
-    from kforge_mcp.cli import transport_security
+    from kforge_mcp.cli.serve import transport_security
     from kforge_mcp.server import build_server
 
     app = http_transport.build_app(

@@ -19,7 +19,7 @@ import os
 from typing import Callable
 
 from ..errors import InputError, KforgeError
-from .loop import Reply
+from .reply import Reply
 
 PROVIDERS = ("anthropic", "openai")
 KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}

@@ -122,7 +122,7 @@ def make_executor(
     name = (name or os.environ.get("KFORGE_EXECUTOR") or "local").lower()
     limit = memory_limit_mb or int(os.environ.get("KFORGE_WORKER_MEMORY_MB", "8192"))
     if name == "local":
-        from ..api import default_home
+        from ..home import default_home
 
         home = Path(home).expanduser() if home else default_home()
         home.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,8 @@ from ..analysis.report import KernelProfile, ProfileReport
 from ..analysis.roofline import reference_roofline
 from ..analysis.torch_trace import FORWARD_MARK, report_from_trace
 from ..problem import Source, build_models, load_problem, seed_everything
+from ..source import SourceRuntimeError
 from ..targets import get_target
-from .loader import SourceRuntimeError
 from .timing import sync_device
 
 INPUT_SEED = 7

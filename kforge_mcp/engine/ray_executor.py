@@ -22,8 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
-from .pool import STARTUP_TIMEOUT_S, JobCancelled, WorkerFailure, WorkerPool
 from ..home import check_home, default_home
+from .pool import STARTUP_TIMEOUT_S, JobCancelled, WorkerFailure, WorkerPool
 from .sandbox import default_sigchld
 
 # what an actor of each lane kind asks Ray for; a target may add a resource of its own

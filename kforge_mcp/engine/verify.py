@@ -16,10 +16,10 @@ from typing import Callable
 from ..errors import InputError
 from ..problem import Source, build_models, load_problem, seed_everything
 from ..schemas import Finding, Timing, VerifyReport
+from ..source import SourceRuntimeError, diagnostics_from_exception
 from ..targets import get_target
 from . import guards
 from .correctness import compare_outputs
-from .loader import SourceRuntimeError, diagnostics_from_exception
 from .timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device, time_interleaved
 
 CORRECTNESS_SEED_BASE = 1000

@@ -19,7 +19,6 @@ from typing import Protocol
 from ..problem import Source
 from ..schemas import CompileReport, Finding, TargetStatus
 
-
 BUNDLED_BY_TRITON = ("cuobjdump", "nvdisasm", "ptxas")
 
 

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.loader import SourceRuntimeError, import_source
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
+from ..source import SourceRuntimeError, import_source
 from .base import find_tool
 from .cuda_lean_header import TORCH_LEAN_H
 
@@ -200,7 +200,7 @@ def capture_builds(source: Source, workdir: Path) -> tuple[types.ModuleType, lis
         fns = functions if not isinstance(functions, str) else [functions]
         return StubExtension(str(name), list(fns.keys()) if isinstance(fns, dict) else list(fns or []))
 
-    from ..engine import loader
+    from .. import source as loader
 
     real_write = loader.write_source
 

@@ -22,10 +22,10 @@ import traceback
 import types
 from pathlib import Path
 
-from ..engine.loader import SourceRuntimeError, import_source
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
+from ..source import SourceRuntimeError, import_source
 from .base import dist_version
 from .cuda import NEEDS_GPU, CudaTarget, normalize_arch
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.loader import SourceRuntimeError, import_source
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
+from ..source import SourceRuntimeError, import_source
 from .base import dist_version
 from .cuda import Piece, map_pieces
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.loader import SourceRuntimeError, diagnostics_from_exception, import_source
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
+from ..source import SourceRuntimeError, diagnostics_from_exception, import_source
 from .base import dist_version, find_tool, xpu_unavailable_reason
 
 DEFAULT_ARCH = "sm_90a"

@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+from ..errors import InputError
+from ..home import default_home
+from ..store import RunStore
+from .console import EXIT_NOT_OK, EXIT_OK, err, open_engine, out, print_json
+
 
 def add_parser(sub, parents) -> None:
     p = sub.add_parser("run-loop", parents=parents, help="generate, repair and optimize a kernel with an LLM provider")
@@ -55,12 +60,8 @@ def add_parser(sub, parents) -> None:
 
 
 def cmd_run_loop(args) -> int:
-    from ..api import default_home
-    from ..cli import EXIT_NOT_OK, EXIT_OK, err, open_engine, out, print_json
-    from ..errors import InputError
-    from ..store import RunStore
-    from .loop import LoopDriver
-    from .providers import PROVIDERS, make_provider
+    from ..agents.loop import LoopDriver
+    from ..agents.providers import PROVIDERS, make_provider
 
     opts = {
         "max_iterations": args.max_iterations,
@@ -120,10 +121,7 @@ def cmd_run_loop(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from ..api import default_home
-    from ..cli import EXIT_OK, out, print_json
     from ..run_report import write_report
-    from ..store import RunStore
 
     files = write_report(RunStore.for_home(args.home or default_home()), args.run_id, args.out)
     if getattr(args, "json", False):

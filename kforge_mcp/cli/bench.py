@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+from .console import EXIT_INPUT, EXIT_OK, VERDICT_STYLE, err, fmt, open_engine, out, print_json
+
 LAYOUT = """Layout: every *.py in --problems is a problem (a KernelBench level1/ folder works as it is). Its
 candidates are --candidates/<problem stem>/*.py, or flat --candidates/<problem stem>.py. A candidate file
 named after a target (triton.py, triton_naive.py, cuda-v2.py, cute.py) is judged only under that target;
@@ -67,9 +69,8 @@ def cmd_bench(args) -> int:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .cli import EXIT_INPUT, EXIT_OK, err, open_engine, print_json
-    from .problem import default_allowed_roots
-    from .suite import discover, run_bench
+    from ..problem import default_allowed_roots
+    from ..suite import discover, run_bench
 
     if args.generate == bool(args.candidates):
         err.print("bench needs --candidates DIR, or --generate with --provider (not both)")
@@ -146,8 +147,6 @@ def print_summary(summary) -> None:
 
     from rich.table import Table
     from rich.text import Text
-
-    from .cli import VERDICT_STYLE, fmt, out
 
     wide = out.width >= 120  # narrower: findings and errors go below the table, one line per problem
     table = Table(
