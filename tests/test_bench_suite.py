@@ -14,17 +14,8 @@ from pathlib import Path
 import pytest
 
 from kforge_mcp.schemas import Finding, Timing, TimingStats, VerifyReport
-from kforge_mcp.suite import (
-    BenchSummary,
-    candidate_target,
-    discover,
-    fast_p,
-    problem_result,
-    run_bench,
-    suite_metrics,
-    write_html,
-    write_plot,
-)
+from kforge_mcp.suite import candidate_target, discover, run_bench
+from kforge_mcp.suite_report import BenchSummary, fast_p, problem_result, suite_metrics, write_html, write_plot
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

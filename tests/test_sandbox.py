@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, example, hostile, problem, processes_with_env
 
 from kforge_mcp.api import Engine
-from kforge_mcp.engine import sandbox
+from kforge_mcp.engine import landlock, sandbox
 from kforge_mcp.engine.environment import worker_environment
 from kforge_mcp.errors import InputError
 from kforge_mcp.problem import resolve_source
@@ -52,7 +52,7 @@ def assert_still_serving(engine) -> None:
 # ---- what is active ----
 
 
-LANDLOCK_APPLIES = sandbox.landlock_abi() > 0 and not os.path.exists(sandbox.NVIDIA_CONTROL_DEVICE)
+LANDLOCK_APPLIES = landlock.landlock_abi() > 0 and not os.path.exists(sandbox.NVIDIA_CONTROL_DEVICE)
 
 
 def test_sandbox_status_is_reported(sandboxed):
@@ -63,7 +63,7 @@ def test_sandbox_status_is_reported(sandboxed):
     assert "limits: on" in status and "nofile" in status and "cpu" in status
     if LANDLOCK_APPLIES:
         assert "landlock: on" in status, status
-    elif sandbox.landlock_abi() > 0:
+    elif landlock.landlock_abi() > 0:
         assert sandbox.LANDLOCK_OFF_WITH_NVIDIA in status, status
     if IS_ROOT:  # root may unshare a network namespace and (here) has a pids cgroup
         assert "network: on" in status, status
@@ -110,7 +110,7 @@ def test_reading_an_api_key_fails_and_the_verdict_says_why(sandboxed):
     assert_still_serving(engine)
 
 
-@pytest.mark.skipif(sandbox.landlock_abi() == 0 and not IS_ROOT, reason="neither Landlock TCP rules nor a netns")
+@pytest.mark.skipif(landlock.landlock_abi() == 0 and not IS_ROOT, reason="neither Landlock TCP rules nor a netns")
 def test_no_network(sandboxed):
     engine, _ = sandboxed
     with socket.socket() as listener:
