@@ -3,7 +3,6 @@ sends the job to a worker and turns whatever comes back (or doesn't) into a repo
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,7 @@ from .home import check_home, default_home
 from .problem import Source, check_allowed_path, default_allowed_roots
 from .problem import resolve_source as _resolve_source
 from .schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
+from .settings import Settings
 from .targets import get_target
 
 Progress = Callable[[str], None] | None
@@ -39,7 +39,7 @@ class Engine:
             [Path(d).expanduser().resolve() for d in allow_dirs] if allow_dirs is not None else default_allowed_roots()
         )
         check_home(self.home)  # read-only or full: a clear error naming the path, before any worker starts
-        limit = memory_limit_mb or int(os.environ.get("KFORGE_WORKER_MEMORY_MB", "8192"))
+        limit = memory_limit_mb or Settings.read().worker_memory_mb
         # where worker jobs run: this machine's pool unless an executor (e.g. Ray) is given
         self.executor: Executor = executor or LocalExecutor(WorkerPool(self.home, memory_limit_mb=limit))
         self.compile_cache = CompileCache(self.home / "cache" / "compile")

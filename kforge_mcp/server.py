@@ -6,11 +6,8 @@ from mcp.server.mcpserver import MCPServer
 
 from . import __version__
 from .api import Engine
+from .tools import analyze_profile, jobs, list_targets, loop, profile, prompts, runs, verify, verify_batch
 from .tools import compile as compile_tool
-from .tools import jobs, list_targets, verify
-from .tools import analyze_profile, profile
-from .tools import loop, prompts, runs
-from .tools import verify_batch
 from .tools.common import App
 
 INSTRUCTIONS = """\

@@ -45,7 +45,6 @@ from .results import (
     summarize,
 )
 
-
 log = logging.getLogger(__name__)
 
 

@@ -8,16 +8,16 @@ of a target is a shipped candidate: prompts/<target>/one_shot.py.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
 import jinja2
 
 from ..errors import InputError
+from ..settings import Settings
 
 # shipped inside the package so an installed wheel has them; one_shot*.py link to files in examples/
-PROMPTS_DIR = Path(os.environ.get("KFORGE_PROMPTS_DIR") or Path(__file__).resolve().parents[1] / "prompts")
+PROMPTS_DIR = Settings.read().prompts_dir or Path(__file__).resolve().parents[1] / "prompts"
 Kind = Literal["first", "repair", "optimize"]
 KINDS = ("first", "repair", "optimize")
 

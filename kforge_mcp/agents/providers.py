@@ -19,6 +19,7 @@ import os
 from typing import Callable
 
 from ..errors import InputError, KforgeError
+from ..settings import Settings
 from .reply import Reply
 
 PROVIDERS = ("anthropic", "openai")
@@ -80,7 +81,7 @@ def make_provider(
     key = os.environ.get(KEY_ENV[name])
     if not key and not (name == "openai" and base_url):  # a local OpenAI-compatible server may need no key
         raise InputError(f"provider '{name}' needs {KEY_ENV[name]} in the environment")
-    model = model or os.environ.get("KFORGE_MODEL") or DEFAULT_MODEL[name]
+    model = model or Settings.read().model or DEFAULT_MODEL[name]
     base_url = base_url or os.environ.get(f"{name.upper()}_BASE_URL") or None
     where = base_url or "(the SDK's default)"
     extra = {} if temperature is None else {"temperature": temperature}

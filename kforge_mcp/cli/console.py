@@ -4,7 +4,6 @@ stderr), exit codes, styles, a spinner, and opening an engine from the options."
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +11,8 @@ from typing import Callable, Iterator
 
 from rich.console import Console
 from rich.text import Text
+
+from ..settings import Settings
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -35,7 +36,7 @@ def open_engine(home: str | None, allow_dirs: list[str] | None = None, args=None
 
 def executor_from(args, home: str | None):
     """The executor the options (or $KFORGE_EXECUTOR) ask for; None: the engine's local default."""
-    name = getattr(args, "executor", None) or os.environ.get("KFORGE_EXECUTOR")
+    name = getattr(args, "executor", None) or Settings.read().executor
     cpu_workers = getattr(args, "cpu_workers", None)
     if not name and not cpu_workers:
         return None

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from .. import __version__
 from ..errors import KforgeError
+from ..settings import Settings
 from .console import EXIT_OK, add_executor_options, err, open_engine, with_status
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -105,7 +106,7 @@ def targets_line(engine) -> Text:
 def cmd_serve(args) -> int:
     from ..http_transport import TOKEN_ENV
 
-    args.token = args.token or os.environ.get(TOKEN_ENV) or None
+    args.token = args.token or Settings.read().http_token
     if args.transport == "http" and not is_loopback(args.host) and not args.token:
         raise KforgeError(
             f"refusing to listen on non-loopback host '{args.host}' without authentication: the server "

@@ -9,12 +9,12 @@ several workers for it; timing jobs on one device are never run side by side.
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Callable, Protocol
 
 from ..errors import InputError
+from ..settings import Settings
 from .pool import JobCancelled, WorkerPool
 
 Progress = Callable[[str], None] | None
@@ -60,7 +60,7 @@ class LocalExecutor:
 
     def __init__(self, pool: WorkerPool, cpu_workers: int | None = None):
         self.pool = pool
-        self.cpu_workers = max(1, cpu_workers or int(os.environ.get("KFORGE_CPU_WORKERS") or 1))
+        self.cpu_workers = max(1, cpu_workers or Settings.read().cpu_workers or 1)
         self._busy: dict[str, set[int]] = {}
         self._cond = threading.Condition()
 
@@ -119,8 +119,9 @@ def make_executor(
 ) -> Executor:
     """``local`` (default) or ``ray``; the name and the Ray address fall back to $KFORGE_EXECUTOR and
     $KFORGE_RAY_ADDRESS. A Ray executor with no address starts a local Ray."""
-    name = (name or os.environ.get("KFORGE_EXECUTOR") or "local").lower()
-    limit = memory_limit_mb or int(os.environ.get("KFORGE_WORKER_MEMORY_MB", "8192"))
+    settings = Settings.read()
+    name = (name or settings.executor or "local").lower()
+    limit = memory_limit_mb or settings.worker_memory_mb
     if name == "local":
         from ..home import default_home
 
@@ -131,7 +132,7 @@ def make_executor(
         from .ray_executor import RayExecutor
 
         return RayExecutor(
-            address=ray_address or os.environ.get("KFORGE_RAY_ADDRESS") or None,
+            address=ray_address or settings.ray_address,
             home=str(home) if home else None,
             memory_limit_mb=limit,
             cpu_workers=cpu_workers,

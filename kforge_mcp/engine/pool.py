@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import KforgeError
+from ..settings import Settings
 from . import sandbox
 from .environment import worker_environment
 
@@ -268,12 +269,12 @@ class WorkerPool:
         env = worker_environment(lane, self.home, self.tmp, self.base_env)
         cgroup = None
         if sandbox.enabled("cgroup"):
-            cgroup = sandbox.PidsCgroup.create(sandbox._int_env("KFORGE_SANDBOX_MAX_PROCS", sandbox.DEFAULT_MAX_PROCS))
+            cgroup = sandbox.PidsCgroup.create(Settings.read().sandbox_max_procs)
         if cgroup is not None:
             env["KFORGE_SANDBOX_CGROUP"] = str(cgroup.path)
         max_tasks = None
         if sandbox.watchdog_applies(cgroup is not None):  # no pids cgroup here: count the tree ourselves
-            max_tasks = sandbox._int_env("KFORGE_SANDBOX_MAX_PROCS", sandbox.DEFAULT_MAX_PROCS)
+            max_tasks = Settings.read().sandbox_max_procs
         worker = Worker(lane, env, cgroup, max_tasks)
         try:
             worker.wait_ready(self.memory_limit)

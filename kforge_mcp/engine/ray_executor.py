@@ -22,8 +22,8 @@ import time
 import uuid
 
 from .pool import STARTUP_TIMEOUT_S, JobCancelled, WorkerFailure
-from .sandbox import default_sigchld
 from .ray_nodes import HIDDEN_RESOURCES, LOCAL_LANE, NodeWorker, lane_kind, merge_probes, probe_node
+from .sandbox import default_sigchld
 
 # what an actor of each lane kind asks Ray for; a target may add a resource of its own
 LANE_RESOURCES: dict[str, dict[str, float]] = {

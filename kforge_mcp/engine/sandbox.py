@@ -37,12 +37,10 @@ import signal
 import time
 from pathlib import Path
 
+from ..settings import Settings
 from .landlock import _landlock, _libc, writable_dirs
 
 PROTECTIONS = ("landlock", "network", "limits", "cgroup")
-DEFAULT_MAX_PROCS = 1024
-DEFAULT_NOFILE = 4096
-DEFAULT_CPU_S = 3600
 
 # The NVIDIA driver's cuInit fails under our Landlock ruleset (CUDA error 304, seen on the lent
 # H100 even with /dev/nvidia* writable), so on a machine with NVIDIA devices the filesystem
@@ -55,18 +53,8 @@ STATUS: dict[str, str] = {}
 
 
 def enabled(name: str, env: dict | None = None) -> bool:
-    env = os.environ if env is None else env
-    if env.get("KFORGE_SANDBOX", "on").strip().lower() in ("off", "0", "false", "no"):
-        return False
-    disabled = {p.strip().lower() for p in env.get("KFORGE_SANDBOX_DISABLE", "").split(",")}
-    return name not in disabled
-
-
-def _int_env(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
+    """Whether a protection is on, by KFORGE_SANDBOX and KFORGE_SANDBOX_DISABLE (of ``env`` when given)."""
+    return Settings.read(env).sandbox_enabled(name)
 
 
 # ---- pids cgroup (created and removed by the pool, joined by the worker) ----
@@ -270,14 +258,14 @@ def _set_limit(which: int, soft: int) -> None:
 
 def _apply_limits() -> list[str]:
     done = []
-    max_procs = _int_env("KFORGE_SANDBOX_MAX_PROCS", DEFAULT_MAX_PROCS)
+    max_procs = Settings.read().sandbox_max_procs
     try:
         _set_limit(resource.RLIMIT_NPROC, max_procs)
         done.append("nproc" if os.geteuid() != 0 else "nproc (rlimit not enforced for root)")
     except (ValueError, OSError):
         pass
     try:
-        _set_limit(resource.RLIMIT_NOFILE, _int_env("KFORGE_SANDBOX_NOFILE", DEFAULT_NOFILE))
+        _set_limit(resource.RLIMIT_NOFILE, Settings.read().sandbox_nofile)
         done.append("nofile")
     except (ValueError, OSError):
         pass
@@ -293,7 +281,7 @@ def reset_cpu_limit() -> bool:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     used = int(usage.ru_utime + usage.ru_stime)
     try:
-        _set_limit(resource.RLIMIT_CPU, used + _int_env("KFORGE_SANDBOX_CPU_S", DEFAULT_CPU_S))
+        _set_limit(resource.RLIMIT_CPU, used + Settings.read().sandbox_cpu_s)
         return True
     except (ValueError, OSError):
         return False
@@ -338,7 +326,7 @@ def apply() -> dict[str, str]:
     if not enabled("landlock") and not enabled("network") and not enabled("limits") and not enabled("cgroup"):
         STATUS.update({p: "off (disabled)" for p in PROTECTIONS})
         return STATUS
-    cgroup = os.environ.get("KFORGE_SANDBOX_CGROUP")
+    cgroup = Settings.read().sandbox_cgroup
     if not enabled("cgroup"):
         STATUS["cgroup"] = "off (disabled)"
     elif cgroup:
@@ -366,7 +354,7 @@ def apply() -> dict[str, str]:
 
 def _process_cap(cgroup_status: str) -> str:
     """Which bound on processes holds for this worker, in words."""
-    cap = _int_env("KFORGE_SANDBOX_MAX_PROCS", DEFAULT_MAX_PROCS)
+    cap = Settings.read().sandbox_max_procs
     if cgroup_status.startswith("on"):
         return f"pids cgroup ({cap} tasks)"
     if not enabled("limits"):

@@ -147,6 +147,7 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
 
     import torch  # noqa: F401  (warm: a verify must not pay for this)
 
+    from ..settings import Settings
     from . import guards, sandbox
 
     clean_timers = guards.timer_snapshot()  # a job that patches these leaves a worker we do not reuse
@@ -158,7 +159,7 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
         except EOFError:
             return
         sandbox.reset_cpu_limit()  # a CPU-time backstop per job, not per worker life
-        workdir = Path(tempfile.mkdtemp(prefix="job-", dir=os.environ.get("KFORGE_WORKER_TMP")))
+        workdir = Path(tempfile.mkdtemp(prefix="job-", dir=Settings.read().worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
             value = HANDLERS[request["kind"]](request["payload"], progress, workdir, state)

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
+from ..settings import Settings
 from ..source import SourceRuntimeError, import_source
 from .base import dist_version
 from .cuda import NEEDS_GPU, CudaTarget, normalize_arch
@@ -41,7 +42,7 @@ def is_cpp(source: Source) -> bool:
 def dump_dir() -> Path:
     """The DSL writes PTX and cubin only into an existing dump directory; it reads the
     variable once, so one per worker process, created before each compile."""
-    root = os.environ.get("KFORGE_WORKER_TMP") or tempfile.gettempdir()  # the pool cleans its workers' tmp
+    root = Settings.read().worker_tmp or tempfile.gettempdir()  # the pool cleans its workers' tmp
     path = Path(os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(Path(root) / f"kforge-cute-{os.getpid()}")))
     path.mkdir(parents=True, exist_ok=True)
     return path
