@@ -14,6 +14,7 @@ from .engine.executor import Executor, LocalExecutor
 from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
 from .errors import InputError, KforgeError
 from .home import check_home, default_home
+from .options import BASELINES, PROFILE, VERIFY
 from .problem import Source, check_allowed_path, default_allowed_roots
 from .problem import resolve_source as _resolve_source
 from .schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
@@ -21,8 +22,7 @@ from .settings import Settings
 from .targets import get_target
 
 Progress = Callable[[str], None] | None
-DEFAULT_TIMEOUT_S = 300.0
-BASELINES = ("eager", "compiled")
+DEFAULT_TIMEOUT_S = VERIFY.timeout_s  # compile and the probe wait as long as a verify
 
 
 class Engine:
@@ -154,12 +154,12 @@ class Engine:
         candidate: str,
         target: str = "triton",
         device: str | None = None,
-        trials: int = 5,
+        trials: int = VERIFY.trials,
         atol: float | None = None,
         rtol: float | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float = VERIFY.timeout_s,
         baselines: Sequence[str] = BASELINES,
-        timing_budget_s: float = 1.0,
+        timing_budget_s: float = VERIFY.timing_budget_s,
         on_progress: Progress = None,
         cancel: threading.Event | None = None,
     ) -> VerifyReport:
@@ -287,11 +287,11 @@ class Engine:
         candidate: str | None = None,
         target: str = "triton",
         device: str | None = None,
-        depth: str = "timeline",
-        iterations: int = 5,
-        proton: bool = False,
+        depth: str = PROFILE.depth,
+        iterations: int = PROFILE.iterations,
+        proton: bool = PROFILE.proton,
         peaks: dict | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float = PROFILE.timeout_s,
         on_progress: Progress = None,
         cancel: threading.Event | None = None,
     ):

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 from pydantic import BaseModel, Field
 
 from .errors import InputError
+from .options import BASELINES, VERIFY
 from .problem import REQUIRED_PROBLEM_NAMES, check_allowed_path, default_allowed_roots
 from .schemas import VerifyReport
 from .suite_report import BenchSummary, problem_result, suite_metrics, write_html, write_plot
@@ -180,10 +181,10 @@ def run_bench(
     base_url: str | None = None,
     iterations: int = 8,
     device: str | None = None,
-    trials: int = 5,
-    timeout_s: float = 300.0,
-    baselines: Sequence[str] = ("eager", "compiled"),
-    timing_budget_s: float = 1.0,
+    trials: int = VERIFY.trials,
+    timeout_s: float = VERIFY.timeout_s,
+    baselines: Sequence[str] = BASELINES,
+    timing_budget_s: float = VERIFY.timing_budget_s,
     plot: bool = True,
     on_progress: Progress = None,
     cancel: threading.Event | None = None,

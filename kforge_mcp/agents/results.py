@@ -8,12 +8,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import InputError
+from ..options import VerifyOptions
 from ..schemas import JobAware
 from ..store import Attempt
 from .feedback import failure_feedback
 
 
-class LoopOptions(BaseModel):
+class LoopOptions(VerifyOptions):
+    """The loop's own options; the verify options (device, trials, tolerances, baselines, timeouts)
+    come from VerifyOptions, so their defaults are the library's and the tools'."""
+
     max_iterations: int = Field(8, ge=1, le=200, description="attempts in all, functional and optimization")
     max_seconds: float | None = Field(None, gt=0, description="wall-time budget; checked between rounds")
     max_tokens: int | None = Field(
@@ -41,13 +45,6 @@ class LoopOptions(BaseModel):
     optimize: bool = Field(True, description="after the first correct candidate, keep optimizing")
     profile: bool = Field(True, description="profile correct candidates and feed the analysis agent's advice back")
     profile_depth: Literal["timeline", "metrics"] = "timeline"
-    device: str | None = None
-    trials: int = Field(5, ge=1, le=100)
-    atol: float | None = None
-    rtol: float | None = None
-    baselines: list[Literal["eager", "compiled"]] = Field(default_factory=lambda: ["eager", "compiled"])
-    timing_budget_s: float = Field(1.0, gt=0)
-    timeout_s: float = Field(300.0, gt=0)
     reference_impl: str | None = Field(None, description="a correct implementation for another target to port")
     reference_target: str | None = None
     provider_model: str | None = Field(None, description="the provider's model, kept so a resume asks the same one")

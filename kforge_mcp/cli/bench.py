@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from ..options import BASELINES, VERIFY
 from .console import EXIT_INPUT, EXIT_OK, VERDICT_STYLE, err, fmt, open_engine, out, print_json
 
 LAYOUT = """Layout: every *.py in --problems is a problem (a KernelBench level1/ folder works as it is). Its
@@ -41,21 +42,27 @@ def add_parser(sub, parents, add_executor_options) -> None:
     p.add_argument("--base-url", help="an API-compatible endpoint for the provider")
     p.add_argument("--iterations", type=int, default=8, help="loop attempts per problem with --generate (default 8)")
     p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
-    p.add_argument("--trials", type=int, default=5, help="correctness trials per candidate (default 5)")
+    p.add_argument(
+        "--trials", type=int, default=VERIFY.trials, help=f"correctness trials per candidate (default {VERIFY.trials})"
+    )
     p.add_argument(
         "--timeout-s",
         type=float,
-        default=300.0,
+        default=VERIFY.timeout_s,
         metavar="S",
-        help="per candidate: kill its worker after S s (default 300)",
+        help=f"per candidate: kill its worker after S s (default {VERIFY.timeout_s:g})",
     )
     p.add_argument(
-        "--timing-budget-s", type=float, default=1.0, metavar="S", help="timing budget per candidate (default 1)"
+        "--timing-budget-s",
+        type=float,
+        default=VERIFY.timing_budget_s,
+        metavar="S",
+        help=f"timing budget per candidate (default {VERIFY.timing_budget_s:g})",
     )
     p.add_argument(
         "--baselines",
         nargs="+",
-        default=["eager", "compiled"],
+        default=list(BASELINES),
         metavar="B",
         help="baselines to time: eager compiled (default both; commas work too)",
     )

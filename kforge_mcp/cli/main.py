@@ -15,6 +15,7 @@ from rich.text import Text
 
 from .. import __version__
 from ..errors import KforgeError
+from ..options import BASELINES, PROFILE, VERIFY
 from . import bench, run_loop
 from .commands import cmd_analyze, cmd_compile, cmd_profile, cmd_targets, cmd_verify, cmd_verify_batch
 from .console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, err
@@ -51,15 +52,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("candidate", help="source defining class ModelNew (.py)")
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
     p.add_argument("--device", help="e.g. cuda:0, xpu:0 or cpu (default: the best one here)")
-    p.add_argument("--trials", type=int, default=5, help="correctness trials, each on fresh inputs (default 5)")
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=VERIFY.trials,
+        help=f"correctness trials, each on fresh inputs (default {VERIFY.trials})",
+    )
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
     p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype)")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="kill the worker after S seconds")
+    p.add_argument(
+        "--timeout", type=float, default=VERIFY.timeout_s, metavar="S", help="kill the worker after S seconds"
+    )
     p.add_argument(
         "--baselines",
         type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
-        default=["eager", "compiled"],
-        help="comma-separated baselines to time (default eager,compiled)",
+        default=list(BASELINES),
+        help=f"comma-separated baselines to time (default {','.join(BASELINES)})",
     )
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify)
@@ -69,15 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("candidates", nargs="+", help="sources defining class ModelNew (.py)")
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
     p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
-    p.add_argument("--trials", type=int, default=5, help="correctness trials per candidate (default 5)")
     p.add_argument(
-        "--timeout", type=float, default=300.0, metavar="S", help="per candidate: kill its worker after S seconds"
+        "--trials", type=int, default=VERIFY.trials, help=f"correctness trials per candidate (default {VERIFY.trials})"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=VERIFY.timeout_s,
+        metavar="S",
+        help="per candidate: kill its worker after S seconds",
     )
     p.add_argument(
         "--baselines",
         type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
-        default=["eager", "compiled"],
-        help="comma-separated baselines to time (default eager,compiled)",
+        default=list(BASELINES),
+        help=f"comma-separated baselines to time (default {','.join(BASELINES)})",
     )
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify_batch)
@@ -90,13 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--depth",
         choices=("timeline", "metrics"),
-        default="timeline",
+        default=PROFILE.depth,
         help="timeline: torch.profiler; metrics: also Nsight Compute when ncu is on PATH",
     )
-    p.add_argument("--iterations", type=int, default=5, help="profiled forwards (default 5)")
+    p.add_argument(
+        "--iterations", type=int, default=PROFILE.iterations, help=f"profiled forwards (default {PROFILE.iterations})"
+    )
     p.add_argument("--proton", action="store_true", help="also run Triton's proton profiler")
     p.add_argument("--advise", action="store_true", help="also print the analysis agent's recommendations")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="kill the worker after S seconds")
+    p.add_argument(
+        "--timeout", type=float, default=PROFILE.timeout_s, metavar="S", help="kill the worker after S seconds"
+    )
     p.set_defaults(handler=cmd_profile)
 
     p = sub.add_parser(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 from ..home import default_home
+from ..options import BASELINES, VERIFY
 from ..store import RunStore
 from .console import EXIT_NOT_OK, EXIT_OK, err, open_engine, out, print_json
 
@@ -36,11 +37,11 @@ def add_parser(sub, parents) -> None:
         help="ask for N replies to each prompt at once and check them side by side (default 1; each "
         "counts toward --max-iterations)",
     )
-    p.add_argument("--trials", type=int, help="correctness trials per attempt (default 5)")
+    p.add_argument("--trials", type=int, help=f"correctness trials per attempt (default {VERIFY.trials})")
     p.add_argument(
         "--baselines",
         type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
-        help="comma-separated baselines (default eager,compiled)",
+        help=f"comma-separated baselines (default {','.join(BASELINES)})",
     )
     p.add_argument(
         "--no-profile",

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from ..agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, estimate_tokens
 from ..errors import KforgeError
+from ..options import VERIFY, Baselines, Trials
 from .common import DEFAULT_WAIT_S, App, run_tool_job
 
 SAMPLING_TIMEOUT_S = 600.0
@@ -102,12 +103,9 @@ def register(mcp: MCPServer, app: App) -> None:
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
         max_seconds: Annotated[float | None, Field(gt=0, description="wall-time budget of the run")] = None,
         stop_at_sol: Annotated[float | None, Field(gt=0, description="stop at this fraction of speed of light")] = 0.9,
-        trials: Annotated[int, Field(ge=1, le=100)] = 5,
-        baselines: Annotated[list[Literal["eager", "compiled"]], Field(description="baselines to time")] = [
-            "eager",
-            "compiled",
-        ],  # noqa: B006
-        timing_budget_s: Annotated[float, Field(gt=0, le=60)] = 1.0,
+        trials: Trials = VERIFY.trials,
+        baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
+        timing_budget_s: Annotated[float, Field(gt=0, le=60)] = VERIFY.timing_budget_s,
         profile: Annotated[bool, Field(description="profile correct candidates and feed advice back")] = True,
         max_tokens: Annotated[int, Field(ge=256, le=128000, description="per generation")] = 8192,
         run_id: Annotated[
@@ -206,12 +204,9 @@ def register(mcp: MCPServer, app: App) -> None:
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
         target: Annotated[str, Field(description="cuda, cute, triton or metal")],
         max_iterations: Annotated[int, Field(ge=1, le=200, description="attempts in all")] = 8,
-        trials: Annotated[int, Field(ge=1, le=100)] = 5,
-        baselines: Annotated[list[Literal["eager", "compiled"]], Field(description="baselines to time")] = [
-            "eager",
-            "compiled",
-        ],  # noqa: B006
-        timing_budget_s: Annotated[float, Field(gt=0, le=60)] = 1.0,
+        trials: Trials = VERIFY.trials,
+        baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
+        timing_budget_s: Annotated[float, Field(gt=0, le=60)] = VERIFY.timing_budget_s,
         profile: Annotated[bool, Field(description="profile correct candidates and feed advice back")] = True,
         stop_at_sol: Annotated[float | None, Field(gt=0, description="stop at this fraction of speed of light")] = 0.9,
     ) -> LoopStart:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from ..analysis.report import ProfileReport
+from ..options import PROFILE, Depth, Iterations, TimeoutS
 from .common import DEFAULT_WAIT_S, App, run_tool_job
 
 
@@ -25,15 +26,19 @@ def register(mcp: MCPServer, app: App) -> None:
         ] = None,
         device: Annotated[str | None, Field(description="e.g. cuda:0 or cpu; default: the best one here")] = None,
         depth: Annotated[
-            Literal["timeline", "metrics"],
+            Depth,
             Field(
                 description="timeline: torch.profiler kernels and launches; metrics: also Nsight Compute metrics "
                 "(occupancy, throughput, coalescing, stalls) when ncu is on PATH"
             ),
-        ] = "timeline",
-        iterations: Annotated[int, Field(ge=1, le=100, description="profiled forwards (after 2 warm-up forwards)")] = 5,
-        proton: Annotated[bool, Field(description="also run Triton's proton profiler (separate process)")] = False,
-        timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0,
+        ] = PROFILE.depth,
+        iterations: Annotated[
+            Iterations, Field(description="profiled forwards (after 2 warm-up forwards)")
+        ] = PROFILE.iterations,
+        proton: Annotated[
+            bool, Field(description="also run Triton's proton profiler (separate process)")
+        ] = PROFILE.proton,
+        timeout_s: TimeoutS = PROFILE.timeout_s,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
     ) -> ProfileReport:
         """Profile a candidate (or the reference) in an isolated worker: per-kernel launches, device

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
+from ..options import VERIFY, Baselines, TimeoutS, Tolerance, Trials
 from ..schemas import VerifyReport
 from .common import DEFAULT_WAIT_S, App, run_tool_job
 
@@ -24,15 +25,12 @@ def register(mcp: MCPServer, app: App) -> None:
         device: Annotated[
             str | None, Field(description="e.g. cuda:0, xpu:0 or cpu; default: the best one here")
         ] = None,
-        trials: Annotated[int, Field(ge=1, le=100, description="correctness trials, each on fresh inputs")] = 5,
-        atol: Annotated[float | None, Field(ge=0, description="default per dtype: fp32 1e-4, fp16/bf16 1e-2")] = None,
-        rtol: Annotated[float | None, Field(ge=0, description="default per dtype: fp32 1e-4, fp16/bf16 1e-2")] = None,
-        timeout_s: Annotated[float, Field(gt=0, le=3600, description="the worker is killed after this")] = 300.0,
+        trials: Annotated[Trials, Field(description="correctness trials, each on fresh inputs")] = VERIFY.trials,
+        atol: Annotated[Tolerance, Field(description="default per dtype: fp32 1e-4, fp16/bf16 1e-2")] = VERIFY.atol,
+        rtol: Annotated[Tolerance, Field(description="default per dtype: fp32 1e-4, fp16/bf16 1e-2")] = VERIFY.rtol,
+        timeout_s: Annotated[TimeoutS, Field(description="the worker is killed after this")] = VERIFY.timeout_s,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
-        baselines: Annotated[list[Literal["eager", "compiled"]], Field(description="baselines to time")] = [
-            "eager",
-            "compiled",
-        ],  # noqa: B006
+        baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
     ) -> VerifyReport:
         """Check a candidate kernel against its PyTorch reference (same weights, fresh inputs
         per trial, per-dtype tolerances) in an isolated worker, then time it against eager

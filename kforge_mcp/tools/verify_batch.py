@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel, Field
 
+from ..options import VERIFY, Baselines, TimeoutS, Tolerance, Trials
 from ..schemas import VerifyBatchReport, summarize_batch
 from .common import DEFAULT_WAIT_S, App, run_tool_job
 
@@ -30,17 +31,14 @@ def register(mcp: MCPServer, app: App) -> None:
         ctx: Context,
         target: Annotated[str, Field(description="cuda, cute, triton or metal (an item may override it)")] = "triton",
         device: Annotated[str | None, Field(description="e.g. cuda:0 or cpu; default: the best one here")] = None,
-        trials: Annotated[int, Field(ge=1, le=100, description="correctness trials per candidate")] = 5,
-        atol: Annotated[float | None, Field(ge=0, description="default per dtype")] = None,
-        rtol: Annotated[float | None, Field(ge=0, description="default per dtype")] = None,
+        trials: Annotated[Trials, Field(description="correctness trials per candidate")] = VERIFY.trials,
+        atol: Annotated[Tolerance, Field(description="default per dtype")] = VERIFY.atol,
+        rtol: Annotated[Tolerance, Field(description="default per dtype")] = VERIFY.rtol,
         timeout_s: Annotated[
-            float, Field(gt=0, le=3600, description="per candidate: its worker is killed after this")
-        ] = 300.0,
+            TimeoutS, Field(description="per candidate: its worker is killed after this")
+        ] = VERIFY.timeout_s,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
-        baselines: Annotated[list[Literal["eager", "compiled"]], Field(description="baselines to time")] = [
-            "eager",
-            "compiled",
-        ],  # noqa: B006
+        baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
     ) -> VerifyBatchReport:
         """Verify many candidates (e.g. several variants of one kernel) at once, as many side by
         side as the executor has workers for (several nodes with the Ray executor). Progress
