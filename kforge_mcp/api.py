@@ -100,11 +100,16 @@ class Engine:
         status = self.target_status(target)
         if not status.can_compile and not status.available:
             # checks that need no device (they run no submitted code) still come back, as diagnostics
-            static = getattr(get_target(target), "static_diagnostics", None)
-            raise InputError(f"target '{target}' cannot compile here: {status.reason}", static(src) if static else None)
+            static = get_target(target).static_diagnostics(src)
+            raise InputError(f"target '{target}' cannot compile here: {status.reason}", static or None)
         arch = arch or self.list_targets().host.get("arch")
         key = self.compile_cache.key(
-            target=target, source=src.text, problem=prob.text if prob else None, arch=arch, emit_ptx=emit_ptx
+            target=target,
+            source=src.text,
+            problem=prob.text if prob else None,
+            arch=arch,
+            emit_ptx=emit_ptx,
+            toolchains=get_target(target).cache_versions(),
         )
         hit = self.compile_cache.get(key)
         if hit is not None:

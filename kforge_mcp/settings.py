@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     worker_memory_mb: int = Field(8192, description="a worker above this is killed")
     model: str | None = Field(None, description="the LLM provider's model")
     prompts_dir: Path | None = Field(None, description="prompt templates instead of the shipped ones")
+    targets: str | None = Field(None, description="more target files, outside the package (comma-separated paths)")
     http_token: str | None = Field(None, description="bearer token HTTP clients must send")
     sandbox: str = Field("on", description="'off' turns every protection off")
     sandbox_disable: str = Field("", description="protections to turn off: landlock,network,limits,cgroup")

@@ -29,8 +29,8 @@ from .options import BASELINES, VERIFY
 from .problem import REQUIRED_PROBLEM_NAMES, check_allowed_path, default_allowed_roots
 from .schemas import VerifyReport
 from .suite_report import BenchSummary, problem_result, suite_metrics, write_html, write_plot
+from .targets import TARGETS
 
-TARGET_NAMES = ("cuda", "cute", "triton", "metal")  # kforge_mcp.targets.TARGETS, without importing the targets
 RESULTS, SUMMARY, PNG, HTML = "results.jsonl", "summary.json", "bench.png", "bench.html"
 
 Progress = Callable[[int, int, str], None] | None  # (done, total, message)
@@ -47,7 +47,7 @@ def natural_key(name: str) -> list:
 def candidate_target(filename: str) -> str | None:
     """The target a candidate file names by its prefix, or None (judged under the target asked for)."""
     stem = Path(filename).stem.lower()
-    for t in TARGET_NAMES:
+    for t in TARGETS:
         if stem == t or stem.startswith((t + "_", t + "-")):
             return t
     return None
@@ -193,8 +193,8 @@ def run_bench(
     per problem) and write ``results.jsonl``, ``summary.json``, ``bench.png`` and ``bench.html``
     under ``out``. Crashing, hanging or cheating candidates are failures, never the end of the run."""
     started = time.perf_counter()
-    if target not in TARGET_NAMES:
-        raise InputError(f"unknown target '{target}'; known targets: {', '.join(TARGET_NAMES)}")
+    if target not in TARGETS:
+        raise InputError(f"unknown target '{target}'; known targets: {', '.join(TARGETS)}")
     gen_mode = generate is not None or provider is not None
     if candidates is None and not gen_mode:
         raise InputError("run_bench needs candidates (a folder), or generate / provider to write them")

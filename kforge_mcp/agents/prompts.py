@@ -15,13 +15,12 @@ import jinja2
 
 from ..errors import InputError
 from ..settings import Settings
+from ..targets import TARGETS
 
 # shipped inside the package so an installed wheel has them; one_shot*.py link to files in examples/
 PROMPTS_DIR = Settings.read().prompts_dir or Path(__file__).resolve().parents[1] / "prompts"
 Kind = Literal["first", "repair", "optimize"]
 KINDS = ("first", "repair", "optimize")
-
-TITLES = {"triton": "Triton", "cuda": "CUDA C++", "cute": "CuTe", "metal": "Metal"}
 
 _env: jinja2.Environment | None = None
 
@@ -63,13 +62,14 @@ def device_facts(target: str, status=None) -> str:
     parts = [f"Target {target}, devices here: {devices}."]
     if status.versions:
         parts.append("Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(status.versions.items())) + ".")
-    if status.devices and all(d == "cpu" for d in status.devices) and target == "triton":
-        parts.append(
-            "Kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1): correctness is exact, "
-            "timings are not GPU timings."
-        )
+    if target in TARGETS:
+        parts += TARGETS[target].prompt_facts(status)
     parts.extend(status.notes)
     return " ".join(parts)
+
+
+def _title(target: str) -> str:
+    return TARGETS[target].title if target in TARGETS else target
 
 
 def render(
@@ -99,7 +99,7 @@ def render(
     return (
         template.render(
             target=target,
-            target_title=TITLES.get(target, target),
+            target_title=_title(target),
             problem=problem.strip(),
             device_facts=device or f"Target {target}; device facts unknown.",
             one_shot_problem=shot[0].strip() if shot else None,

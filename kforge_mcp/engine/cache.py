@@ -28,7 +28,7 @@ def _code_digest() -> str:
 @functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
     out = {"kforge-code": _code_digest()}
-    for dist in ("triton", "torch", "kforge-mcp", "nvidia-cutlass-dsl", "nvidia-cutlass"):
+    for dist in ("torch", "kforge-mcp"):  # a target adds its own toolchains (Target.cache_versions)
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

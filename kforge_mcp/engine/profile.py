@@ -118,8 +118,8 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
             "Triton interpreter on CPU: there are no device kernels; times are CPU times of the "
             "interpreter and say nothing about a GPU"
         )
-    if module is not None and target.name == "triton" and device != "cpu":
-        _attach_triton_metadata(report, module)
+    if module is not None:
+        target.profile_details(report, module, device)
     if device == "mps":
         with torch.no_grad():
             _mps_timeline(report, model, inputs, iters)
@@ -229,30 +229,6 @@ def _merge_xctrace(report: ProfileReport, req: dict, workdir: Path) -> None:
     report.timeline, report.launches_per_forward = xr.timeline, xr.launches_per_forward
     report.source += "+xctrace"
     report.notes += xr.notes
-
-
-def _attach_triton_metadata(report: ProfileReport, module) -> None:
-    from ..targets.triton import jit_functions
-
-    by_name = {k.name: k for k in report.kernels}
-    for fname, fn in jit_functions(module).items():
-        k = by_name.get(fname)
-        if k is None:
-            continue
-        try:
-            for cache in (getattr(fn, "device_caches", {}) or {}).values():
-                kernels = cache[0] if isinstance(cache, tuple) else cache
-                for compiled in list(kernels.values())[:1]:
-                    md = compiled.metadata
-                    k.num_warps = getattr(md, "num_warps", None)
-                    k.num_stages = getattr(md, "num_stages", None)
-                    if k.shared_bytes is None:
-                        k.shared_bytes = getattr(md, "shared", None)
-                    k.spills = getattr(compiled, "n_spills", None)
-                    if k.registers is None:
-                        k.registers = getattr(compiled, "n_regs", None)
-        except Exception:  # noqa: BLE001  (metadata is a bonus; Triton's internals move between versions)
-            continue
 
 
 def _runner_spec(req: dict, workdir: Path, mode: str, extra: dict) -> Path:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 import uuid
@@ -419,8 +418,7 @@ def _target_requires(target: str | None) -> list[str]:
         t = get_target(target)
     except Exception:  # noqa: BLE001  (the engine reports unknown targets itself)
         return []
-    req = getattr(t, "requires", None) or getattr(sys.modules.get(type(t).__module__), "REQUIRES", None)
-    return [req] if isinstance(req, str) else list(req or [])
+    return [t.requires] if t.requires else []
 
 
 def _killed(ray, actor, error: WorkerFailure) -> WorkerFailure:

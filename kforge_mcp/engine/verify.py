@@ -84,11 +84,11 @@ class Verifier:
         """One guarded forward of ModelNew on its own copy of ``inputs``."""
         used = _clone(inputs)
         guards.poison_free_device_memory(self.device)
-        counter = getattr(self.target, "launch_counter", None)
+        counter = self.target.launch_counter() if watch else None
         with contextlib.ExitStack() as stack:
             threads = stack.enter_context(guards.ThreadWatch())
             ops = stack.enter_context(guards.TorchOpRecorder()) if watch else None
-            launches = stack.enter_context(counter()) if watch and counter else None
+            launches = stack.enter_context(counter) if counter is not None else None
             try:
                 got = self.candidate(*used)
                 sync_device(self.device)

@@ -35,7 +35,7 @@ from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
 from ..source import SourceRuntimeError, import_source
-from .base import find_tool
+from .base import Target, dist_version, find_tool
 from .cuda_build import InlineBuild, _as_list, capture_builds, extension_cache_dir, patched_load_inline
 from .cuda_lean_header import TORCH_LEAN_H
 from .cuda_source import Piece, map_pieces, top_level_blocks
@@ -97,9 +97,15 @@ def cutlass_include_dir() -> str | None:
 # ---- the target ----
 
 
-class CudaTarget:
+class CudaTarget(Target):
     name = "cuda"
     summary = "CUDA C++ through torch.utils.cpp_extension.load_inline (KernelBench form)"
+    title = "CUDA C++"
+    order = 0
+
+    def cache_versions(self) -> dict[str, str]:
+        # CuTe C++ headers it may include; Triton's bundled ptxas and cuobjdump where no toolkit is
+        return {d: dist_version(d) or "-" for d in ("nvidia-cutlass", "triton")}
 
     def probe(self, devices: list[str]) -> TargetStatus:
         import torch

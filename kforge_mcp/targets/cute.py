@@ -27,7 +27,7 @@ from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
 from ..settings import Settings
 from ..source import SourceRuntimeError, import_source
-from .base import dist_version
+from .base import Target, dist_version
 from .cuda import NEEDS_GPU, CudaTarget, normalize_arch
 
 DEFAULT_ARCH = "sm_90a"
@@ -133,14 +133,19 @@ def pretty_kernel(symbol: str, names: list[str]) -> str:
     return symbol
 
 
-class CuteTarget:
+class CuteTarget(Target):
     name = "cute"
     summary = (
         "CuTe DSL (nvidia-cutlass-dsl: @cute.kernel / @cute.jit / cute.compile) and CuTe C++ headers via load_inline"
     )
+    title = "CuTe"
+    order = 1
 
     def __init__(self):
         self._cuda = CudaTarget()
+
+    def cache_versions(self) -> dict[str, str]:
+        return {d: dist_version(d) or "-" for d in ("nvidia-cutlass-dsl", "nvidia-cutlass", "triton")}
 
     def probe(self, devices: list[str]) -> TargetStatus:
         import torch

@@ -31,7 +31,7 @@ from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
 from ..source import SourceRuntimeError, import_source
-from .base import dist_version
+from .base import Target, dist_version
 from .cuda_source import map_pieces
 from .metal_calls import Library, _module_constants, compiler_diagnostics, find_libraries, static_diagnostics
 from .metal_kernels import Kernel, parse_kernels
@@ -94,9 +94,11 @@ class _CountedLibrary:
         return _CountedKernel(value) if callable(value) else value
 
 
-class MetalTarget:
+class MetalTarget(Target):
     name = "metal"
     summary = "Metal Shading Language kernels through torch.mps.compile_shader (Apple GPUs)"
+    title = "Metal"
+    order = 3
     requires = REQUIRES
 
     def probe(self, devices: list[str]) -> TargetStatus:

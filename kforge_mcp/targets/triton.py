@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
 from ..source import SourceRuntimeError, diagnostics_from_exception, import_source
-from .base import dist_version, find_tool, xpu_unavailable_reason
+from .base import Target, dist_version, find_tool, xpu_unavailable_reason
 from .triton_launches import _def_line, infer_launches, jit_functions, trace_launches
 
 DEFAULT_ARCH = "sm_90a"
@@ -101,9 +101,26 @@ def compile_error_diagnostics(exc: BaseException, kernels: dict[str, Any], sourc
     return diags
 
 
-class TritonTarget:
+class TritonTarget(Target):
     name = "triton"
     summary = "Triton kernels (@triton.jit): NVIDIA and Intel XPU GPUs, or the CPU interpreter"
+    title = "Triton"
+    order = 2
+
+    def profile_details(self, report, module: types.ModuleType, device: str) -> None:
+        if device != "cpu":  # the interpreter compiles nothing
+            attach_compiled_metadata(report, module)
+
+    def prompt_facts(self, status: TargetStatus) -> list[str]:
+        if status.devices and all(d == "cpu" for d in status.devices):
+            return [
+                "Kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1): correctness is exact, "
+                "timings are not GPU timings."
+            ]
+        return []
+
+    def cache_versions(self) -> dict[str, str]:
+        return {"triton": dist_version("triton") or "-"}
 
     def probe(self, devices: list[str]) -> TargetStatus:
         version = dist_version("triton") or dist_version("pytorch-triton-xpu") or dist_version("pytorch-triton")
@@ -260,3 +277,26 @@ class TritonTarget:
         report.diagnostics = diags
         report.seconds = time.perf_counter() - started
         return report
+
+
+def attach_compiled_metadata(report, module) -> None:
+    """Registers, spills, warps, stages and shared memory of each kernel Triton compiled, from its JIT cache."""
+    by_name = {k.name: k for k in report.kernels}
+    for fname, fn in jit_functions(module).items():
+        k = by_name.get(fname)
+        if k is None:
+            continue
+        try:
+            for cache in (getattr(fn, "device_caches", {}) or {}).values():
+                kernels = cache[0] if isinstance(cache, tuple) else cache
+                for compiled in list(kernels.values())[:1]:
+                    md = compiled.metadata
+                    k.num_warps = getattr(md, "num_warps", None)
+                    k.num_stages = getattr(md, "num_stages", None)
+                    if k.shared_bytes is None:
+                        k.shared_bytes = getattr(md, "shared", None)
+                    k.spills = getattr(compiled, "n_spills", None)
+                    if k.registers is None:
+                        k.registers = getattr(compiled, "n_regs", None)
+        except Exception:  # noqa: BLE001  (metadata is a bonus; Triton's internals move between versions)
+            continue
