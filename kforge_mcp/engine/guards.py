@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import threading
 
+from ..device import get_device
 from ..schemas import Finding
 from .correctness import flatten_outputs
 
@@ -355,22 +356,8 @@ class ThreadWatch:
 def poison_free_device_memory(device: str) -> None:
     """Fill the allocator's cached free memory with NaN and hand it back to the driver, so an
     output that is never written (torch.empty reusing the reference's freed memory) cannot
-    pass by luck. Best effort: the candidate running before the reference in each trial is
-    the main defence."""
-    import torch
-
-    if not device.startswith("cuda"):
-        return
-    free = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    if free < 4 or free > torch.cuda.mem_get_info(device)[0] // 2:
-        return
-    try:
-        block = torch.empty(free // 4, dtype=torch.float32, device=device)
-        block.fill_(float("nan"))
-        del block
-    except torch.cuda.OutOfMemoryError:
-        pass
-    torch.cuda.empty_cache()  # or the cache grows by what we just took, call after call
+    pass by luck (where the device can: CUDA)."""
+    get_device(device).poison_free_memory()
 
 
 def degenerate_findings(first, second) -> list[Finding]:
@@ -410,7 +397,7 @@ def stream_findings(fn, device: str) -> Finding | None:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    if not device.startswith("cuda"):
+    if not get_device(device).checks_streams:
         return None
     marker = torch.empty(1, device=device)
     torch.cuda.synchronize()

@@ -21,6 +21,7 @@ from ..analysis.proton import report_from_hatchet
 from ..analysis.report import KernelProfile, ProfileReport
 from ..analysis.roofline import reference_roofline
 from ..analysis.torch_trace import FORWARD_MARK, report_from_trace
+from ..device import get_device
 from ..problem import Source, build_models, load_problem, seed_everything
 from ..source import SourceRuntimeError
 from ..targets import get_target
@@ -31,20 +32,12 @@ NCU_TIMEOUT_S = 300
 
 
 def device_name(device: str) -> str:
-    import torch
-
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(torch.device(device))
-    if device.startswith("xpu"):
-        return torch.xpu.get_device_name(torch.device(device))
-    if device == "mps":
-        return "Apple GPU (MPS)"
-    return "cpu" if device == "cpu" else device
+    return get_device(device).display_name()
 
 
 def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> ProfileReport:
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import profile, record_function
 
     started = time.perf_counter()
     target = get_target(req["target"])
@@ -79,11 +72,7 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
         return report
     inputs = problem.make_inputs(INPUT_SEED, device)
 
-    activities = [ProfilerActivity.CPU]
-    if device.startswith("cuda"):
-        activities.append(ProfilerActivity.CUDA)
-    elif device.startswith("xpu") and hasattr(ProfilerActivity, "XPU"):
-        activities.append(ProfilerActivity.XPU)
+    activities = get_device(device).profiler_activities()
     with torch.no_grad():
         progress(f"warming up ({warmup} forwards)")
         for _ in range(warmup):
@@ -111,8 +100,8 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
     ):
         setattr(report, key, getattr(parsed, key))
     report.notes += parsed.notes
-    if device.startswith("cuda") and report.sm_count is None:
-        report.sm_count = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+    if report.sm_count is None:
+        report.sm_count = get_device(device).sm_count()
     if report.execution == "triton-interpreter":
         report.notes.append(
             "Triton interpreter on CPU: there are no device kernels; times are CPU times of the "
@@ -120,7 +109,8 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
         )
     if module is not None:
         target.profile_details(report, module, device)
-    if device == "mps":
+    profilers = get_device(device).profilers
+    if "mps events" in profilers:
         with torch.no_grad():
             _mps_timeline(report, model, inputs, iters)
 
@@ -133,14 +123,14 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
     except Exception as e:  # noqa: BLE001
         report.notes.append(f"roofline unavailable: {type(e).__name__}: {e}")
 
-    if depth == "metrics" and device == "mps":
+    if depth == "metrics" and "xctrace" in profilers:
         if shutil.which("xcrun") is None:
             report.notes.append("depth 'metrics' on mps needs Xcode's xctrace (xcrun); only the timeline was captured")
         else:
             progress("re-running under Instruments' Metal System Trace (xctrace)")
             _merge_xctrace(report, req, workdir)
     elif depth == "metrics":
-        if not device.startswith("cuda"):
+        if "ncu" not in profilers:
             report.notes.append(
                 f"depth 'metrics' needs Nsight Compute on a CUDA device; {device} has only the timeline"
             )
@@ -152,7 +142,7 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
             progress("re-running one forward under Nsight Compute")
             _merge_ncu(report, req, workdir)
     if req.get("proton"):
-        if device.startswith("cuda") or device.startswith("xpu"):
+        if "proton" in profilers:
             progress("re-running under proton")
             _merge_proton(report, req, workdir)
         else:

@@ -20,20 +20,20 @@ import threading
 import time
 import uuid
 
+from ..device import KINDS as DEVICE_KINDS
 from .pool import STARTUP_TIMEOUT_S, JobCancelled, WorkerFailure
 from .ray_nodes import HIDDEN_RESOURCES, LOCAL_LANE, NodeWorker, lane_kind, merge_probes, probe_node
 from .sandbox import default_sigchld
 
 # what an actor of each lane kind asks Ray for; a target may add a resource of its own
+RESOURCE_NAMES = {"cuda": "GPU", "gpu": "GPU"}  # resource names as Ray calls them
 LANE_RESOURCES: dict[str, dict[str, float]] = {
     "compile": {"CPU": 1},
     "cpu": {"CPU": 1},
-    "cuda": {"GPU": 1},
-    "xpu": {"xpu": 1},
-    "mps": {"metal": 1},
     "metal": {"metal": 1},
+    # a device lane asks for what its Device needs: cuda -> GPU, xpu -> xpu, mps -> metal
+    **{kind: {RESOURCE_NAMES.get(d.resource, d.resource): 1} for kind, d in DEVICE_KINDS.items() if d.resource},
 }
-RESOURCE_NAMES = {"cuda": "GPU", "gpu": "GPU"}  # a target's 'requires' names, as Ray calls them
 GRACE_S = 60.0  # the caller's deadline beyond the job's own timeout (and a worker start)
 POLL_S = 0.1
 PROGRESS_EVERY_S = 0.5

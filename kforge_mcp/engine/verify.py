@@ -13,6 +13,7 @@ import gc
 from pathlib import Path
 from typing import Callable
 
+from ..device import get_device
 from ..errors import InputError
 from ..problem import Source, build_models, load_problem, seed_everything
 from ..schemas import Finding, Timing, VerifyReport
@@ -308,22 +309,7 @@ class Verifier:
 
 def device_state(device: str) -> dict:
     """What is known of the device's clocks while we timed (NVML through torch when present)."""
-    import torch
-
-    state: dict = {}
-    if device.startswith("cuda"):
-        index = torch.device(device).index or 0
-        state["name"] = torch.cuda.get_device_name(index)
-        with contextlib.suppress(Exception):
-            state["sm_clock_mhz"] = torch.cuda.clock_rate(index)
-        with contextlib.suppress(Exception):
-            state["temperature_c"] = torch.cuda.temperature(index)
-    elif device.startswith("xpu"):
-        with contextlib.suppress(Exception):
-            state["name"] = torch.xpu.get_device_name(torch.device(device).index or 0)
-    elif device == "mps":
-        state["name"] = "Apple GPU (MPS)"
-    return state
+    return get_device(device).state()
 
 
 def run_verify(req: dict, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> VerifyReport:

@@ -19,37 +19,15 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 
-def discover_devices() -> tuple[list[str], dict[str, str]]:
-    import torch
-
-    devices, names = [], {}
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            major, minor = torch.cuda.get_device_capability(i)
-            devices.append(f"cuda:{i}")
-            names[f"cuda:{i}"] = f"{torch.cuda.get_device_name(i)} (sm_{major}{minor})"
-    xpu = getattr(torch, "xpu", None)
-    if xpu is not None and xpu.is_available():
-        for i in range(xpu.device_count()):
-            devices.append(f"xpu:{i}")
-            names[f"xpu:{i}"] = xpu.get_device_name(i)
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():  # Apple GPU: one device, named "mps"
-        devices.append("mps")
-        names["mps"] = f"Apple GPU (MPS, {platform.machine()})"
-    devices.append("cpu")
-    names["cpu"] = platform.processor() or platform.machine()
-    return devices, names
-
-
 def handle_probe(req, progress, workdir, state) -> dict:
     import torch
 
+    from ..device import discover
     from ..schemas import TargetsReport
     from ..targets import TARGETS
     from . import sandbox
 
-    devices, names = discover_devices()
+    devices, names = discover()
     host = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
     host.update({f"device {d}": n for d, n in names.items()})
     host["sandbox"] = sandbox.describe()

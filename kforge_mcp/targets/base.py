@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
+from ..device import get_device
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, TargetStatus
 
@@ -108,8 +109,7 @@ class Target(ABC):
 def device_resource(device: str | None) -> str | None:
     """The resource a device needs on the machine that runs the job: 'cuda', 'xpu', 'metal'
     (mps), or None for the CPU. Executors route on this and on a target's ``requires``."""
-    kind = (device or "cpu").split(":")[0]
-    return {"cuda": "cuda", "xpu": "xpu", "mps": "metal"}.get(kind)
+    return get_device(device).resource
 
 
 def xpu_unavailable_reason() -> str | None:
