@@ -133,3 +133,8 @@ def read_line(path: str, line: int | None) -> str | None:
         return Path(path).read_text().splitlines()[line - 1] if line and line > 0 else None
     except (OSError, UnicodeDecodeError, IndexError):
         return None
+
+
+def comma_list(text: str) -> list[str]:
+    """'eager, compiled' -> ['eager', 'compiled'] (an option's comma-separated values)."""
+    return [b.strip() for b in text.split(",") if b.strip()]

@@ -18,8 +18,20 @@ from ..errors import KforgeError
 from ..options import BASELINES, PROFILE, VERIFY
 from . import bench, run_loop
 from .commands import cmd_analyze, cmd_compile, cmd_profile, cmd_targets, cmd_verify, cmd_verify_batch
-from .console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, err
+from .console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, comma_list, err
 from .serve import add_serve_options
+
+
+def add_verify_options(p: argparse.ArgumentParser, trials_help: str, timeout_help: str) -> None:
+    """--trials, --timeout and --baselines of verify and verify-batch, with the library's defaults."""
+    p.add_argument("--trials", type=int, default=VERIFY.trials, help=f"{trials_help} (default {VERIFY.trials})")
+    p.add_argument("--timeout", type=float, default=VERIFY.timeout_s, metavar="S", help=timeout_help)
+    p.add_argument(
+        "--baselines",
+        type=comma_list,
+        default=list(BASELINES),
+        help=f"comma-separated baselines to time (default {','.join(BASELINES)})",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,23 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("candidate", help="source defining class ModelNew (.py)")
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
     p.add_argument("--device", help="e.g. cuda:0, xpu:0 or cpu (default: the best one here)")
-    p.add_argument(
-        "--trials",
-        type=int,
-        default=VERIFY.trials,
-        help=f"correctness trials, each on fresh inputs (default {VERIFY.trials})",
-    )
+    add_verify_options(p, "correctness trials, each on fresh inputs", "kill the worker after S seconds")
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
     p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype)")
-    p.add_argument(
-        "--timeout", type=float, default=VERIFY.timeout_s, metavar="S", help="kill the worker after S seconds"
-    )
-    p.add_argument(
-        "--baselines",
-        type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
-        default=list(BASELINES),
-        help=f"comma-separated baselines to time (default {','.join(BASELINES)})",
-    )
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify)
 
@@ -77,22 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("candidates", nargs="+", help="sources defining class ModelNew (.py)")
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
     p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
-    p.add_argument(
-        "--trials", type=int, default=VERIFY.trials, help=f"correctness trials per candidate (default {VERIFY.trials})"
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=VERIFY.timeout_s,
-        metavar="S",
-        help="per candidate: kill its worker after S seconds",
-    )
-    p.add_argument(
-        "--baselines",
-        type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
-        default=list(BASELINES),
-        help=f"comma-separated baselines to time (default {','.join(BASELINES)})",
-    )
+    add_verify_options(p, "correctness trials per candidate", "per candidate: kill its worker after S seconds")
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify_batch)
 

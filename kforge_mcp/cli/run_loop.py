@@ -7,7 +7,7 @@ from ..errors import InputError
 from ..home import default_home
 from ..options import BASELINES, VERIFY
 from ..store import RunStore
-from .console import EXIT_NOT_OK, EXIT_OK, err, open_engine, out, print_json
+from .console import EXIT_NOT_OK, EXIT_OK, comma_list, err, open_engine, out, print_json
 
 
 def add_parser(sub, parents) -> None:
@@ -40,7 +40,7 @@ def add_parser(sub, parents) -> None:
     p.add_argument("--trials", type=int, help=f"correctness trials per attempt (default {VERIFY.trials})")
     p.add_argument(
         "--baselines",
-        type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
+        type=comma_list,
         help=f"comma-separated baselines (default {','.join(BASELINES)})",
     )
     p.add_argument(
