@@ -152,8 +152,10 @@ def main() -> None:
     for p in list(PKG.rglob("*.py")) + list((ROOT / "tests").rglob("*.py")) + list((ROOT / "bench").rglob("*.py")):
         if p == Path(__file__).resolve():
             continue
-        fmt_skip[p.relative_to(ROOT).parts[0]] += p.read_text().count("# fmt: " + "skip")
-    env_named, env_read = set(), set()
+        parts = p.relative_to(ROOT).parts
+        where = "kforge_mcp/analysis" if parts[:2] == ("kforge_mcp", "analysis") else parts[0]
+        fmt_skip[where] += p.read_text().count("# fmt: " + "skip")
+    env_named, env_read, kforge_read = set(), set(), set()
     names: set[str] = set()
     for m, p in mods.items():
         text = p.read_text()
@@ -163,6 +165,10 @@ def main() -> None:
             names |= found
         if re.search(r"os\.environ|os\.getenv|getenv\(", text):
             env_read.add(m)
+        if re.search(
+            r'(environ\.get|getenv|_int_env|env\.get)\(\s*"KFORGE_|environ\[\s*"KFORGE_|environ\.get\(TOKEN_ENV', text
+        ):
+            kforge_read.add(m)
 
     print("# Package structure\n")
     print(f"- modules: {len(mods)}; lines: {sum(lines.values())}")
@@ -181,6 +187,10 @@ def main() -> None:
     print(
         f"- KFORGE_* names: {len(names)}; modules naming one: {len(env_named)}; "
         f"modules reading os.environ: {len(env_read)} ({', '.join(sorted(env_read))})"
+    )
+    print(
+        f"- modules reading a KFORGE_* variable from the environment themselves: {len(kforge_read)} "
+        f"({', '.join(sorted(kforge_read))})"
     )
     print("\nFloors (bottom first): " + "; ".join(f"{i} {n}" for i, n in enumerate(FLOOR_NAMES)))
 

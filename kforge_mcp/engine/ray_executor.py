@@ -22,7 +22,16 @@ import uuid
 
 from ..device import KINDS as DEVICE_KINDS
 from .pool import STARTUP_TIMEOUT_S, JobCancelled, WorkerFailure
-from .ray_nodes import HIDDEN_RESOURCES, LOCAL_LANE, NodeWorker, lane_kind, merge_probes, probe_node
+from .ray_nodes import (
+    HIDDEN_RESOURCES,
+    LOCAL_LANE,
+    NodeWorker,
+    _killed,
+    _shutdown_actor,
+    lane_kind,
+    merge_probes,
+    probe_node,
+)
 from .sandbox import default_sigchld
 
 # what an actor of each lane kind asks Ray for; a target may add a resource of its own
@@ -419,27 +428,6 @@ def _target_requires(target: str | None) -> list[str]:
     except Exception:  # noqa: BLE001  (the engine reports unknown targets itself)
         return []
     return [t.requires] if t.requires else []
-
-
-def _killed(ray, actor, error: WorkerFailure) -> WorkerFailure:
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception:  # noqa: BLE001
-        pass
-    error.actor_killed = True
-    return error
-
-
-def _shutdown_actor(ray, actor) -> None:
-    """Stop the actor's workers, then the actor (a kill alone would leave its workers behind)."""
-    try:
-        ray.get(actor.shutdown.remote(), timeout=10)
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def _fmt(resources: dict) -> str:

@@ -1,5 +1,6 @@
 """What runs on each node of a Ray cluster: the actor that owns a WorkerPool there (NodeWorker),
-and the probe of what the node offers (devices, targets, resources), merged into one report.
+the probe of what the node offers (devices, targets, resources) merged into one report, and how
+an actor is stopped or found dead.
 """
 
 from __future__ import annotations
@@ -144,3 +145,24 @@ def merge_probes(results: list[dict], resources: dict[str, dict], host_extra: di
             + "; ".join(f"{n['address']}: {n['error']}" for n in nodes),
         )
     return {"targets": list(targets.values()), "host": host, "nodes": nodes}
+
+
+def _killed(ray, actor, error: WorkerFailure) -> WorkerFailure:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001
+        pass
+    error.actor_killed = True
+    return error
+
+
+def _shutdown_actor(ray, actor) -> None:
+    """Stop the actor's workers, then the actor (a kill alone would leave its workers behind)."""
+    try:
+        ray.get(actor.shutdown.remote(), timeout=10)
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001
+        pass
