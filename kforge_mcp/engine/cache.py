@@ -20,7 +20,9 @@ def _code_digest() -> str:
     """Our own code that shapes a compile report: a change to it invalidates old entries."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for path in sorted([*root.glob("targets/*.py"), *root.glob("engine/*.py"), root / "schemas.py"]):
+    for path in sorted(
+        [*root.glob("targets/*.py"), *root.glob("engine/*.py"), root / "schemas.py", root / "source.py"]
+    ):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
