@@ -34,8 +34,12 @@ EXAMPLES = ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"]
 def timed(cmd: list[str], cwd: Path) -> dict:
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
-    return {"seconds": round(time.perf_counter() - started, 2), "ok": proc.returncode == 0,
-            "command": " ".join(cmd), "tail": (proc.stdout + proc.stderr)[-400:] if proc.returncode else ""}  # fmt: skip
+    return {
+        "seconds": round(time.perf_counter() - started, 2),
+        "ok": proc.returncode == 0,
+        "command": " ".join(cmd),
+        "tail": (proc.stdout + proc.stderr)[-400:] if proc.returncode else "",
+    }
 
 
 def main() -> None:
@@ -52,17 +56,23 @@ def main() -> None:
     full_cu.write_text(cuda.LOAD_INLINE_CUDA_PREFIX + "\n".join(p.annotated(src.name) for p in pieces) + "\n")
     (work / "kforge_torch_lean.h").write_text(cuda.TORCH_LEAN_H)
     lean_cu = work / "lean.cu"
-    lean_cu.write_text('#include "kforge_torch_lean.h"\n' + "\n".join(cuda.lean_piece(p).annotated(src.name) for p in pieces) + "\n")
+    lean_cu.write_text(
+        '#include "kforge_torch_lean.h"\n' + "\n".join(cuda.lean_piece(p).annotated(src.name) for p in pieces) + "\n"
+    )
     nvcc = cuda.find_tool("nvcc")
     inc = [f"-I{d}" for d in cuda.torch_include_dirs()]
     common = [f"-arch={args.arch}", "-std=c++17", "-Xptxas", "-v", "--expt-relaxed-constexpr"]
     runs: dict = {}
     if not args.skip_slow:
-        runs["1_nvcc_c_torch_headers_host_and_device"] = timed([nvcc, "-c", *common, *inc, "-Xcompiler", "-fPIC",
-                                                                str(full_cu), "-o", str(work / "full.o")], work)  # fmt: skip
-        runs["2_nvcc_cubin_torch_headers_device_only"] = timed([nvcc, "-cubin", *common, *inc, str(full_cu), "-o",
-                                                                str(work / "full.cubin")], work)  # fmt: skip
-    runs["3_nvcc_cubin_lean_header"] = timed([nvcc, "-cubin", *common, f"-I{work}", str(lean_cu), "-o", str(work / "lean.cubin")], work)
+        runs["1_nvcc_c_torch_headers_host_and_device"] = timed(
+            [nvcc, "-c", *common, *inc, "-Xcompiler", "-fPIC", str(full_cu), "-o", str(work / "full.o")], work
+        )
+        runs["2_nvcc_cubin_torch_headers_device_only"] = timed(
+            [nvcc, "-cubin", *common, *inc, str(full_cu), "-o", str(work / "full.cubin")], work
+        )
+    runs["3_nvcc_cubin_lean_header"] = timed(
+        [nvcc, "-cubin", *common, f"-I{work}", str(lean_cu), "-o", str(work / "lean.cubin")], work
+    )
 
     target = cuda.CudaTarget()
     end_to_end = {}
@@ -71,9 +81,12 @@ def main() -> None:
         wd = Path(tempfile.mkdtemp(prefix="kforge-cc-", dir=work))
         started = time.perf_counter()
         report = target.compile(s, args.arch, None, wd)
-        end_to_end[name] = {"seconds": round(time.perf_counter() - started, 2), "ok": report.ok,
-                            "path": "lean" if "lean path" in " ".join(d.message for d in report.diagnostics) else "full",
-                            "registers": [k.registers for k in report.kernels]}  # fmt: skip
+        end_to_end[name] = {
+            "seconds": round(time.perf_counter() - started, 2),
+            "ok": report.ok,
+            "path": "lean" if "lean path" in " ".join(d.message for d in report.diagnostics) else "full",
+            "registers": [k.registers for k in report.kernels],
+        }
 
     from kforge_mcp.api import Engine
 
@@ -91,31 +104,54 @@ def main() -> None:
         engine.close()
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "host": {"cpus": os.cpu_count(), "platform": platform.platform(), "nvcc": cuda.nvcc_version(),
-                 "loadavg_at_end": os.getloadavg()},  # fmt: skip
+        "host": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "nvcc": cuda.nvcc_version(),
+            "loadavg_at_end": os.getloadavg(),
+        },
         "nvcc_runs": runs,
         "compile_end_to_end_in_process": end_to_end,
-        "engine_compile": {"cold_s": round(cold_s, 2), "cold_ok": cold.ok, "repeat_s": round(warm_s, 4),
-                           "repeat_cached": warm.cached},  # fmt: skip
+        "engine_compile": {
+            "cold_s": round(cold_s, 2),
+            "cold_ok": cold.ok,
+            "repeat_s": round(warm_s, 4),
+            "repeat_cached": warm.cached,
+        },
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cuda-compile-time.json").write_text(json.dumps(result, indent=1))
-    lines = ["# cuda target: compile time, before and after the lean path", "",
-             f"- command: `python bench/cuda_compile_time.py{' --skip-slow' if args.skip_slow else ''}`",
-             f"- date {result['date']}; {result['host']['cpus']} CPUs; nvcc {result['host']['nvcc']}; "
-             f"load average at the end {tuple(round(x, 2) for x in result['host']['loadavg_at_end'])} "
-             "(the machine is shared; other jobs ran alongside)",
-             "- source: examples/candidates/fused_bias_gelu/cuda.py (includes <torch/extension.h>)", "",
-             "| step | seconds | ok |", "|---|---|---|"]  # fmt: skip
+    lines = [
+        "# cuda target: compile time, before and after the lean path",
+        "",
+        f"- command: `python bench/cuda_compile_time.py{' --skip-slow' if args.skip_slow else ''}`",
+        f"- date {result['date']}; {result['host']['cpus']} CPUs; nvcc {result['host']['nvcc']}; "
+        f"load average at the end {tuple(round(x, 2) for x in result['host']['loadavg_at_end'])} "
+        "(the machine is shared; other jobs ran alongside)",
+        "- source: examples/candidates/fused_bias_gelu/cuda.py (includes <torch/extension.h>)",
+        "",
+        "| step | seconds | ok |",
+        "|---|---|---|",
+    ]
     for key, r in runs.items():
         lines.append(f"| {key} | {r['seconds']} | {r['ok']} |")
-    lines += ["", "| example | CudaTarget.compile s (incl. capture + ptxas + demangle) | path | registers |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| example | CudaTarget.compile s (incl. capture + ptxas + demangle) | path | registers |",
+        "|---|---|---|---|",
+    ]
     for name, r in end_to_end.items():
         lines.append(f"| {name} | {r['seconds']} | {r['path']} | {r['registers']} |")
     ec = result["engine_compile"]
-    lines += ["", f"- Engine.compile row_softmax: cold {ec['cold_s']} s (ok={ec['cold_ok']}), repeat {ec['repeat_s']} s "
-              f"(cached={ec['repeat_cached']})", "", "Commands:", ""]  # fmt: skip
+    lines += [
+        "",
+        f"- Engine.compile row_softmax: cold {ec['cold_s']} s (ok={ec['cold_ok']}), repeat {ec['repeat_s']} s "
+        f"(cached={ec['repeat_cached']})",
+        "",
+        "Commands:",
+        "",
+    ]
     lines += [f"- `{r['command']}`" for r in runs.values()]
     (out / "cuda-compile-time.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

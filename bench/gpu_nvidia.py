@@ -47,7 +47,9 @@ TIMING_PROBLEM, TIMING_TARGET, TIMING_KERNEL = "row_softmax", "cuda", "row_softm
 
 
 def paths(name: str, candidate: str) -> tuple[str, str]:
-    return str(ROOT / "examples" / "problems" / f"{name}.py"), str(ROOT / "examples" / "candidates" / name / f"{candidate}.py")
+    return str(ROOT / "examples" / "problems" / f"{name}.py"), str(
+        ROOT / "examples" / "candidates" / name / f"{candidate}.py"
+    )
 
 
 def run_examples(engine: Engine) -> dict:
@@ -66,7 +68,10 @@ def run_examples(engine: Engine) -> dict:
             try:
                 t0 = time.perf_counter()
                 comp = engine.compile(target, cand, problem=prob, timeout_s=900)
-                entry["compile"] = {"wall_s": time.perf_counter() - t0, **comp.model_dump(mode="json", exclude={"ptx", "sass"})}
+                entry["compile"] = {
+                    "wall_s": time.perf_counter() - t0,
+                    **comp.model_dump(mode="json", exclude={"ptx", "sass"}),
+                }
                 entry["verify"] = []
                 for _ in range(2):
                     t0 = time.perf_counter()
@@ -75,8 +80,11 @@ def run_examples(engine: Engine) -> dict:
             except Exception as e:  # noqa: BLE001  (one broken pair must not hide the others)
                 entry["exception"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-2000:]}"
             v = entry.get("verify") or [{}]
-            print(f"[{target}] {name}: compile ok={entry.get('compile', {}).get('ok')} verdict={v[-1].get('verdict')} "
-                  f"speedup={v[-1].get('speedup')} errors={v[-1].get('errors')}", flush=True)  # fmt: skip
+            print(
+                f"[{target}] {name}: compile ok={entry.get('compile', {}).get('ok')} verdict={v[-1].get('verdict')} "
+                f"speedup={v[-1].get('speedup')} errors={v[-1].get('errors')}",
+                flush=True,
+            )
             out[target][name] = entry
     return out
 
@@ -127,10 +135,30 @@ def ncu_check(engine_home: Path, clock_control: str | None, launches: int = 5) -
     if ncu is None:
         return {"skipped": "ncu not found"}
     script = Path(tempfile.mkdtemp(prefix="kforge-ncu-")) / "one_kernel.py"
-    script.write_text(NCU_SCRIPT.format(root=str(ROOT), bench=str(ROOT / "bench"), name=TIMING_PROBLEM, target=TIMING_TARGET,
-                                        home=str(engine_home), calls=launches + 2))  # fmt: skip
-    cmd = [ncu, "--csv", "--page", "raw", "--metrics", "gpu__time_duration.sum", "-k", f"regex:{TIMING_KERNEL}",
-           "--launch-skip", "2", "-c", str(launches)]  # fmt: skip
+    script.write_text(
+        NCU_SCRIPT.format(
+            root=str(ROOT),
+            bench=str(ROOT / "bench"),
+            name=TIMING_PROBLEM,
+            target=TIMING_TARGET,
+            home=str(engine_home),
+            calls=launches + 2,
+        )
+    )
+    cmd = [
+        ncu,
+        "--csv",
+        "--page",
+        "raw",
+        "--metrics",
+        "gpu__time_duration.sum",
+        "-k",
+        f"regex:{TIMING_KERNEL}",
+        "--launch-skip",
+        "2",
+        "-c",
+        str(launches),
+    ]
     if clock_control:
         cmd += ["--clock-control", clock_control]
     cmd += [sys.executable, str(script)]
@@ -157,7 +185,16 @@ def parse_ncu_csv(text: str, metric: str) -> list[float]:
         return []
     col = rows[0].index(metric)
     unit = rows[1][col].strip().lower()
-    scale = {"ns": 1.0, "nsecond": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}.get(unit, 1.0)
+    scale = {
+        "ns": 1.0,
+        "nsecond": 1.0,
+        "usecond": 1e3,
+        "us": 1e3,
+        "msecond": 1e6,
+        "ms": 1e6,
+        "second": 1e9,
+        "s": 1e9,
+    }.get(unit, 1.0)
     values = []
     for r in rows[2:]:
         try:
@@ -208,17 +245,30 @@ def summarize(result: dict) -> str:
     tc = result["timing_check"]
     lines += ["", f"## One kernel timed three ways: {TIMING_TARGET} {TIMING_PROBLEM} ({TIMING_KERNEL})", ""]
     ours = tc.get("kforge_verify_median_ms")
-    lines.append(f"- kforge verify (ModelNew.forward incl. allocation and launch, L2 flushed, device events): "
-                 f"{ours if ours is None else f'{ours:.4f}'} ms")  # fmt: skip
+    lines.append(
+        f"- kforge verify (ModelNew.forward incl. allocation and launch, L2 flushed, device events): "
+        f"{ours if ours is None else f'{ours:.4f}'} ms"
+    )
     db = tc.get("do_bench", {})
     lines.append(f"- triton.testing.do_bench (same forward, L2 flushed): {db.get('do_bench_median_ms', db)} ms")
-    for key, label in (("ncu_locked", "ncu default (clocks locked to base)"), ("ncu_unlocked", "ncu --clock-control none")):
+    for key, label in (
+        ("ncu_locked", "ncu default (clocks locked to base)"),
+        ("ncu_unlocked", "ncu --clock-control none"),
+    ):
         n = tc.get(key, {})
-        lines.append(f"- {label}, kernel only: " + (f"{n['median_ms']:.4f} ms (median of {len(n['durations_ns'])})"
-                                                     if "median_ms" in n else f"no value: {str(n)[:300]}"))  # fmt: skip
+        lines.append(
+            f"- {label}, kernel only: "
+            + (
+                f"{n['median_ms']:.4f} ms (median of {len(n['durations_ns'])})"
+                if "median_ms" in n
+                else f"no value: {str(n)[:300]}"
+            )
+        )
     if ours and "median_ms" in tc.get("ncu_unlocked", {}):
-        lines.append(f"- ratio kforge / ncu unlocked: {ours / tc['ncu_unlocked']['median_ms']:.2f} "
-                     "(the difference is host launch and allocation overhead, which verify includes on purpose)")  # fmt: skip
+        lines.append(
+            f"- ratio kforge / ncu unlocked: {ours / tc['ncu_unlocked']['median_ms']:.2f} "
+            "(the difference is host launch and allocation overhead, which verify includes on purpose)"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -242,7 +292,9 @@ def main() -> None:
     timing: dict = {}
     try:
         v = examples.get(TIMING_TARGET, {}).get(TIMING_PROBLEM, {}).get("verify", [])
-        timing["kforge_verify_median_ms"] = v[-1]["timing"]["candidate"]["median_ms"] if v and v[-1].get("timing") else None
+        timing["kforge_verify_median_ms"] = (
+            v[-1]["timing"]["candidate"]["median_ms"] if v and v[-1].get("timing") else None
+        )
         timing["do_bench"] = do_bench_check(home)
     except Exception as e:  # noqa: BLE001
         timing["do_bench"] = {"error": f"{type(e).__name__}: {e}"}

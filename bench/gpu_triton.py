@@ -33,7 +33,10 @@ REPEATS = 3
 
 
 def paths(name: str, candidate: str = "triton") -> tuple[str, str]:
-    return (str(ROOT / "examples" / "problems" / f"{name}.py"), str(ROOT / "examples" / "candidates" / name / f"{candidate}.py"))
+    return (
+        str(ROOT / "examples" / "problems" / f"{name}.py"),
+        str(ROOT / "examples" / "candidates" / name / f"{candidate}.py"),
+    )
 
 
 async def through_mcp(server) -> dict:
@@ -45,7 +48,9 @@ async def through_mcp(server) -> dict:
         for name in EXAMPLES:
             prob, cand = paths(name)
             t0 = time.perf_counter()
-            comp = (await client.call_tool("compile", {"target": "triton", "source": cand, "problem": prob})).structured_content
+            comp = (
+                await client.call_tool("compile", {"target": "triton", "source": cand, "problem": prob})
+            ).structured_content
             comp_s = time.perf_counter() - t0
             runs = []
             for _ in range(REPEATS):
@@ -54,15 +59,23 @@ async def through_mcp(server) -> dict:
                 runs.append({"wall_s": time.perf_counter() - t0, "report": res.structured_content})
             out["examples"][name] = {"compile": comp, "compile_wall_s": comp_s, "verify": runs}
         prob, cand = paths("fused_bias_gelu", "triton_wrong")
-        out["wrong"] = (await client.call_tool("verify", {"problem": prob, "candidate": cand, "target": "triton",
-                                                          "baselines": ["eager"]})).structured_content  # fmt: skip
+        out["wrong"] = (
+            await client.call_tool(
+                "verify", {"problem": prob, "candidate": cand, "target": "triton", "baselines": ["eager"]}
+            )
+        ).structured_content
         prob, _ = paths("row_softmax")
         fault = str(ROOT / "tests" / "candidates" / "illegal_address.py")
-        out["cuda_fault"] = (await client.call_tool("verify", {"problem": prob, "candidate": fault, "target": "triton",
-                                                               "baselines": ["eager"]})).structured_content  # fmt: skip
+        out["cuda_fault"] = (
+            await client.call_tool(
+                "verify", {"problem": prob, "candidate": fault, "target": "triton", "baselines": ["eager"]}
+            )
+        ).structured_content
         _, cand = paths("row_softmax")
         t0 = time.perf_counter()
-        after = (await client.call_tool("verify", {"problem": prob, "candidate": cand, "target": "triton"})).structured_content
+        after = (
+            await client.call_tool("verify", {"problem": prob, "candidate": cand, "target": "triton"})
+        ).structured_content
         out["after_fault"] = {"wall_s": time.perf_counter() - t0, "verdict": after["verdict"]}
     return out
 
@@ -111,16 +124,27 @@ def summarize(result: dict) -> str:
             f"{t['compiled']['median_ms']:.4f} | {reps[-1]['speedup']:.2f} ({reps[-1]['speedup_over']}) | {spread:.1%} | "
             f"{ex['verify'][0]['wall_s']:.2f}, {ex['verify'][-1]['wall_s']:.2f} |"
         )
-    lines += ["", "## Our timing against triton.testing.do_bench (same ModelNew, same inputs)", "",
-              "| problem | kforge median ms (L2 flushed per call) | do_bench median ms | ratio |", "|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "## Our timing against triton.testing.do_bench (same ModelNew, same inputs)",
+        "",
+        "| problem | kforge median ms (L2 flushed per call) | do_bench median ms | ratio |",
+        "|---|---|---|---|",
+    ]
     for name, check in result["do_bench"].items():
         ours = result["mcp"]["examples"][name]["verify"][-1]["report"]["timing"]["candidate"]["median_ms"]
-        lines.append(f"| {name} | {ours:.4f} | {check['do_bench_median_ms']:.4f} | {ours / check['do_bench_median_ms']:.3f} |")
+        lines.append(
+            f"| {name} | {ours:.4f} | {check['do_bench_median_ms']:.4f} | {ours / check['do_bench_median_ms']:.3f} |"
+        )
     fault = result["mcp"]["cuda_fault"]
-    lines += ["", "## Faults", "",
-              f"- wrong candidate: verdict `{result['mcp']['wrong']['verdict']}`, max abs error {result['mcp']['wrong']['mismatches'][0]['max_abs_error']:.2e}",  # noqa: E501
-              f"- illegal-address kernel: verdict `{fault['verdict']}`: {fault['errors'][0][:200]!r}",
-              f"- next verify after the fault: `{result['mcp']['after_fault']['verdict']}` in {result['mcp']['after_fault']['wall_s']:.2f} s (a fresh worker)"]  # fmt: skip
+    lines += [
+        "",
+        "## Faults",
+        "",
+        f"- wrong candidate: verdict `{result['mcp']['wrong']['verdict']}`, max abs error {result['mcp']['wrong']['mismatches'][0]['max_abs_error']:.2e}",  # noqa: E501
+        f"- illegal-address kernel: verdict `{fault['verdict']}`: {fault['errors'][0][:200]!r}",
+        f"- next verify after the fault: `{result['mcp']['after_fault']['verdict']}` in {result['mcp']['after_fault']['wall_s']:.2f} s (a fresh worker)",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -44,10 +44,15 @@ PROFILES = ROOT / "tests" / "data" / "profiles"
 VECTOR_ADD = (str(ROOT / "bench/problems/vector_add.py"), str(ROOT / "bench/candidates/vector_add/triton.py"))
 COMPILE_SOURCES = [
     (str(ROOT / f"examples/candidates/{p}/{c}.py"), str(ROOT / f"examples/problems/{p}.py"))
-    for p in ("row_softmax", "fused_bias_gelu", "gemm_bias_relu") for c in ("triton", "triton_naive")
-] + [(VECTOR_ADD[1], VECTOR_ADD[0])]  # fmt: skip
-PROFILE_FILES = ["fused_bias_gelu-triton.ncu-raw.csv", "fused_bias_gelu-reference.torch-trace.json",
-                 "fused_bias_gelu-triton.proton.hatchet", "fused_bias_gelu-reference.ncu-details.csv"]  # fmt: skip
+    for p in ("row_softmax", "fused_bias_gelu", "gemm_bias_relu")
+    for c in ("triton", "triton_naive")
+] + [(VECTOR_ADD[1], VECTOR_ADD[0])]
+PROFILE_FILES = [
+    "fused_bias_gelu-triton.ncu-raw.csv",
+    "fused_bias_gelu-reference.torch-trace.json",
+    "fused_bias_gelu-triton.proton.hatchet",
+    "fused_bias_gelu-reference.ncu-details.csv",
+]
 
 
 def free_port() -> int:
@@ -95,8 +100,12 @@ class MemorySampler:
 
     def peak_between(self, t0: float, t1: float) -> dict:
         window = [s for s in self.samples if t0 <= s[0] <= t1] or self.samples[-1:]
-        return {"server_mb": max(s[1] for s in window) / 2**20, "tree_mb": max(s[2] for s in window) / 2**20,
-                "processes": max(s[3] for s in window), "samples": len(window)}  # fmt: skip
+        return {
+            "server_mb": max(s[1] for s in window) / 2**20,
+            "tree_mb": max(s[2] for s in window) / 2**20,
+            "processes": max(s[3] for s in window),
+            "samples": len(window),
+        }
 
 
 # ---- the server ----
@@ -105,8 +114,15 @@ class MemorySampler:
 class ServerProcess:
     """`kforge serve --transport http` in a subprocess with its own home, port and token."""
 
-    def __init__(self, home: Path, port: int | None = None, token: str | None = None, env: dict | None = None,
-                 log: Path | None = None, wrap: list[str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        home: Path,
+        port: int | None = None,
+        token: str | None = None,
+        env: dict | None = None,
+        log: Path | None = None,
+        wrap: list[str] | None = None,
+    ):
         self.wrap = wrap or []  # e.g. unshare -m ... to give the server a read-only or tiny home
         self.home, self.port = Path(home), port or free_port()
         self.token = token or secrets.token_urlsafe(16)
@@ -116,18 +132,31 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 120.0, expect_exit: bool = False) -> "ServerProcess":
-        cmd = [*self.wrap, sys.executable, "-m", "kforge_mcp.cli", "serve", "--transport", "http", "--port", str(self.port),
-               f"--token={self.token}"]  # fmt: skip (a token may start with "-")
+        cmd = [
+            *self.wrap,
+            sys.executable,
+            "-m",
+            "kforge_mcp.cli",
+            "serve",
+            "--transport",
+            "http",
+            "--port",
+            str(self.port),
+            f"--token={self.token}",
+        ]  # a token may start with "-"
         self._log = open(self.log, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 if expect_exit:
                     self._log.close()
                     return self
-                raise RuntimeError(f"the server exited with {self.proc.returncode} before listening:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"the server exited with {self.proc.returncode} before listening:\n{self.log_tail()}"
+                )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return self
@@ -163,8 +192,10 @@ class ServerProcess:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
-        return _ClientCM(lambda: httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"}, timeout=timeout),
-                         lambda http: Client(streamable_http_client(self.url, http_client=http)))  # fmt: skip
+        return _ClientCM(
+            lambda: httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"}, timeout=timeout),
+            lambda http: Client(streamable_http_client(self.url, http_client=http)),
+        )
 
 
 class _ClientCM:
@@ -201,8 +232,19 @@ def plan(calls: int, job_id: str | None, cheap: bool = False) -> list[tuple[str,
             path = PROFILE_FILES[(i // 10 + slot) % len(PROFILE_FILES)]
             kinds.append(("analyze_profile", {"path": str(PROFILES / path)}))
         elif slot == 3 and not cheap:
-            kinds.append(("verify", {"problem": VECTOR_ADD[0], "candidate": VECTOR_ADD[1], "target": "triton",
-                                     "trials": 1, "baselines": ["eager"], "wait_s": 600}))  # fmt: skip
+            kinds.append(
+                (
+                    "verify",
+                    {
+                        "problem": VECTOR_ADD[0],
+                        "candidate": VECTOR_ADD[1],
+                        "target": "triton",
+                        "trials": 1,
+                        "baselines": ["eager"],
+                        "wait_s": 600,
+                    },
+                )
+            )
         elif job_id is not None:
             kinds.append(("job_status", {"job_id": job_id}))
         else:
@@ -231,15 +273,24 @@ async def burst(server: ServerProcess, clients: int, calls: int, cheap: bool = F
         job_id = None
         started_job = None
         if not cheap:  # a verify job started just before the burst, for job_status to poll
-            r = await sessions[0].call_tool("verify", {"problem": VECTOR_ADD[0], "candidate": VECTOR_ADD[1],
-                                                       "target": "triton", "trials": 1, "baselines": ["eager"],
-                                                       "wait_s": 0})  # fmt: skip
+            r = await sessions[0].call_tool(
+                "verify",
+                {
+                    "problem": VECTOR_ADD[0],
+                    "candidate": VECTOR_ADD[1],
+                    "target": "triton",
+                    "trials": 1,
+                    "baselines": ["eager"],
+                    "wait_s": 0,
+                },
+            )
             job_id = r.structured_content.get("job_id")
             started_job = {"tool": "verify (wait_s=0)", "error": r.content[0].text[:300] if r.is_error else None}
         work = plan(calls - (1 if started_job else 0), job_id, cheap)
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(timed_call(sessions[i % clients], tool, args)
-                                         for i, (tool, args) in enumerate(work)))  # fmt: skip
+        results = await asyncio.gather(
+            *(timed_call(sessions[i % clients], tool, args) for i, (tool, args) in enumerate(work))
+        )
         wall = time.perf_counter() - t0
         if job_id:  # let the started job finish before the round ends
             for _ in range(20):
@@ -280,8 +331,13 @@ def per_tool(calls: list[dict]) -> dict:
     out = {}
     for tool in sorted({c["tool"] for c in calls}):
         secs = [c["seconds"] for c in calls if c["tool"] == tool]
-        out[tool] = {"n": len(secs), "errors": sum(1 for c in calls if c["tool"] == tool and c["error"]),
-                     "p50_s": statistics.median(secs), "p95_s": percentile(secs, 0.95), "max_s": max(secs)}  # fmt: skip
+        out[tool] = {
+            "n": len(secs),
+            "errors": sum(1 for c in calls if c["tool"] == tool and c["error"]),
+            "p50_s": statistics.median(secs),
+            "p95_s": percentile(secs, 0.95),
+            "max_s": max(secs),
+        }
     return out
 
 
@@ -290,12 +346,28 @@ async def warm_up(server: ServerProcess, verify: bool = True) -> None:
     async with server.client() as c:
         await c.call_tool("list_targets", {})
         if verify:
-            await c.call_tool("verify", {"problem": VECTOR_ADD[0], "candidate": VECTOR_ADD[1], "target": "triton",
-                                     "trials": 1, "baselines": ["eager"], "wait_s": 600})  # fmt: skip
+            await c.call_tool(
+                "verify",
+                {
+                    "problem": VECTOR_ADD[0],
+                    "candidate": VECTOR_ADD[1],
+                    "target": "triton",
+                    "trials": 1,
+                    "baselines": ["eager"],
+                    "wait_s": 600,
+                },
+            )
 
 
-def run_load(home: Path, clients: int, calls: int, rounds: int = 1, cheap: bool = False, settle_s: float = 5.0,
-             server_env: dict | None = None) -> dict:  # fmt: skip
+def run_load(
+    home: Path,
+    clients: int,
+    calls: int,
+    rounds: int = 1,
+    cheap: bool = False,
+    settle_s: float = 5.0,
+    server_env: dict | None = None,
+) -> dict:
     server = ServerProcess(home, env=server_env).start()
     sampler = MemorySampler(server.proc.pid).start()
     try:
@@ -311,9 +383,17 @@ def run_load(home: Path, clients: int, calls: int, rounds: int = 1, cheap: bool 
             time.sleep(settle_s)
             after = sampler.peak_between(time.monotonic() - 0.5, time.monotonic())
             errors = [c for c in result["calls"] if c["error"]]
-            out["rounds"].append({"wall_s": result["wall_s"], "calls": len(result["calls"]), "errors": len(errors),
-                                  "error_samples": errors[:5], "per_tool": per_tool(result["calls"]),
-                                  "peak": sampler.peak_between(r0, r1), "after": after})  # fmt: skip
+            out["rounds"].append(
+                {
+                    "wall_s": result["wall_s"],
+                    "calls": len(result["calls"]),
+                    "errors": len(errors),
+                    "error_samples": errors[:5],
+                    "per_tool": per_tool(result["calls"]),
+                    "peak": sampler.peak_between(r0, r1),
+                    "after": after,
+                }
+            )
 
         async def still_serving() -> bool:
             async with server.client() as c:
@@ -339,49 +419,77 @@ def machine() -> dict:
             versions[dist] = md.version(dist)
         except md.PackageNotFoundError:
             versions[dist] = "-"
-    return {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "versions": versions, "load_average": os.getloadavg()}  # fmt: skip
+    return {
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "load_average": os.getloadavg(),
+    }
 
 
 def write_report(out_dir: Path, data: dict) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "load-http-cpu.json").write_text(json.dumps(data, indent=1) + "\n")
     m, r = data["machine"], data["result"]
-    lines = ["# kforge under concurrent load over streamable HTTP (CPU, Triton interpreter)", "",
-             f"- machine: {m['cores']} cores, {m['platform']}, Python {m['python']}, "
-             + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
-             f"- date: {data['date']}; load average at start {tuple(round(x, 2) for x in m['load_average'])}, "
-             f"at end {tuple(round(x, 2) for x in data['load_average_end'])}",
-             f"- command: `{data['command']}`"]  # fmt: skip
+    lines = [
+        "# kforge under concurrent load over streamable HTTP (CPU, Triton interpreter)",
+        "",
+        f"- machine: {m['cores']} cores, {m['platform']}, Python {m['python']}, "
+        + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
+        f"- date: {data['date']}; load average at start {tuple(round(x, 2) for x in m['load_average'])}, "
+        f"at end {tuple(round(x, 2) for x in data['load_average_end'])}",
+        f"- command: `{data['command']}`",
+    ]
     if data.get("note"):
         lines.append(f"- note: {data['note']}")
-    lines += ["", f"A real `kforge serve --transport http` subprocess (own KFORGE_HOME, bearer token) and "
-              f"{data['clients']} MCP clients (SDK streamable HTTP client, one session each); each round fires "
-              f"{data['calls']} tool calls at once, spread over the sessions. Memory: resident set of the "
-              f"server process and of its whole tree (server + compile worker + cpu worker), sampled every 0.1 s "
-              f"from /proc; 'after' is {data['settle_s']:g} s after the round.", "",
-              f"Startup and warm-up (server start, first list_targets, first verify): {r['startup_and_warm_up_s']:.1f} s. "
-              f"Baseline after warm-up: server {r['baseline']['server_mb']:.0f} MB, tree {r['baseline']['tree_mb']:.0f} MB "
-              f"({r['baseline']['processes']} processes).", ""]  # fmt: skip
+    lines += [
+        "",
+        f"A real `kforge serve --transport http` subprocess (own KFORGE_HOME, bearer token) and "
+        f"{data['clients']} MCP clients (SDK streamable HTTP client, one session each); each round fires "
+        f"{data['calls']} tool calls at once, spread over the sessions. Memory: resident set of the "
+        f"server process and of its whole tree (server + compile worker + cpu worker), sampled every 0.1 s "
+        f"from /proc; 'after' is {data['settle_s']:g} s after the round.",
+        "",
+        f"Startup and warm-up (server start, first list_targets, first verify): {r['startup_and_warm_up_s']:.1f} s. "
+        f"Baseline after warm-up: server {r['baseline']['server_mb']:.0f} MB, tree {r['baseline']['tree_mb']:.0f} MB "
+        f"({r['baseline']['processes']} processes).",
+        "",
+    ]
     for n, rd in enumerate(r["rounds"], 1):
-        lines += [f"## Round {n}: {rd['calls']} calls, {rd['errors']} errors, wall {rd['wall_s']:.1f} s", "",
-                  "| tool | calls | errors | p50 s | p95 s | max s |", "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"## Round {n}: {rd['calls']} calls, {rd['errors']} errors, wall {rd['wall_s']:.1f} s",
+            "",
+            "| tool | calls | errors | p50 s | p95 s | max s |",
+            "|---|---|---|---|---|---|",
+        ]
         for tool, t in rd["per_tool"].items():
-            lines.append(f"| {tool} | {t['n']} | {t['errors']} | {t['p50_s']:.3f} | {t['p95_s']:.3f} | {t['max_s']:.3f} |")
-        lines += ["", f"Memory: peak server {rd['peak']['server_mb']:.0f} MB, tree {rd['peak']['tree_mb']:.0f} MB "
-                  f"({rd['peak']['processes']} processes); after: server {rd['after']['server_mb']:.0f} MB, tree "
-                  f"{rd['after']['tree_mb']:.0f} MB.", ""]  # fmt: skip
+            lines.append(
+                f"| {tool} | {t['n']} | {t['errors']} | {t['p50_s']:.3f} | {t['p95_s']:.3f} | {t['max_s']:.3f} |"
+            )
+        lines += [
+            "",
+            f"Memory: peak server {rd['peak']['server_mb']:.0f} MB, tree {rd['peak']['tree_mb']:.0f} MB "
+            f"({rd['peak']['processes']} processes); after: server {rd['after']['server_mb']:.0f} MB, tree "
+            f"{rd['after']['tree_mb']:.0f} MB.",
+            "",
+        ]
         for e in rd["error_samples"]:
             lines.append(f"- error in {e['tool']}: {e['error']}")
     b = data["bound"]
-    lines += ["## Verdict", "",
-              f"- errors: {sum(rd['errors'] for rd in r['rounds'])} of {sum(rd['calls'] for rd in r['rounds'])} calls",
-              f"- bounded memory: peak tree RSS {b['peak_tree_mb']:.0f} MB against a bound of {b['bound_mb']:.0f} MB "
-              f"(baseline + {b['headroom_mb']:.0f} MB): {'within' if b['within'] else 'OVER'}; "
-              f"after the last round {b['after_tree_mb']:.0f} MB, {b['after_over_baseline_mb']:+.0f} MB over baseline",
-              "- after each round (tree): " + ", ".join(f"{rd['after']['tree_mb']:.0f} MB" for rd in r["rounds"])
-              + f"; from the first round to the last: {r['rounds'][-1]['after']['tree_mb'] - r['rounds'][0]['after']['tree_mb']:+.0f} MB",
-              f"- the server still serves afterwards: {r['still_serving']}", ""]  # fmt: skip
+    lines += [
+        "## Verdict",
+        "",
+        f"- errors: {sum(rd['errors'] for rd in r['rounds'])} of {sum(rd['calls'] for rd in r['rounds'])} calls",
+        f"- bounded memory: peak tree RSS {b['peak_tree_mb']:.0f} MB against a bound of {b['bound_mb']:.0f} MB "
+        f"(baseline + {b['headroom_mb']:.0f} MB): {'within' if b['within'] else 'OVER'}; "
+        f"after the last round {b['after_tree_mb']:.0f} MB, {b['after_over_baseline_mb']:+.0f} MB over baseline",
+        "- after each round (tree): "
+        + ", ".join(f"{rd['after']['tree_mb']:.0f} MB" for rd in r["rounds"])
+        + f"; from the first round to the last: {r['rounds'][-1]['after']['tree_mb'] - r['rounds'][0]['after']['tree_mb']:+.0f} MB",
+        f"- the server still serves afterwards: {r['still_serving']}",
+        "",
+    ]
     (out_dir / "load-http-cpu.md").write_text("\n".join(lines))
 
 
@@ -392,9 +500,15 @@ def bound(result: dict) -> dict:
     base = result["baseline"]["tree_mb"]
     peak = max(rd["peak"]["tree_mb"] for rd in result["rounds"])
     after = result["rounds"][-1]["after"]["tree_mb"]
-    return {"baseline_tree_mb": base, "headroom_mb": HEADROOM_MB, "bound_mb": base + HEADROOM_MB,
-            "peak_tree_mb": peak, "within": peak <= base + HEADROOM_MB, "after_tree_mb": after,
-            "after_over_baseline_mb": after - base}  # fmt: skip
+    return {
+        "baseline_tree_mb": base,
+        "headroom_mb": HEADROOM_MB,
+        "bound_mb": base + HEADROOM_MB,
+        "peak_tree_mb": peak,
+        "within": peak <= base + HEADROOM_MB,
+        "after_tree_mb": after,
+        "after_over_baseline_mb": after - base,
+    }
 
 
 def main() -> None:
@@ -410,10 +524,18 @@ def main() -> None:
     info = machine()
     with tempfile.TemporaryDirectory(prefix="kforge-load-") as tmp:
         result = run_load(Path(tmp) / "home", args.clients, args.calls, args.rounds, settle_s=args.settle_s)
-    data = {"date": date, "machine": info, "load_average_end": os.getloadavg(),
-            "command": shlex.join([".venv/bin/python", "bench/load_http.py", *sys.argv[1:]]), "note": args.note,
-            "clients": args.clients, "calls": args.calls, "settle_s": args.settle_s, "result": result,
-            "bound": bound(result)}  # fmt: skip
+    data = {
+        "date": date,
+        "machine": info,
+        "load_average_end": os.getloadavg(),
+        "command": shlex.join([".venv/bin/python", "bench/load_http.py", *sys.argv[1:]]),
+        "note": args.note,
+        "clients": args.clients,
+        "calls": args.calls,
+        "settle_s": args.settle_s,
+        "result": result,
+        "bound": bound(result),
+    }
     write_report(Path(args.out), data)
     print((Path(args.out) / "load-http-cpu.md").read_text())
     errors = sum(rd["errors"] for rd in result["rounds"])

@@ -73,8 +73,15 @@ def problem_path(name: str, large: bool) -> Path:
 
 async def trajectory(client, name: str, large: bool, target: str) -> dict:
     steps = script(name)
-    start = await client.call_tool("loop_start", {"problem": str(problem_path(name, large)), "target": target,
-                                                  "max_iterations": len(steps) + MAX_FOLLOW, "stop_at_sol": None})  # fmt: skip
+    start = await client.call_tool(
+        "loop_start",
+        {
+            "problem": str(problem_path(name, large)),
+            "target": target,
+            "max_iterations": len(steps) + MAX_FOLLOW,
+            "stop_at_sol": None,
+        },
+    )
     if start.is_error:
         raise SystemExit(f"loop_start failed: {start.content[0].text}")
     run_id = start.structured_content["run_id"]
@@ -90,16 +97,27 @@ async def trajectory(client, name: str, large: bool, target: str) -> dict:
         s = r.structured_content
         v = s.get("verify_report") or {}
         recs = s.get("recommendations") or []
-        attempts.append({
-            "submitted": label, "verdict": s["verdict"], "correct": s["correct"], "speedup": s.get("speedup"),
-            "speedup_ci": v.get("speedup_ci"), "candidate_ms": ((v.get("timing") or {}).get("candidate") or {}).get("median_ms"),
-            "fraction_of_sol": v.get("fraction_of_sol"), "findings": [f.get("code") for f in v.get("findings", [])],
-            "top_advice": [f"{x['rule']}: {x['title']}"[:160] if "rule" in x else x.get("_summary", "")[:160]
-                           for x in recs[:2]],
-            "feedback": "\n".join((s.get("feedback") or "").splitlines()[:4]),
-            "next_prompt_has_feedback": bool(s.get("next_prompt")) and (s.get("feedback") or "")[:60] in s["next_prompt"],
-            "seconds": round(time.perf_counter() - t0, 2), "done": s["done"], "stop_reason": s.get("stop_reason"),
-        })  # fmt: skip
+        attempts.append(
+            {
+                "submitted": label,
+                "verdict": s["verdict"],
+                "correct": s["correct"],
+                "speedup": s.get("speedup"),
+                "speedup_ci": v.get("speedup_ci"),
+                "candidate_ms": ((v.get("timing") or {}).get("candidate") or {}).get("median_ms"),
+                "fraction_of_sol": v.get("fraction_of_sol"),
+                "findings": [f.get("code") for f in v.get("findings", [])],
+                "top_advice": [
+                    f"{x['rule']}: {x['title']}"[:160] if "rule" in x else x.get("_summary", "")[:160] for x in recs[:2]
+                ],
+                "feedback": "\n".join((s.get("feedback") or "").splitlines()[:4]),
+                "next_prompt_has_feedback": bool(s.get("next_prompt"))
+                and (s.get("feedback") or "")[:60] in s["next_prompt"],
+                "seconds": round(time.perf_counter() - t0, 2),
+                "done": s["done"],
+                "stop_reason": s.get("stop_reason"),
+            }
+        )
         if s["done"]:
             break
         if not queue and s["correct"] and len(used) < MAX_FOLLOW:
@@ -108,28 +126,49 @@ async def trajectory(client, name: str, large: bool, target: str) -> dict:
             if nxt is not None:
                 queue.append(nxt)
     best = (attempts and s.get("best")) or None
-    return {"problem": name, "problem_file": str(problem_path(name, large).relative_to(ROOT)), "target": target,
-            "run_id": run_id, "attempts": attempts, "best_index": best and best["index"],
-            "best_speedup": best and best.get("speedup")}  # fmt: skip
+    return {
+        "problem": name,
+        "problem_file": str(problem_path(name, large).relative_to(ROOT)),
+        "target": target,
+        "run_id": run_id,
+        "attempts": attempts,
+        "best_index": best and best["index"],
+        "best_speedup": best and best.get("speedup"),
+    }
 
 
 def markdown(runs: list[dict], device: str) -> str:
-    lines = [f"# Client-driven loop trajectories ({device})", "",
-             "An MCP client drives `loop_start` / `loop_submit`; its replies are project-written candidates "
-             "(see bench/loop_trajectories.py), so this measures the loop, not a model.", ""]  # fmt: skip
+    lines = [
+        f"# Client-driven loop trajectories ({device})",
+        "",
+        "An MCP client drives `loop_start` / `loop_submit`; its replies are project-written candidates "
+        "(see bench/loop_trajectories.py), so this measures the loop, not a model.",
+        "",
+    ]
     for run in runs:
-        lines += [f"## {run['problem']} ({run['problem_file']}, {run['target']}), run {run['run_id']}", "",
-                  "| # | submitted | verdict | speedup (95% CI) | candidate ms | top advice |",
-                  "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += [
+            f"## {run['problem']} ({run['problem_file']}, {run['target']}), run {run['run_id']}",
+            "",
+            "| # | submitted | verdict | speedup (95% CI) | candidate ms | top advice |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for i, a in enumerate(run["attempts"]):
             ci = a.get("speedup_ci")
             sp = f"{a['speedup']:.2f}x" if a.get("speedup") else "-"
             sp += f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else ""
             ms = f"{a['candidate_ms']:.4f}" if a.get("candidate_ms") else "-"
-            advice = "<br>".join(a.get("top_advice") or []) or " ".join((a.get("feedback") or "").splitlines()[:2])[:140]
-            lines.append(f"| {i} | {a['submitted']} | {a.get('verdict', a.get('tool_error'))} | {sp} | {ms} | {advice} |")
+            advice = (
+                "<br>".join(a.get("top_advice") or []) or " ".join((a.get("feedback") or "").splitlines()[:2])[:140]
+            )
+            lines.append(
+                f"| {i} | {a['submitted']} | {a.get('verdict', a.get('tool_error'))} | {sp} | {ms} | {advice} |"
+            )
         stop = next((a.get("stop_reason") for a in reversed(run["attempts"]) if a.get("stop_reason")), None)
-        lines += ["", f"Best: attempt {run['best_index']}, {run['best_speedup']}x." + (f" Stopped: {stop}." if stop else ""), ""]
+        lines += [
+            "",
+            f"Best: attempt {run['best_index']}, {run['best_speedup']}x." + (f" Stopped: {stop}." if stop else ""),
+            "",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -147,7 +186,10 @@ async def main_async(args) -> None:
                 print(f"== {name}", flush=True)
                 runs.append(await trajectory(client, name, args.large, args.target))
                 for a in runs[-1]["attempts"]:
-                    print(f"   {a['submitted']:<30} {a.get('verdict')} {a.get('speedup')} {a.get('top_advice')}", flush=True)
+                    print(
+                        f"   {a['submitted']:<30} {a.get('verdict')} {a.get('speedup')} {a.get('top_advice')}",
+                        flush=True,
+                    )
     finally:
         engine.close()
     out = Path(args.out)

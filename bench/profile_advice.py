@@ -30,7 +30,7 @@ WHAT_TUNED_DOES = {
     "fused_bias_gelu": "one fused kernel (bias + gelu + scale) instead of three",
     "row_softmax": "one kernel per row with the whole row in a block and 4+ warps, instead of three 1-warp passes",
     "gemm_bias_relu": "64x64 tiles, 4 warps, bias+relu fused into the epilogue (tl.dot with ieee fp32, so no tensor cores), "
-                      "instead of 16x16 tiles, 1 warp and a separate bias+relu kernel",
+    "instead of 16x16 tiles, 1 warp and a separate bias+relu kernel",
 }
 
 
@@ -55,13 +55,19 @@ def main() -> None:
                 t0 = time.time()
                 prof = engine.profile(problem, path, target="triton", device=args.device, depth=args.depth)
                 analysis = engine.analyze_profile(profile=prof.model_dump())
-                entry[v] = {"profile": prof.model_dump(mode="json"), "analysis": analysis.model_dump(mode="json"),
-                            "profile_seconds": time.time() - t0}  # fmt: skip
+                entry[v] = {
+                    "profile": prof.model_dump(mode="json"),
+                    "analysis": analysis.model_dump(mode="json"),
+                    "profile_seconds": time.time() - t0,
+                }
                 ver = engine.verify(problem, path, target="triton", device=args.device)
                 entry[v]["verify"] = ver.model_dump(mode="json")
-                print(f"{name} {v}: verdict {ver.verdict}, candidate "
-                      f"{ver.timing.candidate.median_ms if ver.timing and ver.timing.candidate else None} ms; "
-                      f"top: {analysis.recommendations[0].title if analysis.recommendations else 'none'}", flush=True)  # fmt: skip
+                print(
+                    f"{name} {v}: verdict {ver.verdict}, candidate "
+                    f"{ver.timing.candidate.median_ms if ver.timing and ver.timing.candidate else None} ms; "
+                    f"top: {analysis.recommendations[0].title if analysis.recommendations else 'none'}",
+                    flush=True,
+                )
             naive_recs = entry["triton_naive"]["analysis"]["recommendations"]
             tuned_rules = {r["rule"] for r in entry["triton"]["analysis"]["recommendations"]}
             top = naive_recs[0] if naive_recs else None
@@ -88,23 +94,31 @@ def _ms(entry: dict, variant: str, key: str = "candidate"):
 
 def markdown(results: dict) -> str:
     host = results.get("targets", {})
-    lines = ["# Profiler advice: naive vs tuned Triton candidates", "",
-             f"Run {results['started']} on {next((v for k, v in host.items() if k.startswith('device cuda')), 'no GPU')} "
-             f"(torch {host.get('torch', '?')}). Times: Engine.verify medians (CUDA events, L2 flushed). "
-             "'Tuned applies it' is judged from the data: the top rule no longer fires on the tuned candidate's profile. "
-             "The tuned candidates were written before this agent existed; they are a test of the advice, not its output.",
-             "", "| problem | top recommendation (naive) | expected gain | naive | tuned | eager | tuned / naive speedup "
-             "| tuned applies it? | verdicts |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "# Profiler advice: naive vs tuned Triton candidates",
+        "",
+        f"Run {results['started']} on {next((v for k, v in host.items() if k.startswith('device cuda')), 'no GPU')} "
+        f"(torch {host.get('torch', '?')}). Times: Engine.verify medians (CUDA events, L2 flushed). "
+        "'Tuned applies it' is judged from the data: the top rule no longer fires on the tuned candidate's profile. "
+        "The tuned candidates were written before this agent existed; they are a test of the advice, not its output.",
+        "",
+        "| problem | top recommendation (naive) | expected gain | naive | tuned | eager | tuned / naive speedup "
+        "| tuned applies it? | verdicts |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, e in results["problems"].items():
         top = e.get("top")
         sp = e.get("speedup_tuned_over_naive")
         verdicts = f"{e['triton_naive']['verify'].get('verdict')} / {e['triton']['verify'].get('verdict')}"
         applies = {True: "yes", False: "no", None: "-"}[e.get("tuned_applies_top")]
-        lines.append(f"| {name} | {top['title'] if top else 'none'} | {top['expected_gain']:.0%} | "
-                     f"{_ms(e, 'triton_naive')} | {_ms(e, 'triton')} | {_ms(e, 'triton', 'eager')} | "
-                     f"{f'{sp:.2f}x' if sp else '-'} | {applies} | {verdicts} |" if top else
-                     f"| {name} | none | - | {_ms(e, 'triton_naive')} | {_ms(e, 'triton')} | {_ms(e, 'triton', 'eager')} | "
-                     f"{f'{sp:.2f}x' if sp else '-'} | - | {verdicts} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {top['title'] if top else 'none'} | {top['expected_gain']:.0%} | "
+            f"{_ms(e, 'triton_naive')} | {_ms(e, 'triton')} | {_ms(e, 'triton', 'eager')} | "
+            f"{f'{sp:.2f}x' if sp else '-'} | {applies} | {verdicts} |"
+            if top
+            else f"| {name} | none | - | {_ms(e, 'triton_naive')} | {_ms(e, 'triton')} | {_ms(e, 'triton', 'eager')} | "
+            f"{f'{sp:.2f}x' if sp else '-'} | - | {verdicts} |"
+        )
     lines.append("")
     for name, e in results["problems"].items():
         lines += [f"## {name}", "", f"Tuned candidate: {e['tuned_does']}.", ""]

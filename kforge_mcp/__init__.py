@@ -14,8 +14,18 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Engine", "analyze_profile", "compile", "list_targets", "profile", "run_bench", "run_loop", "verify",
-           "write_report", "__version__"]
+__all__ = [
+    "Engine",
+    "analyze_profile",
+    "compile",
+    "list_targets",
+    "profile",
+    "run_bench",
+    "run_loop",
+    "verify",
+    "write_report",
+    "__version__",
+]
 
 
 def __getattr__(name):  # keep `import kforge_mcp` cheap: no torch, no SDK until asked
@@ -54,8 +64,9 @@ def profile(problem: str, candidate: str | None = None, target: str = "triton", 
     return default_engine().profile(problem, candidate, target=target, **kwargs)
 
 
-def analyze_profile(profile=None, path: str | None = None, image: str | None = None, problem: str | None = None,
-                    **kwargs):  # fmt: skip
+def analyze_profile(
+    profile=None, path: str | None = None, image: str | None = None, problem: str | None = None, **kwargs
+):
     """Ranked recommendations from a ProfileReport (or its dict), a captured profiler file, or a screenshot."""
     from .api import default_engine
 
@@ -64,8 +75,9 @@ def analyze_profile(profile=None, path: str | None = None, image: str | None = N
     return default_engine().analyze_profile(profile=profile, path=path, image=image, problem=problem, **kwargs)
 
 
-def run_bench(problems: str, candidates: str | None = None, target: str = "triton", out: str = "kforge-bench",
-              **kwargs):  # fmt: skip
+def run_bench(
+    problems: str, candidates: str | None = None, target: str = "triton", out: str = "kforge-bench", **kwargs
+):
     """Judge a suite (KernelBench layout: ``candidates/<problem stem>/*.py``) and score it: results.jsonl,
     summary.json (correctness, geomean speedup, fast_p), bench.png and bench.html under ``out``. A BenchSummary.
     ``generate=callable`` or ``provider=...`` runs the loop per problem instead; a rerun skips what is done."""
@@ -74,14 +86,24 @@ def run_bench(problems: str, candidates: str | None = None, target: str = "trito
     return _run_bench(problems, candidates, target, out, **kwargs)
 
 
-def run_loop(problem: str, target: str = "triton", generate=None, provider: str | None = None,
-             max_iterations: int | None = None, **kwargs):  # fmt: skip
+def run_loop(
+    problem: str,
+    target: str = "triton",
+    generate=None,
+    provider: str | None = None,
+    max_iterations: int | None = None,
+    **kwargs,
+):
     """The whole KForge loop headless: ``generate(prompt) -> reply`` (or provider='anthropic'|'openai')
     writes candidates; repaired until correct, then optimized from profiles. A LoopResult (run_id, best, attempts,
     report). ``run_id=...`` resumes a stopped or interrupted run from its last attempt. max_iterations: default 8."""
     from .agents.loop import run_loop as _run_loop
+    from .api import default_engine
 
-    return _run_loop(problem, target, generate, provider=provider, max_iterations=max_iterations, **kwargs)
+    engine = kwargs.pop("engine", None) or default_engine()
+    return _run_loop(
+        problem, target, generate, engine=engine, provider=provider, max_iterations=max_iterations, **kwargs
+    )
 
 
 def write_report(run_id: str, out: str | None = None, home: str | None = None):

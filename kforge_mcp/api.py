@@ -3,7 +3,6 @@ sends the job to a worker and turns whatever comes back (or doesn't) into a repo
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,25 +14,32 @@ from .engine.executor import Executor, LocalExecutor
 from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
 from .errors import InputError, KforgeError
 from .home import check_home, default_home
+from .options import BASELINES, PROFILE, VERIFY
 from .problem import Source, check_allowed_path, default_allowed_roots
 from .problem import resolve_source as _resolve_source
 from .schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
+from .settings import Settings
 from .targets import get_target
 
 Progress = Callable[[str], None] | None
-DEFAULT_TIMEOUT_S = 300.0
-BASELINES = ("eager", "compiled")
+DEFAULT_TIMEOUT_S = VERIFY.timeout_s  # compile and the probe wait as long as a verify
 
 
 class Engine:
-    def __init__(self, home: Path | str | None = None, memory_limit_mb: int | None = None,
-                 allow_dirs: Sequence[Path | str] | None = None, executor: Executor | None = None):  # fmt: skip
+    def __init__(
+        self,
+        home: Path | str | None = None,
+        memory_limit_mb: int | None = None,
+        allow_dirs: Sequence[Path | str] | None = None,
+        executor: Executor | None = None,
+    ):
         self.home = Path(home).expanduser() if home else default_home()
         # a problem or candidate given as a path must resolve under one of these
-        self.allow_dirs = [Path(d).expanduser().resolve() for d in allow_dirs] if allow_dirs is not None \
-            else default_allowed_roots()  # fmt: skip
+        self.allow_dirs = (
+            [Path(d).expanduser().resolve() for d in allow_dirs] if allow_dirs is not None else default_allowed_roots()
+        )
         check_home(self.home)  # read-only or full: a clear error naming the path, before any worker starts
-        limit = memory_limit_mb or int(os.environ.get("KFORGE_WORKER_MEMORY_MB", "8192"))
+        limit = memory_limit_mb or Settings.read().worker_memory_mb
         # where worker jobs run: this machine's pool unless an executor (e.g. Ray) is given
         self.executor: Executor = executor or LocalExecutor(WorkerPool(self.home, memory_limit_mb=limit))
         self.compile_cache = CompileCache(self.home / "cache" / "compile")
@@ -69,40 +75,66 @@ class Engine:
         if device not in status.devices and missing:  # a device kind the target supports, absent here
             raise InputError(f"device '{device}' is not available to target '{status.name}' here: {missing}")
         if device not in status.devices:
-            raise InputError(f"device '{device}' is not available to target '{status.name}' here; "
-                             f"available: {', '.join(status.devices) or 'none'}")  # fmt: skip
+            raise InputError(
+                f"device '{device}' is not available to target '{status.name}' here; "
+                f"available: {', '.join(status.devices) or 'none'}"
+            )
         return device
 
     # ---- compile ----
 
-    def compile(self, target: str, source: str, arch: str | None = None, problem: str | None = None,
-                emit_ptx: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S, on_progress: Progress = None,
-                cancel: threading.Event | None = None) -> CompileReport:  # fmt: skip
+    def compile(
+        self,
+        target: str,
+        source: str,
+        arch: str | None = None,
+        problem: str | None = None,
+        emit_ptx: bool = False,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+    ) -> CompileReport:
         started = time.perf_counter()
         src = self.resolve_source(source, "source")
         prob = self.resolve_source(problem, "problem") if problem else None
         status = self.target_status(target)
         if not status.can_compile and not status.available:
             # checks that need no device (they run no submitted code) still come back, as diagnostics
-            static = getattr(get_target(target), "static_diagnostics", None)
-            raise InputError(f"target '{target}' cannot compile here: {status.reason}", static(src) if static else None)
+            static = get_target(target).static_diagnostics(src)
+            raise InputError(f"target '{target}' cannot compile here: {status.reason}", static or None)
         arch = arch or self.list_targets().host.get("arch")
-        key = self.compile_cache.key(target=target, source=src.text, problem=prob.text if prob else None,
-                                     arch=arch, emit_ptx=emit_ptx)  # fmt: skip
+        key = self.compile_cache.key(
+            target=target,
+            source=src.text,
+            problem=prob.text if prob else None,
+            arch=arch,
+            emit_ptx=emit_ptx,
+            toolchains=get_target(target).cache_versions(),
+        )
         hit = self.compile_cache.get(key)
         if hit is not None:
             report = CompileReport.model_validate(hit)
             report.cached, report.seconds = True, time.perf_counter() - started
             return report
-        payload = {"target": target, "source": src.to_wire(), "arch": arch, "emit_ptx": emit_ptx,
-                   "problem": prob.to_wire() if prob else None}  # fmt: skip
+        payload = {
+            "target": target,
+            "source": src.to_wire(),
+            "arch": arch,
+            "emit_ptx": emit_ptx,
+            "problem": prob.to_wire() if prob else None,
+        }
         try:
             reply = self.executor.run("compile", "compile", payload, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
         except WorkerFailure as e:
-            return CompileReport(ok=False, target=target, arch=arch, seconds=time.perf_counter() - started,
-                                 diagnostics=[_failure_diagnostic(e, src)])  # fmt: skip
+            return CompileReport(
+                ok=False,
+                target=target,
+                arch=arch,
+                seconds=time.perf_counter() - started,
+                diagnostics=[_failure_diagnostic(e, src)],
+            )
         report = self._reply_to_report(reply, CompileReport, src)
         if reply.get("ok"):
             try:
@@ -110,18 +142,32 @@ class Engine:
             except KforgeError as e:  # a full or read-only home: the compile is still good, say why it is not cached
                 report.diagnostics.append(Diagnostic(severity="warning", message=f"not cached: {e}"))
         else:
-            report = CompileReport(ok=False, target=target, arch=arch,
-                                   diagnostics=[Diagnostic(message=reply.get("message", "compile failed"), file=src.name)])  # fmt: skip
+            report = CompileReport(
+                ok=False,
+                target=target,
+                arch=arch,
+                diagnostics=[Diagnostic(message=reply.get("message", "compile failed"), file=src.name)],
+            )
         report.seconds = time.perf_counter() - started
         return report
 
     # ---- verify ----
 
-    def verify(self, problem: str, candidate: str, target: str = "triton", device: str | None = None,
-               trials: int = 5, atol: float | None = None, rtol: float | None = None,
-               timeout_s: float = DEFAULT_TIMEOUT_S, baselines: Sequence[str] = BASELINES,
-               timing_budget_s: float = 1.0, on_progress: Progress = None,
-               cancel: threading.Event | None = None) -> VerifyReport:  # fmt: skip
+    def verify(
+        self,
+        problem: str,
+        candidate: str,
+        target: str = "triton",
+        device: str | None = None,
+        trials: int = VERIFY.trials,
+        atol: float | None = None,
+        rtol: float | None = None,
+        timeout_s: float = VERIFY.timeout_s,
+        baselines: Sequence[str] = BASELINES,
+        timing_budget_s: float = VERIFY.timing_budget_s,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+    ) -> VerifyReport:
         started = time.perf_counter()
         if not 1 <= trials <= 100:
             raise InputError(f"trials must be between 1 and 100, got {trials}")
@@ -133,32 +179,57 @@ class Engine:
         prob = self.resolve_source(problem, "problem")
         cand = self.resolve_source(candidate, "candidate")
         dev = self._pick_device(self.target_status(target), device)
-        payload = {"problem": prob.to_wire(), "candidate": cand.to_wire(), "target": target, "device": dev,
-                   "trials": trials, "atol": atol, "rtol": rtol, "baselines": list(baselines),
-                   "timing_budget_s": timing_budget_s}  # fmt: skip
+        payload = {
+            "problem": prob.to_wire(),
+            "candidate": cand.to_wire(),
+            "target": target,
+            "device": dev,
+            "trials": trials,
+            "atol": atol,
+            "rtol": rtol,
+            "baselines": list(baselines),
+            "timing_budget_s": timing_budget_s,
+        }
         try:
             reply = self.executor.run(dev, "verify", payload, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
         except WorkerFailure as e:
-            report = VerifyReport(verdict="error", correct=False, target=target, device=dev, trials=trials,
-                                  execution=get_target(target).execution(dev),
-                                  errors=[e.message] + ([e.stderr_tail] if e.stderr_tail else []),
-                                  diagnostics=[_failure_diagnostic(e, cand)])  # fmt: skip
+            report = VerifyReport(
+                verdict="error",
+                correct=False,
+                target=target,
+                device=dev,
+                trials=trials,
+                execution=get_target(target).execution(dev),
+                errors=[e.message] + ([e.stderr_tail] if e.stderr_tail else []),
+                diagnostics=[_failure_diagnostic(e, cand)],
+            )
             report.seconds = time.perf_counter() - started
             return report
         if not reply.get("ok") and reply.get("kind") == "internal":
-            return VerifyReport(verdict="error", correct=False, target=target, device=dev, trials=trials,
-                                execution=get_target(target).execution(dev),
-                                errors=[reply.get("message", ""), reply.get("traceback", "")],
-                                seconds=time.perf_counter() - started)  # fmt: skip
+            return VerifyReport(
+                verdict="error",
+                correct=False,
+                target=target,
+                device=dev,
+                trials=trials,
+                execution=get_target(target).execution(dev),
+                errors=[reply.get("message", ""), reply.get("traceback", "")],
+                seconds=time.perf_counter() - started,
+            )
         report = self._reply_to_report(reply, VerifyReport, cand)
         report.node = reply.get("node")  # where a cluster executor ran it
         return report
 
-    def verify_batch(self, items: Sequence[dict], on_result: Callable[[int, VerifyReport], None] | None = None,
-                     on_progress: Progress = None, cancel: threading.Event | None = None,
-                     **common) -> list[VerifyReport]:  # fmt: skip
+    def verify_batch(
+        self,
+        items: Sequence[dict],
+        on_result: Callable[[int, VerifyReport], None] | None = None,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+        **common,
+    ) -> list[VerifyReport]:
         """Verify many candidates, as many at once as the executor has workers for their lane.
 
         Each item holds ``verify`` arguments (at least problem and candidate); ``common`` fills
@@ -184,7 +255,9 @@ class Engine:
                 try:
                     report = self.verify(**args, cancel=cancel)
                 except JobCancelled:
-                    report = VerifyReport(verdict="error", correct=False, target=args.get("target"), errors=["cancelled"])
+                    report = VerifyReport(
+                        verdict="error", correct=False, target=args.get("target"), errors=["cancelled"]
+                    )
                 except KforgeError as e:  # bad input for this item: its own verdict, not the batch's
                     report = VerifyReport(verdict="error", correct=False, target=args.get("target"), errors=[str(e)])
             reports[i] = report
@@ -213,10 +286,20 @@ class Engine:
 
     # ---- profile and analyze ----
 
-    def profile(self, problem: str, candidate: str | None = None, target: str = "triton", device: str | None = None,
-                depth: str = "timeline", iterations: int = 5, proton: bool = False, peaks: dict | None = None,
-                timeout_s: float = DEFAULT_TIMEOUT_S, on_progress: Progress = None,
-                cancel: threading.Event | None = None):  # fmt: skip
+    def profile(
+        self,
+        problem: str,
+        candidate: str | None = None,
+        target: str = "triton",
+        device: str | None = None,
+        depth: str = PROFILE.depth,
+        iterations: int = PROFILE.iterations,
+        proton: bool = PROFILE.proton,
+        peaks: dict | None = None,
+        timeout_s: float = PROFILE.timeout_s,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+    ):
         """Profile the candidate (the reference when candidate is None): a ProfileReport."""
         from .analysis.report import ProfileReport
 
@@ -228,30 +311,57 @@ class Engine:
         prob = self.resolve_source(problem, "problem")
         cand = self.resolve_source(candidate, "candidate") if candidate else None
         dev = self._pick_device(self.target_status(target), device)
-        payload = {"problem": prob.to_wire(), "candidate": cand.to_wire() if cand else None, "target": target,
-                   "device": dev, "depth": depth, "iterations": iterations, "proton": proton, "peaks": peaks}  # fmt: skip
+        payload = {
+            "problem": prob.to_wire(),
+            "candidate": cand.to_wire() if cand else None,
+            "target": target,
+            "device": dev,
+            "depth": depth,
+            "iterations": iterations,
+            "proton": proton,
+            "peaks": peaks,
+        }
         try:
             reply = self.executor.run(dev, "profile", payload, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
         except WorkerFailure as e:
-            return ProfileReport(target=target, device=dev, errors=[e.message] + ([e.stderr_tail] if e.stderr_tail else []),
-                                 seconds=time.perf_counter() - started)  # fmt: skip
+            return ProfileReport(
+                target=target,
+                device=dev,
+                errors=[e.message] + ([e.stderr_tail] if e.stderr_tail else []),
+                seconds=time.perf_counter() - started,
+            )
         report = self._reply_to_report(reply, ProfileReport, cand or prob)
         if report is None:  # the worker raised
-            report = ProfileReport(target=target, device=dev, errors=[reply.get("message", ""), reply.get("traceback", "")])
+            report = ProfileReport(
+                target=target, device=dev, errors=[reply.get("message", ""), reply.get("traceback", "")]
+            )
         report.seconds = time.perf_counter() - started
         return report
 
-    def roofline(self, problem: str, device_name: str | None = None, measured_ms: float | None = None,
-                 peaks: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, atol: float | None = None,
-                 rtol: float | None = None):  # fmt: skip
+    def roofline(
+        self,
+        problem: str,
+        device_name: str | None = None,
+        measured_ms: float | None = None,
+        peaks: dict | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        atol: float | None = None,
+        rtol: float | None = None,
+    ):
         """The reference's roofline, computed in a worker (the reference is code too)."""
         from .analysis.report import Roofline
 
         prob = self.resolve_source(problem, "problem")
-        payload = {"problem": prob.to_wire(), "device_name": device_name, "measured_ms": measured_ms, "peaks": peaks,
-                   "atol": atol, "rtol": rtol}  # fmt: skip
+        payload = {
+            "problem": prob.to_wire(),
+            "device_name": device_name,
+            "measured_ms": measured_ms,
+            "peaks": peaks,
+            "atol": atol,
+            "rtol": rtol,
+        }
         try:
             reply = self.executor.run("compile", "roofline", payload, timeout_s)
         except WorkerFailure as e:
@@ -261,9 +371,18 @@ class Engine:
             raise KforgeError(f"roofline failed: {reply.get('message')}")
         return report
 
-    def analyze_profile(self, profile: dict | None = None, path: str | None = None, image: str | None = None,
-                        problem: str | None = None, forwards: int | None = None, peaks: dict | None = None,
-                        max_bytes: int | None = None, atol: float | None = None, rtol: float | None = None):  # fmt: skip
+    def analyze_profile(
+        self,
+        profile: dict | None = None,
+        path: str | None = None,
+        image: str | None = None,
+        problem: str | None = None,
+        forwards: int | None = None,
+        peaks: dict | None = None,
+        max_bytes: int | None = None,
+        atol: float | None = None,
+        rtol: float | None = None,
+    ):
         """Recommendations from a ProfileReport (dict), a captured file, or a screenshot: an AnalysisReport.
         Parsing runs here (it runs no submitted code); a problem's roofline is computed in a worker."""
         from .analysis import agent, loader
@@ -273,8 +392,10 @@ class Engine:
 
         given = [n for n, v in (("profile", profile), ("path", path), ("image", image)) if v]
         if len(given) != 1:
-            raise InputError("analyze_profile: pass exactly one of profile (a report), path (a captured file) or image"
-                             + (f"; got {', '.join(given)}" if given else ""))  # fmt: skip
+            raise InputError(
+                "analyze_profile: pass exactly one of profile (a report), path (a captured file) or image"
+                + (f"; got {', '.join(given)}" if given else "")
+            )
         for role, value in (("path", path), ("image", image)):
             if value:
                 check_allowed_path(value, role, self.allow_dirs)
@@ -293,7 +414,9 @@ class Engine:
             except ProfileParseError as e:
                 raise InputError(str(e)) from None
         if problem:
-            r = self.roofline(problem, device_name=report.device_name or report.device, peaks=peaks, atol=atol, rtol=rtol)
+            r = self.roofline(
+                problem, device_name=report.device_name or report.device, peaks=peaks, atol=atol, rtol=rtol
+            )
             report.roofline = with_measured(r, report.device_ms_per_forward)
         return agent.analyze(report)
 

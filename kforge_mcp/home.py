@@ -12,13 +12,14 @@ import sqlite3
 from pathlib import Path
 
 from .errors import KforgeError
+from .settings import Settings
 
 PROBE_BYTES = 64 * 1024  # the probe file at startup: a home that cannot take this is full
 HINT = "set KFORGE_HOME (or --home) to a writable directory with free space"
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("KFORGE_HOME") or Path.home() / ".kforge").expanduser()
+    return Settings.read().home
 
 
 def free_bytes(path: Path) -> int | None:

@@ -30,22 +30,38 @@ class BearerAuth:
         if hmac.compare_digest(given, self.expected):
             return await self.app(scope, receive, send)
         body = json.dumps({"error": "unauthorized", "error_description": "missing or wrong bearer token"}).encode()
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="kforge"'),
-                                (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b'Bearer realm="kforge"'),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
-def build_app(server, host: str, transport_security, token: str | None = None,
-              max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):  # fmt: skip
+def build_app(
+    server, host: str, transport_security, token: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+):
     """The ASGI app: the MCP endpoint at /mcp, with auth when a token is given."""
-    app = server.streamable_http_app(transport_security=transport_security, host=host,
-                                     max_request_body_size=max_request_bytes)  # fmt: skip
+    app = server.streamable_http_app(
+        transport_security=transport_security, host=host, max_request_body_size=max_request_bytes
+    )
     return BearerAuth(app, token) if token else app
 
 
-def serve(server, host: str, port: int, transport_security, token: str | None = None,
-          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:  # fmt: skip
+def serve(
+    server,
+    host: str,
+    port: int,
+    transport_security,
+    token: str | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+) -> None:
     import anyio
     import uvicorn
 

@@ -7,7 +7,6 @@ A problem defines ``class Model(nn.Module)``, ``get_inputs()`` and ``get_init_in
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -15,27 +14,9 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import InputError
+from .source import Source, SourceRuntimeError, diagnostics_from_exception, import_source
 
 REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
-
-
-@dataclass(frozen=True)
-class Source:
-    """Python source text plus the name diagnostics should use for it."""
-
-    text: str
-    name: str  # the submitted path, or "<problem>" / "<candidate>"
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
-
-    def to_wire(self) -> dict:
-        return {"text": self.text, "name": self.name}
-
-    @classmethod
-    def from_wire(cls, d: dict) -> "Source":
-        return cls(text=d["text"], name=d["name"])
 
 
 def default_allowed_roots() -> list[Path]:
@@ -51,8 +32,10 @@ def check_allowed_path(path: Path | str, role: str, allowed_roots: Sequence[Path
     roots = [Path(os.path.realpath(Path(r).expanduser())) for r in allowed_roots]
     if any(real == root or real.is_relative_to(root) for root in roots):
         return real
-    raise InputError(f"{role}: {path} is outside the allowed directories ({', '.join(map(str, roots)) or 'none'}); "
-                     "pass the source text instead, or allow its directory (kforge-mcp --allow-dir DIR)")  # fmt: skip
+    raise InputError(
+        f"{role}: {path} is outside the allowed directories ({', '.join(map(str, roots)) or 'none'}); "
+        "pass the source text instead, or allow its directory (kforge-mcp --allow-dir DIR)"
+    )
 
 
 def resolve_source(value: str, role: str, allowed_roots: Sequence[Path | str] | None = None) -> Source:
@@ -107,13 +90,13 @@ class LoadedProblem:
 
     def call(self, name: str):
         """Call get_inputs / get_init_inputs, turning a failure into an input error with its line."""
-        from .engine.loader import diagnostics_from_exception
-
         try:
             value = getattr(self.module, name)()
         except Exception as e:
-            raise InputError(f"problem: {name}() raised {type(e).__name__}: {e}",
-                             diagnostics_from_exception(e, self.path, self.source)) from None  # fmt: skip
+            raise InputError(
+                f"problem: {name}() raised {type(e).__name__}: {e}",
+                diagnostics_from_exception(e, self.path, self.source),
+            ) from None
         if not isinstance(value, (list, tuple)):
             raise InputError(f"problem: {name}() must return a list or tuple, got {type(value).__name__}")
         return list(value)
@@ -140,8 +123,6 @@ class LoadedProblem:
 def load_problem(source: Source, workdir: Path) -> LoadedProblem:
     """Import a problem and check it has the KernelBench names. Building and running it is
     checked by ``build_models`` and the first reference forward."""
-    from .engine.loader import SourceRuntimeError, import_source
-
     try:
         module = import_source(source, workdir, "problem")
     except SourceRuntimeError as e:
@@ -158,12 +139,12 @@ def load_problem(source: Source, workdir: Path) -> LoadedProblem:
 def build_models(problem: LoadedProblem, candidate_module, device: str, build_reference: bool = True):
     """Model and ModelNew with the same weights: the seed is reset before get_init_inputs()
     and before each construction."""
-    from .engine.loader import SourceRuntimeError, diagnostics_from_exception
-
     new_cls = getattr(candidate_module, "ModelNew", None)
     if new_cls is None:
-        raise InputError("candidate defines no class ModelNew: it must define class ModelNew(nn.Module) "
-                         "with the same constructor and forward signature as Model")  # fmt: skip
+        raise InputError(
+            "candidate defines no class ModelNew: it must define class ModelNew(nn.Module) "
+            "with the same constructor and forward signature as Model"
+        )
     init = problem.init_inputs(device)
     reference = None
     if build_reference:
@@ -171,8 +152,10 @@ def build_models(problem: LoadedProblem, candidate_module, device: str, build_re
         try:
             reference = problem.module.Model(*init).to(device)
         except Exception as e:
-            raise InputError(f"problem: Model(*get_init_inputs()) raised {type(e).__name__}: {e}",
-                             diagnostics_from_exception(e, problem.path, problem.source)) from None  # fmt: skip
+            raise InputError(
+                f"problem: Model(*get_init_inputs()) raised {type(e).__name__}: {e}",
+                diagnostics_from_exception(e, problem.path, problem.source),
+            ) from None
     seed_everything(0)
     try:
         candidate = new_cls(*init).to(device)

@@ -16,8 +16,14 @@ from pydantic import BaseModel, Field
 from .store import RunStore
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-COLORS = {"pass": "#2e7d32", "fail": "#ef6c00", "suspicious": "#8e24aa", "error": "#c62828",
-          "compile_error": "#616161", "no_code": "#bdbdbd"}  # fmt: skip
+COLORS = {
+    "pass": "#2e7d32",
+    "fail": "#ef6c00",
+    "suspicious": "#8e24aa",
+    "error": "#c62828",
+    "compile_error": "#616161",
+    "no_code": "#bdbdbd",
+}
 
 
 class ReportFiles(BaseModel):
@@ -48,11 +54,25 @@ def plot(run, summaries, best_index: int | None) -> bytes:
         best = s.index == best_index
         if s.speedup:
             base = 1.0 if log else 0.0
-            ax.bar(s.index, s.speedup - base, bottom=base, color=color, hatch="//" if s.pass_ == "optimize" else None,
-                   edgecolor="#ffb300" if best else "white", linewidth=3 if best else 0.5)  # fmt: skip
+            ax.bar(
+                s.index,
+                s.speedup - base,
+                bottom=base,
+                color=color,
+                hatch="//" if s.pass_ == "optimize" else None,
+                edgecolor="#ffb300" if best else "white",
+                linewidth=3 if best else 0.5,
+            )
             if best:
-                ax.annotate(f"best {s.speedup:.3g}x", (s.index, s.speedup), xytext=(0, 4 if s.speedup >= base else -12),
-                            textcoords="offset points", ha="center", fontsize=8, fontweight="bold")  # fmt: skip
+                ax.annotate(
+                    f"best {s.speedup:.3g}x",
+                    (s.index, s.speedup),
+                    xytext=(0, 4 if s.speedup >= base else -12),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=8,
+                    fontweight="bold",
+                )
         else:  # nothing to time: a mark on the axis in the verdict's colour
             ax.plot(s.index, floor if log else 0, marker="X", markersize=10, color=color, clip_on=False, zorder=3)
     ax.axhline(1.0, color="#424242", linestyle="--", linewidth=0.8)
@@ -69,8 +89,10 @@ def plot(run, summaries, best_index: int | None) -> bytes:
     ax.set_title(f"run {run.id}: {name} on {run.target} ({run.status})", fontsize=10)
     seen = [v for v in COLORS if any(s.verdict == v for s in summaries)]
     handles = [Patch(color=COLORS[v], label=v) for v in seen]
-    handles += [Patch(facecolor="white", edgecolor="#424242", hatch="//", label="optimize pass"),
-                Patch(facecolor="white", edgecolor="#ffb300", linewidth=2, label="best")]  # fmt: skip
+    handles += [
+        Patch(facecolor="white", edgecolor="#424242", hatch="//", label="optimize pass"),
+        Patch(facecolor="white", edgecolor="#ffb300", linewidth=2, label="best"),
+    ]
     ax.legend(handles=handles, fontsize=7, loc="upper left", ncols=2, frameon=False)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -79,21 +101,27 @@ def plot(run, summaries, best_index: int | None) -> bytes:
 
 def render(store: RunStore, run_id: str) -> tuple[str, bytes]:
     """(HTML page, PNG) of a run."""
-    from .agents.loop import _best_of, summarize
+    from .agents.results import best_of, summarize
 
     run = store.get_run(run_id)
     attempts = store.attempts(run_id)
     summaries = [summarize(a) for a in attempts]
-    best = _best_of(attempts)
+    best = best_of(attempts)
     png = plot(run, summaries, best.index if best else None)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             undefined=jinja2.StrictUndefined)  # fmt: skip
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=jinja2.StrictUndefined
+    )
     when = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))  # noqa: E731
     html = env.get_template("run_report.html.j2").render(
-        run=run, attempts=summaries, best=best, created=when(run.created), updated=when(run.updated),
-        png_b64=base64.b64encode(png).decode("ascii"), colors=COLORS,
+        run=run,
+        attempts=summaries,
+        best=best,
+        created=when(run.created),
+        updated=when(run.updated),
+        png_b64=base64.b64encode(png).decode("ascii"),
+        colors=COLORS,
         baseline=(best.verify_report or {}).get("speedup_over") if best else None,
-    )  # fmt: skip
+    )
     return html, png
 
 
@@ -103,5 +131,9 @@ def write_report(store: RunStore, run_id: str, out: Path | str | None = None) ->
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.png").write_bytes(png)
     (folder / "report.html").write_text(html)
-    return ReportFiles(run_id=run_id, html=str(folder / "report.html"), png=str(folder / "report.png"),
-                       uri=f"kforge://runs/{run_id}/report")  # fmt: skip
+    return ReportFiles(
+        run_id=run_id,
+        html=str(folder / "report.html"),
+        png=str(folder / "report.png"),
+        uri=f"kforge://runs/{run_id}/report",
+    )

@@ -56,10 +56,13 @@ class CompileReport(JobAware):
     cached: bool = False
     seconds: float = 0.0
     signature_source: str | None = Field(
-        None, description="where kernel argument types came from: 'traced' (a forward on the problem's inputs) or 'inferred' (static)"
+        None,
+        description="where kernel argument types came from: 'traced' (a forward on the problem's inputs) or 'inferred' (static)",
     )
     ptx: dict[str, str] | None = Field(None, description="PTX per kernel, when asked for")
-    sass: dict[str, str] | None = Field(None, description="SASS per kernel or extension, when asked for (with emit_ptx)")
+    sass: dict[str, str] | None = Field(
+        None, description="SASS per kernel or extension, when asked for (with emit_ptx)"
+    )
 
 
 class TargetStatus(BaseModel):
@@ -70,10 +73,14 @@ class TargetStatus(BaseModel):
     can_compile: bool = Field(False, description="compile works here even without a device")
     versions: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
-    requires: list[str] = Field(default_factory=list, description="device resources a machine needs to run this target "
-                                "('metal', 'xpu', 'cuda'), for executors that route jobs to such a machine")  # fmt: skip
-    unavailable_devices: dict[str, str] = Field(default_factory=dict, description="device kinds this target supports "
-                                                "that are missing here, and what they need")  # fmt: skip
+    requires: list[str] = Field(
+        default_factory=list,
+        description="device resources a machine needs to run this target "
+        "('metal', 'xpu', 'cuda'), for executors that route jobs to such a machine",
+    )
+    unavailable_devices: dict[str, str] = Field(
+        default_factory=dict, description="device kinds this target supports that are missing here, and what they need"
+    )
 
 
 class ClusterNode(BaseModel):
@@ -82,8 +89,9 @@ class ClusterNode(BaseModel):
     node_id: str
     address: str | None = None
     alive: bool = True
-    resources: dict[str, float] = Field(default_factory=dict,
-                                        description="e.g. CPU, GPU, xpu, metal, accelerator_type:H100")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="e.g. CPU, GPU, xpu, metal, accelerator_type:H100"
+    )
     targets: list[str] = Field(default_factory=list, description="targets available on this node")
     devices: list[str] = Field(default_factory=list, description="devices on this node (node-local names)")
     host: dict[str, str] = Field(default_factory=dict)
@@ -93,8 +101,9 @@ class ClusterNode(BaseModel):
 class TargetsReport(BaseModel):
     targets: list[TargetStatus]
     host: dict[str, str] = Field(default_factory=dict)
-    nodes: list[ClusterNode] = Field(default_factory=list,
-                                     description="with a cluster executor: each node and what it offers")
+    nodes: list[ClusterNode] = Field(
+        default_factory=list, description="with a cluster executor: each node and what it offers"
+    )
 
 
 class Finding(BaseModel):
@@ -148,14 +157,22 @@ class VerifyReport(JobAware):
     device: str | None = None
     execution: str | None = Field(None, description="how kernels ran: 'cuda', 'xpu' or 'triton-interpreter'")
     findings: list[Finding] = Field(default_factory=list)
-    speedup: float | None = Field(None, description="baseline median / candidate median, over the faster baseline timed")
+    speedup: float | None = Field(
+        None, description="baseline median / candidate median, over the faster baseline timed"
+    )
     speedup_over: str | None = Field(None, description="which baseline speedup is measured against")
     speedup_ci: list[float] | None = Field(None, description="95% bootstrap confidence interval of the speedup")
     sol_ms: float | None = Field(None, description="speed-of-light time of the problem on this device (GPU only)")
-    fraction_of_sol: float | None = Field(None, description="sol_ms over the candidate's median time (never over 1: a "
-                                          "time below the bound is a below_speed_of_light_model finding instead)")
-    sol_path: str | None = Field(None, description="the compute path the bound assumes and why (the fastest that can "
-                                 "meet the tolerance: e.g. 3xtf32 for fp32 at 1e-4)")
+    fraction_of_sol: float | None = Field(
+        None,
+        description="sol_ms over the candidate's median time (never over 1: a "
+        "time below the bound is a below_speed_of_light_model finding instead)",
+    )
+    sol_path: str | None = Field(
+        None,
+        description="the compute path the bound assumes and why (the fastest that can "
+        "meet the tolerance: e.g. 3xtf32 for fp32 at 1e-4)",
+    )
     device_state: dict[str, Any] = Field(default_factory=dict, description="clocks and device facts when known")
     timing: Timing | None = None
     mismatches: list[Mismatch] = Field(default_factory=list)
@@ -186,9 +203,14 @@ def summarize_batch(reports: list[VerifyReport], seconds: float) -> BatchSummary
         verdicts[r.verdict or "unknown"] = verdicts.get(r.verdict or "unknown", 0) + 1
     passing = [(r.speedup, i) for i, r in enumerate(reports) if r.verdict == "pass" and r.speedup is not None]
     best = max(passing) if passing else None
-    return BatchSummary(total=len(reports), verdicts=verdicts, best_index=best[1] if best else None,
-                        best_speedup=best[0] if best else None, seconds=round(seconds, 3),
-                        candidates_per_minute=round(60 * len(reports) / seconds, 2) if seconds > 0 else None)  # fmt: skip
+    return BatchSummary(
+        total=len(reports),
+        verdicts=verdicts,
+        best_index=best[1] if best else None,
+        best_speedup=best[0] if best else None,
+        seconds=round(seconds, 3),
+        candidates_per_minute=round(60 * len(reports) / seconds, 2) if seconds > 0 else None,
+    )
 
 
 class JobInfo(BaseModel):

@@ -6,11 +6,8 @@ from mcp.server.mcpserver import MCPServer
 
 from . import __version__
 from .api import Engine
+from .tools import analyze_profile, jobs, list_targets, loop, profile, prompts, runs, verify, verify_batch
 from .tools import compile as compile_tool
-from .tools import jobs, list_targets, verify
-from .tools import analyze_profile, profile
-from .tools import loop, prompts, runs
-from .tools import verify_batch
 from .tools.common import App
 
 INSTRUCTIONS = """\
@@ -24,8 +21,7 @@ ncu / torch.profiler / proton file) into ranked advice. Calls that outlive wait_
 run_loop runs the whole generate / repair / optimize loop with your model via sampling; without sampling, drive it
 with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best, kforge://runs/{run_id}/report (HTML)."""
 
-TOOL_MODULES = (list_targets, compile_tool, verify, jobs, profile, analyze_profile, loop, prompts, runs,
-                verify_batch)
+TOOL_MODULES = (list_targets, compile_tool, verify, jobs, profile, analyze_profile, loop, prompts, runs, verify_batch)
 
 
 def build_server(engine: Engine | None = None) -> MCPServer:

@@ -85,10 +85,16 @@ class Attempt(BaseModel):
     speedup: float | None = None
     correct: bool = False
     created: float = 0.0
-    tokens: int | None = Field(None, description="tokens the reply cost, prompt + completion (the provider's count, "
-                               "or an estimate of len(text)/4 where none is reported); None: unknown")  # fmt: skip
-    round: int | None = Field(None, description="the loop round it was generated in (the replies of one round "
-                              "answer the same prompt); None in stores written before rounds")  # fmt: skip
+    tokens: int | None = Field(
+        None,
+        description="tokens the reply cost, prompt + completion (the provider's count, "
+        "or an estimate of len(text)/4 where none is reported); None: unknown",
+    )
+    round: int | None = Field(
+        None,
+        description="the loop round it was generated in (the replies of one round "
+        "answer the same prompt); None in stores written before rounds",
+    )
 
     model_config = {"populate_by_name": True}
 
@@ -164,8 +170,12 @@ class RunStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
             have = {r["name"] for r in db.execute("PRAGMA table_info(runs)")}
-            for col, kind in (("owner_pid", "INTEGER"), ("owner_host", "TEXT"), ("owner_started", "REAL"),
-                              ("heartbeat", "REAL")):  # fmt: skip
+            for col, kind in (
+                ("owner_pid", "INTEGER"),
+                ("owner_host", "TEXT"),
+                ("owner_started", "REAL"),
+                ("heartbeat", "REAL"),
+            ):
                 if col not in have:  # a store written before runs had owners
                     db.execute(f"ALTER TABLE runs ADD COLUMN {col} {kind}")
             have = {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}
@@ -187,21 +197,32 @@ class RunStore:
 
     # ---- runs ----
 
-    def create_run(self, problem: str, target: str, provider: str | None = None, problem_name: str | None = None,
-                   options: dict | None = None) -> Run:  # fmt: skip
+    def create_run(
+        self,
+        problem: str,
+        target: str,
+        provider: str | None = None,
+        problem_name: str | None = None,
+        options: dict | None = None,
+    ) -> Run:
         now = time.time()
         run_id = uuid.uuid4().hex[:12]
         with closing(self._connect()) as db, db:
-            db.execute("INSERT INTO runs (id, problem, problem_name, target, provider, status, options, created, updated)"
-                       " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?)",
-                       (run_id, problem, problem_name, target, provider, json.dumps(options or {}), now, now))  # fmt: skip
+            db.execute(
+                "INSERT INTO runs (id, problem, problem_name, target, provider, status, options, created, updated)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+                (run_id, problem, problem_name, target, provider, json.dumps(options or {}), now, now),
+            )
         return self.get_run(run_id)
 
     def get_run(self, run_id: str) -> Run:
         with closing(self._connect()) as db:
-            row = db.execute("SELECT r.*, (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.id) AS n,"
-                             " (SELECT COALESCE(SUM(a.tokens), 0) FROM attempts a WHERE a.run_id = r.id) AS tokens"
-                             " FROM runs r WHERE r.id = ?", (run_id,)).fetchone()  # fmt: skip
+            row = db.execute(
+                "SELECT r.*, (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.id) AS n,"
+                " (SELECT COALESCE(SUM(a.tokens), 0) FROM attempts a WHERE a.run_id = r.id) AS tokens"
+                " FROM runs r WHERE r.id = ?",
+                (run_id,),
+            ).fetchone()
             if row is None:
                 ids = [r[0] for r in db.execute("SELECT id FROM runs ORDER BY created DESC")]
         if row is None:
@@ -218,18 +239,34 @@ class RunStore:
 
     def list_runs(self, limit: int = 100) -> list[Run]:
         with closing(self._connect()) as db:
-            rows = db.execute("SELECT r.*, (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.id) AS n,"
-                             " (SELECT COALESCE(SUM(a.tokens), 0) FROM attempts a WHERE a.run_id = r.id) AS tokens"
-                              " FROM runs r ORDER BY r.created DESC LIMIT ?", (limit,)).fetchall()  # fmt: skip
+            rows = db.execute(
+                "SELECT r.*, (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.id) AS n,"
+                " (SELECT COALESCE(SUM(a.tokens), 0) FROM attempts a WHERE a.run_id = r.id) AS tokens"
+                " FROM runs r ORDER BY r.created DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
         return [self._reaped(self._run(r)) for r in rows]
 
     @staticmethod
     def _run(row) -> Run:
-        run = Run(id=row["id"], problem=row["problem"], problem_name=row["problem_name"], target=row["target"],
-                  provider=row["provider"], status=row["status"], stop_reason=row["stop_reason"],
-                  options=json.loads(row["options"] or "{}"), created=row["created"], updated=row["updated"],
-                  best_attempt=row["best_attempt"], attempts=row["n"], tokens=row["tokens"], owner_pid=row["owner_pid"],
-                  owner_host=row["owner_host"], heartbeat=row["heartbeat"])  # fmt: skip
+        run = Run(
+            id=row["id"],
+            problem=row["problem"],
+            problem_name=row["problem_name"],
+            target=row["target"],
+            provider=row["provider"],
+            status=row["status"],
+            stop_reason=row["stop_reason"],
+            options=json.loads(row["options"] or "{}"),
+            created=row["created"],
+            updated=row["updated"],
+            best_attempt=row["best_attempt"],
+            attempts=row["n"],
+            tokens=row["tokens"],
+            owner_pid=row["owner_pid"],
+            owner_host=row["owner_host"],
+            heartbeat=row["heartbeat"],
+        )
         run._owner_started = row["owner_started"]
         return run
 
@@ -241,13 +278,17 @@ class RunStore:
             return run
         if owner_alive(run.owner_pid, run.owner_host, run._owner_started, run.heartbeat):
             return run
-        reason = (f"interrupted: its process (pid {run.owner_pid} on {run.owner_host}) stopped while running; "
-                  f"resume with `kforge run-loop --resume {run.id}` or run_loop(run_id='{run.id}')")  # fmt: skip
+        reason = (
+            f"interrupted: its process (pid {run.owner_pid} on {run.owner_host}) stopped while running; "
+            f"resume with `kforge run-loop --resume {run.id}` or run_loop(run_id='{run.id}')"
+        )
         try:
             with closing(self._connect()) as db, db:  # only if nobody claimed it meanwhile
-                db.execute("UPDATE runs SET status = 'interrupted', stop_reason = ?, updated = ?"
-                           " WHERE id = ? AND status = 'running' AND owner_pid = ? AND owner_host IS ?",
-                           (reason, time.time(), run.id, run.owner_pid, run.owner_host))  # fmt: skip
+                db.execute(
+                    "UPDATE runs SET status = 'interrupted', stop_reason = ?, updated = ?"
+                    " WHERE id = ? AND status = 'running' AND owner_pid = ? AND owner_host IS ?",
+                    (reason, time.time(), run.id, run.owner_pid, run.owner_host),
+                )
         except (KforgeError, sqlite3.Error):  # a read-only or full home: still read it as interrupted
             return run.model_copy(update={"status": "interrupted", "stop_reason": reason})
         return self.get_run(run.id)
@@ -263,19 +304,24 @@ class RunStore:
         pid = os.getpid()
         run = self.get_run(run_id)
         if run.status == "running" and run.owner_pid is not None and (run.owner_pid, run.owner_host) != (pid, HOST):
-            raise InputError(f"run '{run_id}' is being driven by pid {run.owner_pid} on {run.owner_host}; "
-                             "stop that process first")  # fmt: skip
+            raise InputError(
+                f"run '{run_id}' is being driven by pid {run.owner_pid} on {run.owner_host}; stop that process first"
+            )
         now = time.time()
         with closing(self._connect()) as db, db:
-            db.execute("UPDATE runs SET status = 'running', stop_reason = NULL, owner_pid = ?, owner_host = ?,"
-                       " owner_started = ?, heartbeat = ?, updated = ? WHERE id = ?",
-                       (pid, HOST, _started(pid), now, now, run_id))  # fmt: skip
+            db.execute(
+                "UPDATE runs SET status = 'running', stop_reason = NULL, owner_pid = ?, owner_host = ?,"
+                " owner_started = ?, heartbeat = ?, updated = ? WHERE id = ?",
+                (pid, HOST, _started(pid), now, now, run_id),
+            )
         return self.get_run(run_id)
 
     def heartbeat(self, run_id: str) -> None:
         with closing(self._connect()) as db, db:
-            db.execute("UPDATE runs SET heartbeat = ? WHERE id = ? AND owner_pid = ? AND owner_host = ?",
-                       (time.time(), run_id, os.getpid(), HOST))  # fmt: skip
+            db.execute(
+                "UPDATE runs SET heartbeat = ? WHERE id = ? AND owner_pid = ? AND owner_host = ?",
+                (time.time(), run_id, os.getpid(), HOST),
+            )
 
     def update_run(self, run_id: str, **fields) -> None:
         allowed = {"status", "stop_reason", "best_attempt", "provider", "options"}
@@ -291,32 +337,65 @@ class RunStore:
 
     # ---- attempts ----
 
-    def add_attempt(self, run_id: str, pass_: Pass, prompt: str | None = None, reply: str | None = None,
-                    candidate: str | None = None, compile_report=None, verify_report=None, recommendations=None,
-                    error: str | None = None, speedup: float | None = None, correct: bool = False,
-                    tokens: int | None = None, round: int | None = None) -> Attempt:  # fmt: skip
+    def add_attempt(
+        self,
+        run_id: str,
+        pass_: Pass,
+        prompt: str | None = None,
+        reply: str | None = None,
+        candidate: str | None = None,
+        compile_report=None,
+        verify_report=None,
+        recommendations=None,
+        error: str | None = None,
+        speedup: float | None = None,
+        correct: bool = False,
+        tokens: int | None = None,
+        round: int | None = None,
+    ) -> Attempt:
         """Record the run's next attempt. Safe from several threads or processes at once: the index is
         read and written in one IMMEDIATE transaction (the write lock), so each attempt gets its own."""
         now = time.time()
         with closing(self._connect()) as db, db:
             db.execute("BEGIN IMMEDIATE")  # the index is read and written in one transaction
             idx = db.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM attempts WHERE run_id = ?", (run_id,)).fetchone()[0]
-            recs = [r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in recommendations] \
-                if recommendations is not None else None  # fmt: skip
-            db.execute("INSERT INTO attempts (run_id, idx, pass, prompt, reply, candidate, compile_report, verify_report,"
-                       " recommendations, error, speedup, correct, created, tokens, round)"
-                       " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                       (run_id, idx, pass_, prompt, None if reply is None else str(reply), candidate,
-                        _dumps(compile_report), _dumps(verify_report), _dumps(recs), error, speedup, int(bool(correct)),
-                        now, tokens, round))  # fmt: skip
+            recs = (
+                [r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in recommendations]
+                if recommendations is not None
+                else None
+            )
+            db.execute(
+                "INSERT INTO attempts (run_id, idx, pass, prompt, reply, candidate, compile_report, verify_report,"
+                " recommendations, error, speedup, correct, created, tokens, round)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    run_id,
+                    idx,
+                    pass_,
+                    prompt,
+                    None if reply is None else str(reply),
+                    candidate,
+                    _dumps(compile_report),
+                    _dumps(verify_report),
+                    _dumps(recs),
+                    error,
+                    speedup,
+                    int(bool(correct)),
+                    now,
+                    tokens,
+                    round,
+                ),
+            )
             db.execute("UPDATE runs SET updated = ? WHERE id = ?", (now, run_id))
         return self.get_attempt(run_id, idx)
 
     def set_recommendations(self, run_id: str, index: int, recommendations) -> None:
         recs = [r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in recommendations]
         with closing(self._connect()) as db, db:
-            db.execute("UPDATE attempts SET recommendations = ? WHERE run_id = ? AND idx = ?",
-                       (json.dumps(recs), run_id, index))  # fmt: skip
+            db.execute(
+                "UPDATE attempts SET recommendations = ? WHERE run_id = ? AND idx = ?",
+                (json.dumps(recs), run_id, index),
+            )
 
     def get_attempt(self, run_id: str, index: int) -> Attempt:
         with closing(self._connect()) as db:
@@ -332,11 +411,23 @@ class RunStore:
 
     @staticmethod
     def _attempt(row) -> Attempt:
-        return Attempt(run_id=row["run_id"], index=row["idx"], pass_=row["pass"], prompt=row["prompt"],
-                       reply=row["reply"], candidate=row["candidate"], compile_report=_loads(row["compile_report"]),
-                       verify_report=_loads(row["verify_report"]), recommendations=_loads(row["recommendations"]),
-                       error=row["error"], speedup=row["speedup"], correct=bool(row["correct"]), created=row["created"],
-                       tokens=row["tokens"], round=row["round"])  # fmt: skip
+        return Attempt(
+            run_id=row["run_id"],
+            index=row["idx"],
+            pass_=row["pass"],
+            prompt=row["prompt"],
+            reply=row["reply"],
+            candidate=row["candidate"],
+            compile_report=_loads(row["compile_report"]),
+            verify_report=_loads(row["verify_report"]),
+            recommendations=_loads(row["recommendations"]),
+            error=row["error"],
+            speedup=row["speedup"],
+            correct=bool(row["correct"]),
+            created=row["created"],
+            tokens=row["tokens"],
+            round=row["round"],
+        )
 
     def best(self, run_id: str) -> Attempt | None:
         run = self.get_run(run_id)

@@ -77,13 +77,31 @@ class LLMServer:
             text = self.replies[min(self.answered, len(self.replies) - 1)]
             self.answered += 1
         if anthropic:
-            return 200, {"id": f"msg_{self.answered}", "type": "message", "role": "assistant", "model": body["model"],
-                         "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-                         "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 20}}  # fmt: skip
-        return 200, {"id": f"chatcmpl-{self.answered}", "object": "chat.completion", "created": int(time.time()),
-                     "model": body["model"], "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                                                          "message": {"role": "assistant", "content": text}}],
-                     "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}}  # fmt: skip
+            return 200, {
+                "id": f"msg_{self.answered}",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 20},
+            }
+        return 200, {
+            "id": f"chatcmpl-{self.answered}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                    "message": {"role": "assistant", "content": text},
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30},
+        }
 
     def prompts(self) -> list[str]:
         """The user message of every request, in order."""

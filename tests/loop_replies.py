@@ -6,14 +6,14 @@ from pathlib import Path
 
 PROBLEM = str(Path(__file__).resolve().parent / "cheats" / "problem.py")
 
-HEADER = '''import torch
+HEADER = """import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
 
-'''
+"""
 
-KERNEL = '''@triton.jit
+KERNEL = """@triton.jit
 def softmax_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
@@ -21,15 +21,15 @@ def softmax_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
     e = tl.exp(x - tl.max(x, axis=0))
     tl.store(out_ptr + row * n_cols + cols, e / tl.sum(e, axis=0)SCALE, mask=cols < n_cols)
 
-'''
+"""
 
-MODEL = '''class ModelNew(nn.Module):
+MODEL = """class ModelNew(nn.Module):
     def forward(self, x)COLON
         x = x.contiguous()
         out = torch.empty_like(x)
         softmax_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1])WIDER)
         return out
-'''
+"""
 
 
 def module(colon=":", scale="", wider=""):

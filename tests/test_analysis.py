@@ -58,12 +58,18 @@ def test_ncu_details_page_keeps_ncu_rules_with_speedups():
     assert r.source == "ncu details" and len(r.kernels) == 3
     assert r.kernels[0].achieved_occupancy_pct == pytest.approx(2.89, abs=0.01)
     occ = [x for x in r.ncu_rules if x.rule == "AchievedOccupancy" and x.kernel == "row_max_kernel"]
-    assert occ and occ[0].speedup_type == "global" and occ[0].speedup_pct == pytest.approx(91.9, abs=0.1)  # mean over 3 launches
+    assert (
+        occ and occ[0].speedup_type == "global" and occ[0].speedup_pct == pytest.approx(91.9, abs=0.1)
+    )  # mean over 3 launches
 
 
 def test_ncu_stdout_noise_is_stripped():
     text = (DATA / "fused_bias_gelu-triton.ncu-raw.csv").read_text()
-    noisy = "==PROF== Connected to process 1 (python)\nprogram output\n==WARNING== something\n" + text + "==PROF== Disconnected\n"
+    noisy = (
+        "==PROF== Connected to process 1 (python)\nprogram output\n==WARNING== something\n"
+        + text
+        + "==PROF== Disconnected\n"
+    )
     r = ncu.report_from_csv(noisy)
     assert [k.name for k in r.kernels] == ["bias_gelu_scale_kernel"] and r.kernels[0].launches == 3
 
@@ -73,8 +79,11 @@ def test_torch_trace_kernels_grid_block_registers_occupancy():
     assert r.source == "torch.profiler" and r.device_name == "NVIDIA H100 80GB HBM3" and r.sm_count == 132
     assert [k.name for k in r.kernels] == ["add_bias_kernel", "gelu_kernel", "scale_kernel"]
     assert r.forwards == 5 and r.launches_per_forward == 3
-    events = [e for e in json.load(open(DATA / "fused_bias_gelu-triton_naive.torch-trace.json"))["traceEvents"]
-              if e.get("cat") == "kernel" and e["name"] == "gelu_kernel"]  # fmt: skip
+    events = [
+        e
+        for e in json.load(open(DATA / "fused_bias_gelu-triton_naive.torch-trace.json"))["traceEvents"]
+        if e.get("cat") == "kernel" and e["name"] == "gelu_kernel"
+    ]
     k = r.kernels[1]
     assert k.launches == 5 and k.device_ms == pytest.approx(sum(e["dur"] for e in events) / 1e3)
     assert k.block == events[0]["args"]["block"] and k.registers == events[0]["args"]["registers per thread"]
@@ -83,21 +92,28 @@ def test_torch_trace_kernels_grid_block_registers_occupancy():
 
 def test_proton_hatchet():
     r = load_profile(f("row_softmax-triton_naive.proton.hatchet"))
-    assert r.source == "proton" and {k.name for k in r.kernels} == {"row_max_kernel", "row_sum_exp_kernel", "normalize_kernel"}
+    assert r.source == "proton" and {k.name for k in r.kernels} == {
+        "row_max_kernel",
+        "row_sum_exp_kernel",
+        "normalize_kernel",
+    }
     k = next(k for k in r.kernels if k.name == "normalize_kernel")
     assert k.launches == 5 and k.device_ms == pytest.approx(13952 / 1e6) and r.sm_count == 132
 
 
-@pytest.mark.parametrize("content,message", [
-    ("", "empty"),
-    ('"ID","Process ID","Kernel Name"\n', "truncated"),
-    ("hello,world\n1,2\n", "unrecognized profile format"),
-    ('{"traceEvents": [', "invalid or truncated JSON"),
-    ('{"foo": 1}', "not a torch.profiler chrome trace"),
-    ('{"traceEvents": []}', "nothing was profiled"),
-    ('{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "no complete"),
-    ("==PROF== Connected\n==ERROR== The application returned an error code (1).\n", "ncu said"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("", "empty"),
+        ('"ID","Process ID","Kernel Name"\n', "truncated"),
+        ("hello,world\n1,2\n", "unrecognized profile format"),
+        ('{"traceEvents": [', "invalid or truncated JSON"),
+        ('{"foo": 1}', "not a torch.profiler chrome trace"),
+        ('{"traceEvents": []}', "nothing was profiled"),
+        ('{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "no complete"),
+        ("==PROF== Connected\n==ERROR== The application returned an error code (1).\n", "ncu said"),
+    ],
+)
 def test_bad_files_get_clear_errors(tmp_path, content, message):
     p = tmp_path / "bad.csv"
     p.write_text(content)
@@ -130,8 +146,9 @@ def test_peaks_table_and_sol():
     peaks, note = lookup_peaks("NVIDIA H100 80GB HBM3")
     assert peaks.name == "H100 SXM" and peaks.bandwidth == 3.35e12 and peaks.flops["bf16"] == 989.5e12 and note is None
     assert lookup_peaks("NVIDIA H200")[0].bandwidth == 4.8e12
-    r = make_roofline(flops=2 * 256 * 512 * 384, nbytes=1.7e6, dtype="fp32", device_name="NVIDIA H100 80GB HBM3",
-                      measured_ms=0.0616)  # fmt: skip
+    r = make_roofline(
+        flops=2 * 256 * 512 * 384, nbytes=1.7e6, dtype="fp32", device_name="NVIDIA H100 80GB HBM3", measured_ms=0.0616
+    )
     # fp32 at KernelBench's 1e-4: 3xTF32 on tensor cores (a third of TF32) is the fastest path that meets it
     assert r.path == "3xtf32" and r.peak_flops == pytest.approx(494.5e12 / 3) and r.bound == "compute"
     assert r.sol_ms == pytest.approx(max(2 * 256 * 512 * 384 / (494.5e12 / 3), 1.7e6 / 3.35e12) * 1e3)
@@ -141,9 +158,16 @@ def test_peaks_table_and_sol():
 
 # ---- rules and the agent ----
 
-PAIRS = [("fused_bias_gelu", "ncu-raw.csv"), ("fused_bias_gelu", "ncu-details.csv"), ("fused_bias_gelu", "torch-trace.json"),
-         ("fused_bias_gelu", "proton.hatchet"), ("row_softmax", "ncu-raw.csv"), ("row_softmax", "ncu-details.csv"),
-         ("row_softmax", "torch-trace.json"), ("row_softmax", "proton.hatchet")]  # fmt: skip
+PAIRS = [
+    ("fused_bias_gelu", "ncu-raw.csv"),
+    ("fused_bias_gelu", "ncu-details.csv"),
+    ("fused_bias_gelu", "torch-trace.json"),
+    ("fused_bias_gelu", "proton.hatchet"),
+    ("row_softmax", "ncu-raw.csv"),
+    ("row_softmax", "ncu-details.csv"),
+    ("row_softmax", "torch-trace.json"),
+    ("row_softmax", "proton.hatchet"),
+]
 
 
 @pytest.mark.parametrize("problem,kind", PAIRS)
@@ -181,7 +205,9 @@ def test_small_grid_fires_on_the_24_block_gemm():
 
 def test_tensor_core_gain_from_the_flops_at_the_faster_path_or_from_the_fma_pipe():
     report = load_profile(f("gemm_bias_relu-triton.ncu-raw.csv"))
-    report.roofline = make_roofline(2 * 256 * 512 * 384, 1.7e6, "fp32", report.device_name, report.device_ms_per_forward)
+    report.roofline = make_roofline(
+        2 * 256 * 512 * 384, 1.7e6, "fp32", report.device_name, report.device_ms_per_forward
+    )
     rec = next(r for r in agent.analyze(report).recommendations if r.rule == "use_tensor_cores")
     # its FLOPs at half the 3xTF32 peak on the 24 of 132 SMs its grid uses, against the 61.6 us it takes
     after_ms = 2 * 256 * 512 * 384 / (494.5e12 / 3 * 0.5 * 24 / 132) * 1e3
@@ -193,17 +219,34 @@ def test_tensor_core_gain_from_the_flops_at_the_faster_path_or_from_the_fma_pipe
 
 
 def test_uncoalesced_rule_on_a_synthetic_kernel():
-    k = KernelProfile(name="transpose", launches=1, device_ms=1.0, global_load_sectors=1000, global_load_bytes_per_sector=4.0,
-                      global_store_sectors=100, global_store_bytes_per_sector=32.0, memory_throughput_pct=80, sm_throughput_pct=10)  # fmt: skip
+    k = KernelProfile(
+        name="transpose",
+        launches=1,
+        device_ms=1.0,
+        global_load_sectors=1000,
+        global_load_bytes_per_sector=4.0,
+        global_store_sectors=100,
+        global_store_bytes_per_sector=32.0,
+        memory_throughput_pct=80,
+        sm_throughput_pct=10,
+    )
     recs = rules.uncoalesced_access(ProfileReport(kernels=[k], forwards=1, launches_per_forward=1))
     assert recs and recs[0].expected_gain == pytest.approx(1000 * 28 / 32 / 1100, abs=1e-3)
 
 
 def test_a_new_rule_is_a_small_function():
     def long_kernels(report: ProfileReport) -> list[Recommendation]:
-        return [rules.recommendation(rule="long", title="long kernel", action="split it", expected_gain=0.3,
-                                     evidence=[Evidence(metric="mean ms", value=k.mean_ms, kernel=k.name)])
-                for k in report.device_kernels() if k.mean_ms > 0.05]  # fmt: skip
+        return [
+            rules.recommendation(
+                rule="long",
+                title="long kernel",
+                action="split it",
+                expected_gain=0.3,
+                evidence=[Evidence(metric="mean ms", value=k.mean_ms, kernel=k.name)],
+            )
+            for k in report.device_kernels()
+            if k.mean_ms > 0.05
+        ]
 
     report = load_profile(f("gemm_bias_relu-triton.ncu-raw.csv"))
     a = agent.analyze(report, rules=[long_kernels])

@@ -33,12 +33,21 @@ def test_corpus_top1_and_no_fraction_over_one():
     assert details[2] == n and details[1] / n >= 0.75  # the details page lacks per-pipe figures
 
 
-@pytest.mark.parametrize("case,rule", [("cublas_bf16_gemm", "at_the_limit"), ("triton_gemm_3xtf32", "feed_tensor_pipe"),
-                                       ("gemm_fp32_cublas", "use_tensor_cores"), ("transpose_naive", "uncoalesced_access")])
+@pytest.mark.parametrize(
+    "case,rule",
+    [
+        ("cublas_bf16_gemm", "at_the_limit"),
+        ("triton_gemm_3xtf32", "feed_tensor_pipe"),
+        ("gemm_fp32_cublas", "use_tensor_cores"),
+        ("transpose_naive", "uncoalesced_access"),
+    ],
+)
 def test_the_issue_cases_on_real_captures(case, rule):
     acc = accuracy_module()
-    meta = {**next(c for c in acc.json.loads((acc.HERE / "manifest.json").read_text())["cases"] if c["name"] == case),
-            **acc.json.loads((CAPTURES / f"{case}.meta.json").read_text())}
+    meta = {
+        **next(c for c in acc.json.loads((acc.HERE / "manifest.json").read_text())["cases"] if c["name"] == case),
+        **acc.json.loads((CAPTURES / f"{case}.meta.json").read_text()),
+    }
     a = acc.analyze_case(meta, CAPTURES / f"{case}.ncu-raw.csv")
     assert a.recommendations[0].rule == rule, [r.rule for r in a.recommendations]
     assert a.roofline.fraction_of_sol is None or a.roofline.fraction_of_sol <= 1

@@ -19,8 +19,16 @@ GEMM_BYTES = 4 * (1024 * 8192 + 8192 * 8192 + 8192 + 1024 * 8192)
 
 
 def report_of(k: KernelProfile, roofline=None) -> ProfileReport:
-    return ProfileReport(source="ncu", kernels=[k], forwards=1, launches_per_forward=1, device_name=H100,
-                         sm_count=132, device_ms_per_forward=k.device_ms, roofline=roofline)  # fmt: skip
+    return ProfileReport(
+        source="ncu",
+        kernels=[k],
+        forwards=1,
+        launches_per_forward=1,
+        device_name=H100,
+        sm_count=132,
+        device_ms_per_forward=k.device_ms,
+        roofline=roofline,
+    )
 
 
 def gemm_roofline(measured_ms: float, atol=None, rtol=None):
@@ -30,14 +38,17 @@ def gemm_roofline(measured_ms: float, atol=None, rtol=None):
 # ---- the roofline ----
 
 
-@pytest.mark.parametrize("dtype,tol,path", [
-    ("fp32", None, "3xtf32"),  # KernelBench's fp32 1e-4: TF32 alone fails it (errors 6e-4..0.7 measured)
-    ("fp32", 1e-3, "fp16"),  # fp16 keeps TF32's 10-bit mantissa at twice its rate
-    ("fp32", 1e-2, "fp16"),
-    ("bf16", None, "bf16"),  # 1e-2: fp8's rounding (6e-2) does not fit
-    ("bf16", 0.2, "fp8"),
-    ("fp64", None, "fp64"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype,tol,path",
+    [
+        ("fp32", None, "3xtf32"),  # KernelBench's fp32 1e-4: TF32 alone fails it (errors 6e-4..0.7 measured)
+        ("fp32", 1e-3, "fp16"),  # fp16 keeps TF32's 10-bit mantissa at twice its rate
+        ("fp32", 1e-2, "fp16"),
+        ("bf16", None, "bf16"),  # 1e-2: fp8's rounding (6e-2) does not fit
+        ("bf16", 0.2, "fp8"),
+        ("fp64", None, "fp64"),
+    ],
+)
 def test_the_bound_uses_the_fastest_path_that_meets_the_tolerance(dtype, tol, path):
     r = make_roofline(GEMM_FLOPS, GEMM_BYTES, dtype, H100, atol=tol, rtol=tol)
     assert r.path == path and (r.bound == "compute" or path == "fp8")
@@ -65,15 +76,24 @@ def test_a_time_below_the_bound_names_the_model_and_reports_no_fraction():
 # ---- kernel kinds ----
 
 
-@pytest.mark.parametrize("name,path", [
-    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas", "fp32"),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas", "bf16"),
-    ("cutlass_80_tensorop_s1688gemm_128x128_16x4_tn_align4", "tf32"),
-    ("ampere_sgemm_128x64_tn", "fp32"),
-    ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "fp16"),
-    ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", "bf16"),  # a bf16 torch.matmul on the H100
-    ("matmul_kernel", None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,path",
+    [
+        (
+            "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
+            "fp32",
+        ),
+        (
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas",
+            "bf16",
+        ),
+        ("cutlass_80_tensorop_s1688gemm_128x128_16x4_tn_align4", "tf32"),
+        ("ampere_sgemm_128x64_tn", "fp32"),
+        ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "fp16"),
+        ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", "bf16"),  # a bf16 torch.matmul on the H100
+        ("matmul_kernel", None),
+    ],
+)
 def test_library_names_tell_the_path(name, path):
     assert name_path(name) == path
 
@@ -92,12 +112,26 @@ def test_pipes_tell_a_triton_gemm_from_an_elementwise_kernel():
 
 
 def triton_3xtf32_gemm() -> KernelProfile:
-    return KernelProfile(name="linear_relu_3xtf32_kernel", launches=1, device_ms=1.69, mean_ms=1.69, grid=[512, 1, 1],
-                         block=[256, 1, 1], registers=242, achieved_occupancy_pct=12.4, theoretical_occupancy_pct=12.5,
-                         occupancy_limiters={"registers": 1, "shared_mem": 1, "warps": 8, "blocks": 32},
-                         occupancy_limiter="registers", pipes={"tensor_op_gmma": 52.0, "fma": 20.0, "alu": 15.0},
-                         fma_pipe_pct=20.0, issue_active_pct=35.0, sm_throughput_pct=55.0, memory_throughput_pct=40.0,
-                         dram_throughput_pct=12.0, top_stalls=[StallReason(reason="wait", cycles_per_issue=3.1)])  # fmt: skip
+    return KernelProfile(
+        name="linear_relu_3xtf32_kernel",
+        launches=1,
+        device_ms=1.69,
+        mean_ms=1.69,
+        grid=[512, 1, 1],
+        block=[256, 1, 1],
+        registers=242,
+        achieved_occupancy_pct=12.4,
+        theoretical_occupancy_pct=12.5,
+        occupancy_limiters={"registers": 1, "shared_mem": 1, "warps": 8, "blocks": 32},
+        occupancy_limiter="registers",
+        pipes={"tensor_op_gmma": 52.0, "fma": 20.0, "alu": 15.0},
+        fma_pipe_pct=20.0,
+        issue_active_pct=35.0,
+        sm_throughput_pct=55.0,
+        memory_throughput_pct=40.0,
+        dram_throughput_pct=12.0,
+        top_stalls=[StallReason(reason="wait", cycles_per_issue=3.1)],
+    )
 
 
 def test_a_3xtf32_gemm_is_told_to_feed_the_tensor_pipe_not_to_cut_registers():
@@ -111,11 +145,22 @@ def test_a_3xtf32_gemm_is_told_to_feed_the_tensor_pipe_not_to_cut_registers():
 
 
 def test_an_fp32_cublas_gemm_is_told_to_use_tensor_cores_in_3xtf32():
-    k = KernelProfile(name="sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_ffma_execute_kernel__5x_cublas",
-                      launches=1, device_ms=2.71, mean_ms=2.71, grid=[512, 1, 1], block=[256, 1, 1], registers=168,
-                      theoretical_occupancy_pct=12.5, occupancy_limiter="registers",
-                      occupancy_limiters={"registers": 1, "blocks": 32}, sm_throughput_pct=78.0, issue_active_pct=70.0,
-                      pipes={"fma": 78.0, "tensor_op_gmma": 0.0, "tensor_op_hmma": 0.0}, fma_pipe_pct=78.0)  # fmt: skip
+    k = KernelProfile(
+        name="sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_ffma_execute_kernel__5x_cublas",
+        launches=1,
+        device_ms=2.71,
+        mean_ms=2.71,
+        grid=[512, 1, 1],
+        block=[256, 1, 1],
+        registers=168,
+        theoretical_occupancy_pct=12.5,
+        occupancy_limiter="registers",
+        occupancy_limiters={"registers": 1, "blocks": 32},
+        sm_throughput_pct=78.0,
+        issue_active_pct=70.0,
+        pipes={"fma": 78.0, "tensor_op_gmma": 0.0, "tensor_op_hmma": 0.0},
+        fma_pipe_pct=78.0,
+    )
     a = agent.analyze(report_of(k, gemm_roofline(2.71)))
     top = a.recommendations[0]
     assert top.rule == "use_tensor_cores" and "tf32x3" in top.action and "3xtf32" in top.title
@@ -125,11 +170,23 @@ def test_an_fp32_cublas_gemm_is_told_to_use_tensor_cores_in_3xtf32():
 
 
 def test_a_naive_transpose_is_told_to_coalesce():
-    k = KernelProfile(name="transpose_naive_kernel", launches=1, device_ms=1.9, mean_ms=1.9, grid=[65536, 1, 1],
-                      block=[32, 8, 1], dram_throughput_pct=21.0, memory_throughput_pct=60.0, sm_throughput_pct=10.0,
-                      issue_active_pct=8.0, global_load_sectors=8.4e6, global_load_sectors_per_request=4.0,
-                      global_store_sectors=67e6, global_store_sectors_per_request=32.0,
-                      top_stalls=[StallReason(reason="lg_throttle", cycles_per_issue=40.0)])  # fmt: skip
+    k = KernelProfile(
+        name="transpose_naive_kernel",
+        launches=1,
+        device_ms=1.9,
+        mean_ms=1.9,
+        grid=[65536, 1, 1],
+        block=[32, 8, 1],
+        dram_throughput_pct=21.0,
+        memory_throughput_pct=60.0,
+        sm_throughput_pct=10.0,
+        issue_active_pct=8.0,
+        global_load_sectors=8.4e6,
+        global_load_sectors_per_request=4.0,
+        global_store_sectors=67e6,
+        global_store_sectors_per_request=32.0,
+        top_stalls=[StallReason(reason="lg_throttle", cycles_per_issue=40.0)],
+    )
     roof = make_roofline(0, 2 * 8192 * 8192 * 4, "fp32", H100, 1.9)
     a = agent.analyze(report_of(k, roof))
     top = a.recommendations[0]
@@ -138,9 +195,18 @@ def test_a_naive_transpose_is_told_to_coalesce():
 
 
 def test_cublas_bf16_at_97_percent_says_stop_and_the_summary_says_so():
-    k = KernelProfile(name="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize256x128x64_execute_kernel__5x_cublas",
-                      launches=1, device_ms=1.38, mean_ms=1.38, grid=[264, 1, 1], block=[384, 1, 1], registers=168,
-                      pipes={"tensor_op_gmma": 97.0}, sm_throughput_pct=97.0, issue_active_pct=20.0)  # fmt: skip
+    k = KernelProfile(
+        name="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize256x128x64_execute_kernel__5x_cublas",
+        launches=1,
+        device_ms=1.38,
+        mean_ms=1.38,
+        grid=[264, 1, 1],
+        block=[384, 1, 1],
+        registers=168,
+        pipes={"tensor_op_gmma": 97.0},
+        sm_throughput_pct=97.0,
+        issue_active_pct=20.0,
+    )
     roof = make_roofline(2 * 8192**3, 3 * 2 * 8192**2, "bf16", H100, 1.38)
     a = agent.analyze(report_of(k, roof))
     top = a.recommendations[0]
@@ -150,8 +216,14 @@ def test_cublas_bf16_at_97_percent_says_stop_and_the_summary_says_so():
 
 
 def test_the_same_gemm_at_half_its_bound_is_not_at_the_limit():
-    k = KernelProfile(name="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_kernel__5x_cublas", launches=1,
-                      device_ms=2.8, mean_ms=2.8, grid=[16384, 1, 1], pipes={"tensor_op_gmma": 85.0})  # fmt: skip
+    k = KernelProfile(
+        name="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_kernel__5x_cublas",
+        launches=1,
+        device_ms=2.8,
+        mean_ms=2.8,
+        grid=[16384, 1, 1],
+        pipes={"tensor_op_gmma": 85.0},
+    )
     a = agent.analyze(report_of(k, make_roofline(2 * 8192**3, 3 * 2 * 8192**2, "bf16", H100, 2.8)))
     assert not a.stop and a.recommendations[0].rule == "feed_tensor_pipe"
     assert "fraction of SOL" in a.recommendations[0].gain_basis
@@ -167,12 +239,23 @@ def test_every_gain_is_capped_by_the_bound():
 
 def test_bank_conflicts_spills_and_atomics_each_have_a_rule():
     base = dict(launches=1, device_ms=1.0, mean_ms=1.0, grid=[4096, 1, 1], block=[256, 1, 1])
-    conflicts = KernelProfile(name="transpose_smem", shared_wavefronts=3.3e7, shared_bank_conflicts=3.1e7,
-                              shared_instructions=2.1e6, top_stalls=[StallReason(reason="mio_throttle", cycles_per_issue=9.0)],
-                              **base)  # fmt: skip
+    conflicts = KernelProfile(
+        name="transpose_smem",
+        shared_wavefronts=3.3e7,
+        shared_bank_conflicts=3.1e7,
+        shared_instructions=2.1e6,
+        top_stalls=[StallReason(reason="mio_throttle", cycles_per_issue=9.0)],
+        **base,
+    )
     spills = KernelProfile(name="heavy", local_sectors=5e7, global_load_sectors=1e7, global_store_sectors=1e6, **base)
-    atomics = KernelProfile(name="hist", atomic_instructions=5e5, instructions=2e6, dram_throughput_pct=3.0,
-                            memory_throughput_pct=8.0, **base)  # fmt: skip
+    atomics = KernelProfile(
+        name="hist",
+        atomic_instructions=5e5,
+        instructions=2e6,
+        dram_throughput_pct=3.0,
+        memory_throughput_pct=8.0,
+        **base,
+    )
     for k, rule in ((conflicts, "shared_bank_conflicts"), (spills, "register_spills"), (atomics, "atomic_contention")):
         a = agent.analyze(report_of(k))
         assert a.recommendations[0].rule == rule, (rule, [r.rule for r in a.recommendations])

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from kforge_mcp.schemas import Finding, Timing, TimingStats, VerifyReport
-from kforge_mcp.suite import (
-    BenchSummary, candidate_target, discover, fast_p, problem_result, run_bench, suite_metrics, write_html, write_plot,
-)  # fmt: skip
+from kforge_mcp.suite import candidate_target, discover, run_bench
+from kforge_mcp.suite_report import BenchSummary, fast_p, problem_result, suite_metrics, write_html, write_plot
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -52,11 +51,20 @@ def test_candidate_target_rule():
 
 def test_discover_filters_targets_sorts_naturally_and_checks_problems(tmp_path):
     problem = (CHEATS / "problem.py").read_text()
-    tree(tmp_path, {
-        "p/10_Big.py": problem, "p/2_Small.py": problem, "p/bad.py": "import torch\nx = 1\n", "p/broken.py": "def (:\n",
-        "p/__init__.py": "", "c/10_Big/triton.py": "x", "c/10_Big/cuda.py": "x", "c/10_Big/sample_0.py": "x",
-        "c/2_Small.py": "x",
-    })  # fmt: skip
+    tree(
+        tmp_path,
+        {
+            "p/10_Big.py": problem,
+            "p/2_Small.py": problem,
+            "p/bad.py": "import torch\nx = 1\n",
+            "p/broken.py": "def (:\n",
+            "p/__init__.py": "",
+            "c/10_Big/triton.py": "x",
+            "c/10_Big/cuda.py": "x",
+            "c/10_Big/sample_0.py": "x",
+            "c/2_Small.py": "x",
+        },
+    )
     plan = discover(tmp_path / "p", tmp_path / "c", "triton")
     assert [p.name for p in plan] == ["2_Small", "10_Big", "bad", "broken"]
     small, big, bad, broken = plan
@@ -64,7 +72,10 @@ def test_discover_filters_targets_sorts_naturally_and_checks_problems(tmp_path):
     assert [Path(c).name for c in small.candidates] == ["2_Small.py"]  # the flat layout
     assert "does not define Model, get_inputs, get_init_inputs" in bad.error and "bad.py" in bad.error
     assert "syntax error" in broken.error and small.error is None
-    assert [Path(c).name for c in discover(tmp_path / "p", tmp_path / "c", "cuda")[1].candidates] == ["cuda.py", "sample_0.py"]
+    assert [Path(c).name for c in discover(tmp_path / "p", tmp_path / "c", "cuda")[1].candidates] == [
+        "cuda.py",
+        "sample_0.py",
+    ]
     with pytest.raises(Exception, match="no such folder"):
         discover(tmp_path / "nope", tmp_path / "c", "triton")
 
@@ -72,14 +83,28 @@ def test_discover_filters_targets_sorts_naturally_and_checks_problems(tmp_path):
 # ---- the metric math, on hand-made reports ----
 
 
-def report(verdict: str, cand_ms: float | None = None, eager_ms: float | None = None, compiled_ms: float | None = None,
-           findings=()) -> VerifyReport:  # fmt: skip
+def report(
+    verdict: str,
+    cand_ms: float | None = None,
+    eager_ms: float | None = None,
+    compiled_ms: float | None = None,
+    findings=(),
+) -> VerifyReport:
     def stats(ms):
-        return None if ms is None else TimingStats(median_ms=ms, mean_ms=ms, min_ms=ms, max_ms=ms, iqr_ms=0, spread=0,
-                                                   samples=3, clock="test")  # fmt: skip
+        return (
+            None
+            if ms is None
+            else TimingStats(
+                median_ms=ms, mean_ms=ms, min_ms=ms, max_ms=ms, iqr_ms=0, spread=0, samples=3, clock="test"
+            )
+        )
 
-    r = VerifyReport(verdict=verdict, correct=verdict in ("pass", "suspicious"), findings=list(findings),
-                     timing=Timing(candidate=stats(cand_ms), eager=stats(eager_ms), compiled=stats(compiled_ms)))  # fmt: skip
+    r = VerifyReport(
+        verdict=verdict,
+        correct=verdict in ("pass", "suspicious"),
+        findings=list(findings),
+        timing=Timing(candidate=stats(cand_ms), eager=stats(eager_ms), compiled=stats(compiled_ms)),
+    )
     medians = {k: v for k, v in (("eager", eager_ms), ("compiled", compiled_ms)) if v is not None}
     if cand_ms and medians:
         best = min(medians, key=medians.get)
@@ -88,19 +113,32 @@ def report(verdict: str, cand_ms: float | None = None, eager_ms: float | None = 
 
 
 def test_best_candidate_and_both_speedups():
-    r = problem_result("p", "/p.py", [
-        ("slow.py", report("pass", 2.0, eager_ms=4.0, compiled_ms=3.0)),  # 1.5x over compiled
-        ("fast.py", report("pass", 1.0, eager_ms=4.0, compiled_ms=3.0)),  # 3x over compiled, 4x over eager
-        ("cheat.py", report("suspicious", 0.1, eager_ms=4.0, compiled_ms=3.0,
-                            findings=[Finding(code="torch_op_instead_of_kernel", message="m", severity="suspicious")])),
-        ("boom.py", report("error")),
-    ])  # fmt: skip
+    r = problem_result(
+        "p",
+        "/p.py",
+        [
+            ("slow.py", report("pass", 2.0, eager_ms=4.0, compiled_ms=3.0)),  # 1.5x over compiled
+            ("fast.py", report("pass", 1.0, eager_ms=4.0, compiled_ms=3.0)),  # 3x over compiled, 4x over eager
+            (
+                "cheat.py",
+                report(
+                    "suspicious",
+                    0.1,
+                    eager_ms=4.0,
+                    compiled_ms=3.0,
+                    findings=[Finding(code="torch_op_instead_of_kernel", message="m", severity="suspicious")],
+                ),
+            ),
+            ("boom.py", report("error")),
+        ],
+    )
     assert r.correct and r.best_candidate == "fast.py" and r.best_verdict == "pass"
     assert r.speedup == pytest.approx(3.0) and r.speedup_over == "compiled"
     assert r.speedup_eager == pytest.approx(4.0) and r.speedup_compiled == pytest.approx(3.0)
     assert [c.verdict for c in r.candidates] == ["pass", "pass", "suspicious", "error"]
-    only_cheat = problem_result("q", "/q.py", [("cheat.py", report("suspicious", 0.1, eager_ms=4.0)),
-                                               ("wrong.py", report("fail"))])  # fmt: skip
+    only_cheat = problem_result(
+        "q", "/q.py", [("cheat.py", report("suspicious", 0.1, eager_ms=4.0)), ("wrong.py", report("fail"))]
+    )
     assert not only_cheat.correct and only_cheat.best_verdict == "suspicious"  # a 40x cheat is still a failure
     assert only_cheat.findings == [] and only_cheat.speedup == pytest.approx(40.0)
     none = problem_result("r", "/r.py", [])
@@ -132,14 +170,18 @@ def test_suite_metrics_fast_p_and_geomeans():
 
 def test_plot_degrades_without_matplotlib(tmp_path, monkeypatch):
     probs = [problem_result("a", "/a", [("x", report("pass", 1.0, eager_ms=2.0))])]
-    s = BenchSummary(target="triton", mode="verify", problems_dir="/p", out=str(tmp_path), suite=suite_metrics(probs),
-                     problems=probs)  # fmt: skip
+    s = BenchSummary(
+        target="triton", mode="verify", problems_dir="/p", out=str(tmp_path), suite=suite_metrics(probs), problems=probs
+    )
     assert write_plot(s, tmp_path / "ok.png") is None and (tmp_path / "ok.png").stat().st_size > 1000
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
     why = write_plot(s, tmp_path / "no.png")
     assert "matplotlib is not installed" in why and not (tmp_path / "no.png").exists()
     write_html(s, tmp_path / "b.html", None)
-    assert 'id="problems"' in (tmp_path / "b.html").read_text() and "data:image/png" not in (tmp_path / "b.html").read_text()
+    assert (
+        'id="problems"' in (tmp_path / "b.html").read_text()
+        and "data:image/png" not in (tmp_path / "b.html").read_text()
+    )
 
 
 # ---- real runs through the engine's workers ----
@@ -148,30 +190,47 @@ def test_plot_degrades_without_matplotlib(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_suite_of_examples_and_hostile_candidates(engine, tmp_path):
     """Example problems and candidates plus crashing, wrong and cheating ones: each is a result, the run finishes."""
-    root = tree(tmp_path, {
-        "problems/fused_bias_gelu.py": EXAMPLES / "problems" / "fused_bias_gelu.py",
-        "problems/small_softmax.py": CHEATS / "problem.py",
-        "problems/softmax_cheats_only.py": CHEATS / "problem.py",
-        "problems/no_model.py": "import torch\n\ndef get_inputs():\n    return [torch.randn(4)]\n",
-        "cands/fused_bias_gelu/triton.py": EXAMPLES / "candidates" / "fused_bias_gelu" / "triton.py",
-        "cands/fused_bias_gelu/triton_crash.py": EXAMPLES / "candidates" / "fused_bias_gelu" / "triton_crash.py",
-        "cands/fused_bias_gelu/triton_wrong.py": EXAMPLES / "candidates" / "fused_bias_gelu" / "triton_wrong.py",
-        "cands/fused_bias_gelu/cuda.py": EXAMPLES / "candidates" / "fused_bias_gelu" / "cuda.py",  # another target's
-        "cands/small_softmax/sample_0.py": CHEATS / "honest.py",
-        "cands/small_softmax/triton_torch_op.py": CHEATS / "torch_op.py",
-        "cands/softmax_cheats_only/triton_torch_op.py": CHEATS / "torch_op.py",
-        "cands/softmax_cheats_only/triton_mutate.py": CHEATS / "mutate_input.py",
-        "cands/no_model/triton.py": CHEATS / "honest.py",
-    })  # fmt: skip
+    root = tree(
+        tmp_path,
+        {
+            "problems/fused_bias_gelu.py": EXAMPLES / "problems" / "fused_bias_gelu.py",
+            "problems/small_softmax.py": CHEATS / "problem.py",
+            "problems/softmax_cheats_only.py": CHEATS / "problem.py",
+            "problems/no_model.py": "import torch\n\ndef get_inputs():\n    return [torch.randn(4)]\n",
+            "cands/fused_bias_gelu/triton.py": EXAMPLES / "candidates" / "fused_bias_gelu" / "triton.py",
+            "cands/fused_bias_gelu/triton_crash.py": EXAMPLES / "candidates" / "fused_bias_gelu" / "triton_crash.py",
+            "cands/fused_bias_gelu/triton_wrong.py": EXAMPLES / "candidates" / "fused_bias_gelu" / "triton_wrong.py",
+            "cands/fused_bias_gelu/cuda.py": EXAMPLES
+            / "candidates"
+            / "fused_bias_gelu"
+            / "cuda.py",  # another target's
+            "cands/small_softmax/sample_0.py": CHEATS / "honest.py",
+            "cands/small_softmax/triton_torch_op.py": CHEATS / "torch_op.py",
+            "cands/softmax_cheats_only/triton_torch_op.py": CHEATS / "torch_op.py",
+            "cands/softmax_cheats_only/triton_mutate.py": CHEATS / "mutate_input.py",
+            "cands/no_model/triton.py": CHEATS / "honest.py",
+        },
+    )
     seen = []
-    s = run_bench(root / "problems", root / "cands", "triton", root / "out", engine=engine, timeout_s=180,
-                  on_progress=lambda d, t, m: seen.append((d, t)), **FAST)  # fmt: skip
+    s = run_bench(
+        root / "problems",
+        root / "cands",
+        "triton",
+        root / "out",
+        engine=engine,
+        timeout_s=180,
+        on_progress=lambda d, t, m: seen.append((d, t)),
+        **FAST,
+    )
     by = {r.problem: r for r in s.problems}
     assert list(by) == ["fused_bias_gelu", "no_model", "small_softmax", "softmax_cheats_only"]
     gelu = by["fused_bias_gelu"]
     verdicts = {c.candidate: c.verdict for c in gelu.candidates}
-    assert verdicts == {"fused_bias_gelu/triton.py": "pass", "fused_bias_gelu/triton_crash.py": "error",
-                        "fused_bias_gelu/triton_wrong.py": "fail"}  # cuda.py not judged under triton  # fmt: skip
+    assert verdicts == {
+        "fused_bias_gelu/triton.py": "pass",
+        "fused_bias_gelu/triton_crash.py": "error",
+        "fused_bias_gelu/triton_wrong.py": "fail",
+    }  # cuda.py not judged under triton
     assert gelu.correct and gelu.best_candidate == "fused_bias_gelu/triton.py" and gelu.speedup_eager > 0
     assert gelu.speedup_compiled is None  # not timed here
     assert "does not define Model, get_init_inputs" in by["no_model"].error and not by["no_model"].candidates
@@ -197,17 +256,23 @@ def test_suite_of_examples_and_hostile_candidates(engine, tmp_path):
 @pytest.mark.slow
 def test_resume_skips_done_pairs_and_rejudges_changed_files(engine, tmp_path, monkeypatch):
     """A hang is stopped at the timeout and is a failure; a rerun verifies nothing; a changed file is judged again."""
-    root = tree(tmp_path, {"problems/small_softmax.py": CHEATS / "problem.py",
-                           "cands/small_softmax/sample_0.py": CHEATS / "honest.py",
-                           "cands/small_softmax/triton_hang.py": TESTS / "candidates" / "hang.py"})  # fmt: skip
+    root = tree(
+        tmp_path,
+        {
+            "problems/small_softmax.py": CHEATS / "problem.py",
+            "cands/small_softmax/sample_0.py": CHEATS / "honest.py",
+            "cands/small_softmax/triton_hang.py": TESTS / "candidates" / "hang.py",
+        },
+    )
     calls = []
     real_verify = engine.verify
     monkeypatch.setattr(engine, "verify", lambda *a, **k: calls.append(k.get("candidate")) or real_verify(*a, **k))
 
     def bench():
         calls.clear()
-        return run_bench(root / "problems", root / "cands", "triton", root / "out", engine=engine, timeout_s=20,
-                         plot=False, **FAST)  # fmt: skip
+        return run_bench(
+            root / "problems", root / "cands", "triton", root / "out", engine=engine, timeout_s=20, plot=False, **FAST
+        )
 
     first = bench()
     assert len(calls) == 2 and first.judged_now == 2
@@ -247,12 +312,31 @@ def test_generate_mode_runs_the_loop_per_problem(engine, tmp_path):
 
 @pytest.mark.slow
 def test_cli_bench_json_end_to_end(tmp_path):
-    root = tree(tmp_path, {"problems/small_softmax.py": CHEATS / "problem.py",
-                           "cands/small_softmax/sample_0.py": CHEATS / "honest.py",
-                           "cands/small_softmax/triton_torch_op.py": CHEATS / "torch_op.py"})  # fmt: skip
+    root = tree(
+        tmp_path,
+        {
+            "problems/small_softmax.py": CHEATS / "problem.py",
+            "cands/small_softmax/sample_0.py": CHEATS / "honest.py",
+            "cands/small_softmax/triton_torch_op.py": CHEATS / "torch_op.py",
+        },
+    )
     kforge = [sys.executable, "-m", "kforge_mcp.cli", "--home", str(tmp_path / "home"), "bench"]
-    args = ["--problems", str(root / "problems"), "--candidates", str(root / "cands"), "--target", "triton",
-            "--out", str(root / "out"), "--trials", "1", "--baselines", "eager", "--timing-budget-s", "0.2"]  # fmt: skip
+    args = [
+        "--problems",
+        str(root / "problems"),
+        "--candidates",
+        str(root / "cands"),
+        "--target",
+        "triton",
+        "--out",
+        str(root / "out"),
+        "--trials",
+        "1",
+        "--baselines",
+        "eager",
+        "--timing-budget-s",
+        "0.2",
+    ]
     env = {**os.environ, "COLUMNS": "160"}
     done = subprocess.run(kforge + args + ["--json"], capture_output=True, text=True, timeout=400, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -264,6 +348,21 @@ def test_cli_bench_json_end_to_end(tmp_path):
     table = subprocess.run(kforge + args, capture_output=True, text=True, timeout=400, env=env, cwd=ROOT)
     assert table.returncode == 0 and "small_softmax" in table.stdout and "0 judged now, 2 reused" in table.stdout
 
-    bad = subprocess.run(kforge + ["--problems", str(root / "nope"), "--candidates", str(root / "cands"), "--target",
-                                   "triton", "--out", str(root / "o2")], capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    bad = subprocess.run(
+        kforge
+        + [
+            "--problems",
+            str(root / "nope"),
+            "--candidates",
+            str(root / "cands"),
+            "--target",
+            "triton",
+            "--out",
+            str(root / "o2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert bad.returncode == 2 and "no such folder" in bad.stderr

@@ -68,8 +68,19 @@ def test_compile_error_names_the_line(env, tmp_path):
 
 
 def test_verify_pass_json(env):
-    proc = kforge(env, "verify", problem("row_softmax"), example("row_softmax", "triton"), "--target", "triton",
-                  "--trials", "2", "--baselines", "eager", "--json")  # fmt: skip
+    proc = kforge(
+        env,
+        "verify",
+        problem("row_softmax"),
+        example("row_softmax", "triton"),
+        "--target",
+        "triton",
+        "--trials",
+        "2",
+        "--baselines",
+        "eager",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)  # nothing but the report on stdout
     assert report["verdict"] == "pass" and report["correct"] is True
@@ -77,8 +88,18 @@ def test_verify_pass_json(env):
 
 
 def test_verify_wrong_candidate_fails(env):
-    proc = kforge(env, "verify", problem("fused_bias_gelu"), example("fused_bias_gelu", "triton_wrong"),
-                  "--target", "triton", "--trials", "2", "--baselines", "eager")  # fmt: skip
+    proc = kforge(
+        env,
+        "verify",
+        problem("fused_bias_gelu"),
+        example("fused_bias_gelu", "triton_wrong"),
+        "--target",
+        "triton",
+        "--trials",
+        "2",
+        "--baselines",
+        "eager",
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL" in proc.stdout
     assert "mismatch" in proc.stdout and "expected" in proc.stdout
@@ -123,8 +144,9 @@ async def test_kforge_mcp_over_http(env, tmp_path):
     entry = [script] if script else [sys.executable, "-c", "from kforge_mcp.cli import server_main; server_main()"]
     port = free_port()
     with open(tmp_path / "stdout", "w+") as out, open(tmp_path / "stderr", "w+") as err:
-        proc = subprocess.Popen([*entry, "--transport", "http", "--port", str(port)], cwd=ROOT, env=env,
-                                stdout=out, stderr=err)  # fmt: skip
+        proc = subprocess.Popen(
+            [*entry, "--transport", "http", "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=err
+        )
         try:
             wait_for_port(proc, port)
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:

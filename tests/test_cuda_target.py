@@ -69,14 +69,21 @@ async def test_examples_compile_on_the_lean_path(server, name):
 
 
 async def test_verify_needs_a_gpu(server):
-    result = await call(server, "verify", {"problem": problem("row_softmax"), "candidate": example("row_softmax", "cuda"),
-                                           "target": "cuda"})  # fmt: skip
+    result = await call(
+        server,
+        "verify",
+        {"problem": problem("row_softmax"), "candidate": example("row_softmax", "cuda"), "target": "cuda"},
+    )
     assert result.is_error
     assert "target 'cuda'" in result.content[0].text and "needs an NVIDIA GPU" in result.content[0].text
 
 
 def test_binding_mismatch_is_reported_at_the_load_inline_call(engine, tmp_path):
-    src = open(example("row_softmax", "cuda")).read().replace('functions=["row_softmax_cuda"]', 'functions=["softmax_cuda"]')
+    src = (
+        open(example("row_softmax", "cuda"))
+        .read()
+        .replace('functions=["row_softmax_cuda"]', 'functions=["softmax_cuda"]')
+    )
     report = engine.compile("cuda", src)
     errors = [d for d in report.diagnostics if d.severity == "error"]
     assert not report.ok and errors and "softmax_cuda" in errors[0].message
@@ -90,21 +97,30 @@ def test_line_mapping_survives_escaped_strings(tmp_path):
 
 
 def test_parse_edg_and_ptxas_output():
-    out = ('/x/c.py(14): error: identifier "s" is undefined\n          out[i] = v * s;\n                       ^\n\n'
-           "ptxas info    : Compiling entry function '_Z1kPf' for 'sm_90a'\n"
-           "ptxas info    : Function properties for _Z1kPf\n    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
-           "ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem, 360 bytes cmem[0]\n")  # fmt: skip
+    out = (
+        '/x/c.py(14): error: identifier "s" is undefined\n          out[i] = v * s;\n                       ^\n\n'
+        "ptxas info    : Compiling entry function '_Z1kPf' for 'sm_90a'\n"
+        "ptxas info    : Function properties for _Z1kPf\n    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+        "ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem, 360 bytes cmem[0]\n"
+    )
     (d,) = cuda.parse_compiler_output(out)
     assert (d.file, d.line, d.column, d.severity) == ("/x/c.py", 14, 22, "error")
-    assert cuda.parse_ptxas_resources(out) == {"_Z1kPf": {"stack": 8, "spill_stores": 4, "spill_loads": 4,
-                                                          "registers": 40, "barriers": 1, "shared": 1024}}  # fmt: skip
+    assert cuda.parse_ptxas_resources(out) == {
+        "_Z1kPf": {"stack": 8, "spill_stores": 4, "spill_loads": 4, "registers": 40, "barriers": 1, "shared": 1024}
+    }
 
 
 @pytest.mark.slow
 def test_host_code_error_falls_back_to_torchs_real_headers(engine):
     """A host-glue error the lean stand-in cannot judge is checked against torch's real headers (about 1 min)."""
-    src = open(example("fused_bias_gelu", "cuda")).read().replace(
-        "auto out = torch::empty_like(xc);", "auto out = torch::empty_like(xc);\n    auto bogus = xc.not_a_method();")
+    src = (
+        open(example("fused_bias_gelu", "cuda"))
+        .read()
+        .replace(
+            "auto out = torch::empty_like(xc);",
+            "auto out = torch::empty_like(xc);\n    auto bogus = xc.not_a_method();",
+        )
+    )
     report = engine.compile("cuda", src, timeout_s=600)
     errors = [d for d in report.diagnostics if d.severity == "error"]
     assert not report.ok and len(errors) == 1 and "not_a_method" in errors[0].message

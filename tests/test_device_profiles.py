@@ -30,7 +30,9 @@ def test_detection_by_content():
 
 def test_kernel_names_and_launch_shape():
     assert split_name("Tile #1: gelu_kernel[SIMD16 {512; 2; 1} {64; 4; 1}]") == (
-        "gelu_kernel", {"simd_width": 16, "work_groups": 1024, "work_group_size": 256})
+        "gelu_kernel",
+        {"simd_width": 16, "work_groups": 1024, "work_group_size": 256},
+    )
     assert split_name("zeCommandListAppendMemoryCopy(M2D)[4096]") == ("zeCommandListAppendMemoryCopy(M2D)[4096]", {})
 
 
@@ -114,21 +116,46 @@ def test_xctrace_process_can_be_chosen():
         report_from_xml(XCTRACE_XML.read_text(), process="Safari")
 
 
-@pytest.mark.parametrize("text, message", [
-    ('<?xml version="1.0"?>\n<trace-query-result><node><schema name="time-profile"></schema></node></trace-query-result>',
-     "not a metal-gpu-intervals export (schema: time-profile)"),
-    ('<?xml version="1.0"?>\n<trace-query-result><node><schema name="metal-gpu-intervals">',
-     "invalid or truncated XML"),
-    ('<?xml version="1.0"?>\n<trace-query-result><node><schema name="metal-gpu-intervals"><col><mnemonic>start</mnemonic>'
-     '</col><col><mnemonic>duration</mnemonic></col></schema><row><start-time>1</start-time><duration ref="9"/></row>'
-     '</node></trace-query-result>', 'ref="9"/> refers to no earlier id'),
-    ('<?xml version="1.0"?>\n<trace-query-result><node><schema name="metal-gpu-intervals"><col><mnemonic>start</mnemonic>'
-     '</col></schema></node></trace-query-result>', "has no 'duration' column"),
-    ("\n=== Device #0 Metrics ===\n\nKernel, GlobalInstanceId, XVE_ACTIVE[%]\n\"k\", 1, 50\n", "no GpuTime[ns] column"),
-    ("\n=== Device #0 Metrics ===\n\nKernel, GlobalInstanceId, GpuTime[ns]\n\"k\", 1, fast\n", "GpuTime[ns] is 'fast'"),
-    ("\n=== Device #0 Metrics ===\n\nKernel, GlobalInstanceId, GpuTime[ns], XVE_ACTIVE[%]\n\"k\", 1\n", "data row 1 has 2 cells"),
-    ('{"traceEvents": [{"ph": "X", "cat": "gpu_op", "name": "k", "ts": "soon", "dur": 1}]}', "non-numeric ts or dur"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '<?xml version="1.0"?>\n<trace-query-result><node><schema name="time-profile"></schema></node></trace-query-result>',
+            "not a metal-gpu-intervals export (schema: time-profile)",
+        ),
+        (
+            '<?xml version="1.0"?>\n<trace-query-result><node><schema name="metal-gpu-intervals">',
+            "invalid or truncated XML",
+        ),
+        (
+            '<?xml version="1.0"?>\n<trace-query-result><node><schema name="metal-gpu-intervals"><col><mnemonic>start</mnemonic>'
+            '</col><col><mnemonic>duration</mnemonic></col></schema><row><start-time>1</start-time><duration ref="9"/></row>'
+            "</node></trace-query-result>",
+            'ref="9"/> refers to no earlier id',
+        ),
+        (
+            '<?xml version="1.0"?>\n<trace-query-result><node><schema name="metal-gpu-intervals"><col><mnemonic>start</mnemonic>'
+            "</col></schema></node></trace-query-result>",
+            "has no 'duration' column",
+        ),
+        (
+            '\n=== Device #0 Metrics ===\n\nKernel, GlobalInstanceId, XVE_ACTIVE[%]\n"k", 1, 50\n',
+            "no GpuTime[ns] column",
+        ),
+        (
+            '\n=== Device #0 Metrics ===\n\nKernel, GlobalInstanceId, GpuTime[ns]\n"k", 1, fast\n',
+            "GpuTime[ns] is 'fast'",
+        ),
+        (
+            '\n=== Device #0 Metrics ===\n\nKernel, GlobalInstanceId, GpuTime[ns], XVE_ACTIVE[%]\n"k", 1\n',
+            "data row 1 has 2 cells",
+        ),
+        (
+            '{"traceEvents": [{"ph": "X", "cat": "gpu_op", "name": "k", "ts": "soon", "dur": 1}]}',
+            "non-numeric ts or dur",
+        ),
+    ],
+)
 def test_bad_files_get_errors_that_say_what_is_wrong(text, message):
     with pytest.raises(ProfileParseError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         parse_text(text, "bad")

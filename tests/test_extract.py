@@ -15,8 +15,10 @@ def test_one_fenced_block():
 
 
 def test_several_blocks_pick_the_one_defining_modelnew():
-    reply = (f"First the kernel idea:\n```python\n@triton.jit\ndef k(x): pass\n```\nThen usage:\n```bash\npip install triton\n```\n"
-             f"Full module:\n```py\n{MODULE}```\n")
+    reply = (
+        f"First the kernel idea:\n```python\n@triton.jit\ndef k(x): pass\n```\nThen usage:\n```bash\npip install triton\n```\n"
+        f"Full module:\n```py\n{MODULE}```\n"
+    )
     got = extract_candidate(reply)
     assert got.code == MODULE and got.how.startswith("fenced (3")
 
@@ -47,12 +49,15 @@ def test_fence_inside_a_python_string_does_not_split_the_block():
     assert "class ModelNew" in extract_candidate(f"```python\n{body}```").code
 
 
-@pytest.mark.parametrize("reply, message", [
-    ("", "empty"),
-    ("I think you should use shared memory.", "No code block found"),
-    ("```python\nclass Model(nn.Module):\n    pass\n```", r"defines class\(es\) Model"),
-    ("```python\nModelNew = make()\n```", "mentioned but never defined"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "reply, message",
+    [
+        ("", "empty"),
+        ("I think you should use shared memory.", "No code block found"),
+        ("```python\nclass Model(nn.Module):\n    pass\n```", r"defines class\(es\) Model"),
+        ("```python\nModelNew = make()\n```", "mentioned but never defined"),
+    ],
+)
 def test_missing_modelnew_says_precisely_what_is_wrong(reply, message):
     with pytest.raises(ExtractionError, match=message):
         extract_candidate(reply)

@@ -103,8 +103,8 @@ async def test_kill_9_mid_loop_leaves_the_store_intact_and_the_run_resumable(tmp
 
         with sqlite3.connect(home / "runs.db") as db:
             assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-            status, = db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
-            attempts, = db.execute("SELECT COUNT(*) FROM attempts WHERE run_id = ?", (run_id,)).fetchone()
+            (status,) = db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+            (attempts,) = db.execute("SELECT COUNT(*) FROM attempts WHERE run_id = ?", (run_id,)).fetchone()
         assert status == "running" and attempts == 0  # the cut-off attempt left nothing half-written
 
         server = ServerProcess(home, log=tmp_path / "restart.log").start()
@@ -143,8 +143,9 @@ FULL = 'mount -t tmpfs -o size=256k tmpfs "$0" && { dd if=/dev/zero of="$0/fill"
 
 
 @needs_mount_ns
-@pytest.mark.parametrize("setup, cause", [(READ_ONLY, "the filesystem is read-only (EROFS)"),
-                                          (FULL, "the disk is full (ENOSPC)")])  # fmt: skip
+@pytest.mark.parametrize(
+    "setup, cause", [(READ_ONLY, "the filesystem is read-only (EROFS)"), (FULL, "the disk is full (ENOSPC)")]
+)
 def test_unwritable_home_at_startup_is_a_clear_error(tmp_path, setup, cause):
     home = tmp_path / "home"
     server = _serve_with(home, setup, tmp_path).start(timeout_s=60, expect_exit=True)
@@ -181,13 +182,16 @@ async def test_home_that_fills_up_or_turns_read_only_later_gives_tool_errors(tmp
             again = await c.call_tool("compile", {**compile_args, "emit_ptx": True})
             assert again.structured_content["ok"], again.structured_content
             warnings = [d["message"] for d in again.structured_content["diagnostics"] if d["severity"] == "warning"]
-            assert any(f"the compile cache at {home / 'cache' / 'compile'}" in w and "the disk is full (ENOSPC)" in w
-                       for w in warnings), warnings  # fmt: skip
+            assert any(
+                f"the compile cache at {home / 'cache' / 'compile'}" in w and "the disk is full (ENOSPC)" in w
+                for w in warnings
+            ), warnings
             assert not (await c.call_tool("list_targets", {})).is_error  # still serving
 
             (inside / "filler").unlink()
-            subprocess.run(["nsenter", "-t", str(server.proc.pid), "-m", "mount", "-o", "remount,ro", str(home)],
-                           check=True)  # fmt: skip
+            subprocess.run(
+                ["nsenter", "-t", str(server.proc.pid), "-m", "mount", "-o", "remount,ro", str(home)], check=True
+            )
             ro = await c.call_tool("loop_start", {"problem": VECTOR_ADD, "target": "triton", **LOOP_OPTIONS})
             assert ro.is_error
             assert f"the run store at {home / 'runs.db'} cannot be written" in text(ro), text(ro)

@@ -20,8 +20,9 @@ def test_examples_pass_on_the_gpu(engine, name):
 
 
 def test_wrong_candidate_fails_on_the_gpu(engine):
-    report = engine.verify(problem("fused_bias_gelu"), example("fused_bias_gelu", "triton_wrong"), target="triton",
-                           baselines=["eager"])  # fmt: skip
+    report = engine.verify(
+        problem("fused_bias_gelu"), example("fused_bias_gelu", "triton_wrong"), target="triton", baselines=["eager"]
+    )
     assert report.verdict == "fail" and report.mismatches[0].max_abs_error > 1e-4
 
 
@@ -29,7 +30,9 @@ def test_cuda_fault_is_contained_and_the_next_verify_passes(engine):
     report = engine.verify(problem("row_softmax"), hostile("illegal_address"), target="triton", baselines=["eager"])
     assert report.verdict == "error", report
     assert any("illegal" in e.lower() or "cuda" in e.lower() for e in report.errors)
-    again = engine.verify(problem("row_softmax"), example("row_softmax", "triton"), target="triton", baselines=["eager"])
+    again = engine.verify(
+        problem("row_softmax"), example("row_softmax", "triton"), target="triton", baselines=["eager"]
+    )
     assert again.verdict == "pass", again.errors
 
 
@@ -57,7 +60,9 @@ def test_work_on_another_stream_is_flagged(engine):
 
 
 def test_device_state_is_reported(engine):
-    report = engine.verify(problem("row_softmax"), example("row_softmax", "triton"), target="triton", baselines=["eager"])
+    report = engine.verify(
+        problem("row_softmax"), example("row_softmax", "triton"), target="triton", baselines=["eager"]
+    )
     assert report.device_state.get("name") and report.speedup_ci
 
 
@@ -74,7 +79,11 @@ def test_faster_than_light_is_flagged(engine):
 def test_honest_large_kernel_gets_a_fraction_of_sol(engine):
     from conftest import ROOT
 
-    report = engine.verify(str(ROOT / "bench" / "problems" / "row_softmax_large.py"), example("row_softmax", "triton"),
-                           target="triton", baselines=["eager"])  # fmt: skip
+    report = engine.verify(
+        str(ROOT / "bench" / "problems" / "row_softmax_large.py"),
+        example("row_softmax", "triton"),
+        target="triton",
+        baselines=["eager"],
+    )
     assert report.verdict == "pass", report.findings
     assert 0 < report.fraction_of_sol <= 1.0 and report.sol_ms > 0

@@ -34,7 +34,9 @@ def test_cuda_examples_pass(engine, name):
 
 
 def test_cuda_build_is_cached_across_verifies(engine):
-    engine.verify(problem("row_softmax"), example("row_softmax", "cuda"), target="cuda", baselines=["eager"], timeout_s=900)
+    engine.verify(
+        problem("row_softmax"), example("row_softmax", "cuda"), target="cuda", baselines=["eager"], timeout_s=900
+    )
     started = time.perf_counter()
     report = engine.verify(problem("row_softmax"), example("row_softmax", "cuda"), target="cuda", baselines=["eager"])
     assert report.verdict == "pass" and time.perf_counter() - started < 30
@@ -50,12 +52,16 @@ def test_cuda_build_error_maps_to_the_python_line(engine):
 
 def test_two_engines_building_the_same_source_at_once(tmp_path):
     """Two pools (two worker processes) build one new source into one cache: the lock keeps it whole."""
-    src = open(example("fused_bias_gelu", "cuda")).read().replace('name="bias_gelu_scale"', 'name="bias_gelu_scale_race"')
+    src = (
+        open(example("fused_bias_gelu", "cuda")).read().replace('name="bias_gelu_scale"', 'name="bias_gelu_scale_race"')
+    )
     engines = [Engine(home=tmp_path / "home"), Engine(home=tmp_path / "home")]
     reports = [None, None]
 
     def run(i):
-        reports[i] = engines[i].verify(problem("fused_bias_gelu"), src, target="cuda", baselines=["eager"], timeout_s=900)
+        reports[i] = engines[i].verify(
+            problem("fused_bias_gelu"), src, target="cuda", baselines=["eager"], timeout_s=900
+        )
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     try:

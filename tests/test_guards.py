@@ -77,7 +77,8 @@ def test_patched_timers_leave_a_clean_worker(engine):
 
 @pytest.mark.parametrize("name", ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"])
 def test_honest_examples_are_never_flagged(engine, name):
-    report = engine.verify(problem(name), example(name, "triton"), target="triton", trials=2, baselines=["eager"],
-                           timing_budget_s=0.2)  # fmt: skip
+    report = engine.verify(
+        problem(name), example(name, "triton"), target="triton", trials=2, baselines=["eager"], timing_budget_s=0.2
+    )
     assert report.verdict == "pass"
     assert all(f.severity in ("info",) for f in report.findings), report.findings

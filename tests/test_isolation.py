@@ -15,12 +15,25 @@ SOFTMAX = problem("row_softmax")
 
 
 def test_worker_environment_drops_secrets_and_sets_the_lane(tmp_path):
-    env = worker_environment("cpu", tmp_path, tmp_path, base={
-        "PATH": "/usr/bin", "ANTHROPIC_API_KEY": "sk-1", "OPENAI_API_KEY": "sk-2", "GITHUB_TOKEN": "t",
-        "CUDA_VISIBLE_DEVICES": "0", "TRITON_AUTH_TOKEN": "x", "KFORGE_HTTP_TOKEN": "y", "TRITON_INTERPRET": "0",
-    })  # fmt: skip
+    env = worker_environment(
+        "cpu",
+        tmp_path,
+        tmp_path,
+        base={
+            "PATH": "/usr/bin",
+            "ANTHROPIC_API_KEY": "sk-1",
+            "OPENAI_API_KEY": "sk-2",
+            "GITHUB_TOKEN": "t",
+            "CUDA_VISIBLE_DEVICES": "0",
+            "TRITON_AUTH_TOKEN": "x",
+            "KFORGE_HTTP_TOKEN": "y",
+            "TRITON_INTERPRET": "0",
+        },
+    )
     assert env["PATH"] == "/usr/bin" and env["CUDA_VISIBLE_DEVICES"] == "0"
-    assert not {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN", "TRITON_AUTH_TOKEN", "KFORGE_HTTP_TOKEN"} & set(env)
+    assert not {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN", "TRITON_AUTH_TOKEN", "KFORGE_HTTP_TOKEN"} & set(
+        env
+    )
     assert env["TRITON_INTERPRET"] == "1"
     assert "TRITON_INTERPRET" not in worker_environment("cuda:0", tmp_path, tmp_path, base={"TRITON_INTERPRET": "1"})
 
@@ -59,14 +72,23 @@ def test_import_time_crash_is_an_error_verdict(engine, tmp_path):
     source = "import os\nos._exit(3)\n"
     report = engine.verify(SOFTMAX, source, target="triton", trials=1, baselines=["eager"])
     assert report.verdict == "error" and "exit code 3" in report.errors[0]
-    assert engine.verify(SOFTMAX, example("row_softmax", "triton"), target="triton", trials=1,
-                         baselines=["eager"]).verdict == "pass"  # fmt: skip
+    assert (
+        engine.verify(SOFTMAX, example("row_softmax", "triton"), target="triton", trials=1, baselines=["eager"]).verdict
+        == "pass"
+    )
 
 
 @pytest.mark.parametrize("atol", [None, 1e-2])
 def test_tolerance_is_settable(engine, atol):
-    report = engine.verify(problem("fused_bias_gelu"), example("fused_bias_gelu", "triton_wrong"), target="triton",
-                           trials=1, baselines=["eager"], atol=atol, rtol=atol)  # fmt: skip
+    report = engine.verify(
+        problem("fused_bias_gelu"),
+        example("fused_bias_gelu", "triton_wrong"),
+        target="triton",
+        trials=1,
+        baselines=["eager"],
+        atol=atol,
+        rtol=atol,
+    )
     assert report.verdict == ("fail" if atol is None else "pass")
 
 
@@ -80,8 +102,14 @@ def test_a_crash_reads_as_a_crash_even_when_the_server_ignores_sigchld(engine):
     libc = ctypes.CDLL(None)
     libc.signal(ctypes.c_int(signal.SIGCHLD), ctypes.c_void_p(1))  # SIG_IGN, as Ray's driver has it
     try:
-        report = engine.verify(problem("fused_bias_gelu"), example("fused_bias_gelu", "triton_crash"),
-                               target="triton", trials=1, baselines=["eager"], timing_budget_s=0.1)  # fmt: skip
+        report = engine.verify(
+            problem("fused_bias_gelu"),
+            example("fused_bias_gelu", "triton_crash"),
+            target="triton",
+            trials=1,
+            baselines=["eager"],
+            timing_budget_s=0.1,
+        )
     finally:
         libc.signal(ctypes.c_int(signal.SIGCHLD), ctypes.c_void_p(0))
     assert report.verdict == "error" and "SIGABRT" in report.errors[0], report.errors

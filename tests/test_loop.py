@@ -145,8 +145,9 @@ def test_several_candidates_per_round_are_generated_and_checked_side_by_side(two
 
     eng = two_cpu_workers
     agent = Concurrent(REPLIES, together=3)  # round 0: a syntax error, a wrong and a right kernel; then the faster one
-    result = LoopDriver(eng).run(PROBLEM, "triton", agent, provider="scripted",
-                                 options={**FAST, "candidates_per_round": 3, "profile": False})  # fmt: skip
+    result = LoopDriver(eng).run(
+        PROBLEM, "triton", agent, provider="scripted", options={**FAST, "candidates_per_round": 3, "profile": False}
+    )
     assert result.status == "done" and result.stop_reason == "max_iterations", result
     assert len(agent.prompts) == 4  # 3 in round 0, then 1: the budget of 4 attempts is not overrun
     first, optimize = agent.prompts[0], agent.prompts[3]
@@ -173,8 +174,9 @@ def test_the_token_budget_stops_the_run_and_each_attempts_tokens_are_kept(engine
     from kforge_mcp.agents.loop import Reply
 
     agent = Scripted([Reply(REPLIES[0], tokens=1000), Reply(REPLIES[1], tokens=1000), Reply(REPLIES[2], tokens=1000)])
-    result = LoopDriver(engine).run(PROBLEM, "triton", agent, provider="scripted",
-                                    options={**FAST, "max_tokens": 1500, "profile": False})  # fmt: skip
+    result = LoopDriver(engine).run(
+        PROBLEM, "triton", agent, provider="scripted", options={**FAST, "max_tokens": 1500, "profile": False}
+    )
     assert result.status == "done" and result.stop_reason == "max_tokens" and len(agent.prompts) == 2
     assert [a.tokens for a in result.attempts] == [1000, 1000] and result.tokens == 2000
     store = RunStore.for_home(engine.home)
@@ -192,8 +194,9 @@ MCP_FAST = {"trials": 1, "baselines": ["eager"], "timing_budget_s": 0.2, "max_it
 def sampler(agent: Scripted):
     async def on_sample(context, params: types.CreateMessageRequestParams):
         prompt = params.messages[0].content.text
-        return types.CreateMessageResult(role="assistant", model="scripted",
-                                         content=types.TextContent(type="text", text=agent(prompt)))  # fmt: skip
+        return types.CreateMessageResult(
+            role="assistant", model="scripted", content=types.TextContent(type="text", text=agent(prompt))
+        )
 
     return on_sample
 
@@ -207,8 +210,11 @@ async def test_run_loop_tool_uses_the_clients_model_through_sampling(server):
         progress.append(message)
 
     async with Client(server, mode="legacy", sampling_callback=sampler(agent)) as client:
-        result = await client.call_tool("run_loop", {"problem": PROBLEM, "target": "triton", "wait_s": 300, **MCP_FAST},
-                                        progress_callback=on_progress)  # fmt: skip
+        result = await client.call_tool(
+            "run_loop",
+            {"problem": PROBLEM, "target": "triton", "wait_s": 300, **MCP_FAST},
+            progress_callback=on_progress,
+        )
         assert not result.is_error, result.content
         out = result.structured_content
         run_id = out["run_id"]
@@ -233,8 +239,18 @@ async def test_run_loop_tool_asks_for_several_candidates_and_stops_at_the_token_
 
     agent = Concurrent([REPLIES[1], REPLIES[2]])
     async with Client(server, mode="legacy", sampling_callback=sampler(agent)) as client:
-        result = await client.call_tool("run_loop", {"problem": PROBLEM, "target": "triton", "wait_s": 300, **MCP_FAST,
-                                                     "profile": False, "candidates_per_round": 2, "token_budget": 1})  # fmt: skip
+        result = await client.call_tool(
+            "run_loop",
+            {
+                "problem": PROBLEM,
+                "target": "triton",
+                "wait_s": 300,
+                **MCP_FAST,
+                "profile": False,
+                "candidates_per_round": 2,
+                "token_budget": 1,
+            },
+        )
         assert not result.is_error, result.content
         out = result.structured_content
         run = json.loads((await client.read_resource(f"kforge://runs/{out['run_id']}")).contents[0].text)
@@ -257,8 +273,9 @@ async def test_run_loop_without_sampling_points_to_the_client_driven_loop(server
 async def test_client_driven_loop(server):
     replies = iter(REPLIES)
     async with Client(server) as client:
-        start = await client.call_tool("loop_start", {"problem": PROBLEM, "target": "triton", **MCP_FAST,
-                                                      "profile": False})  # fmt: skip
+        start = await client.call_tool(
+            "loop_start", {"problem": PROBLEM, "target": "triton", **MCP_FAST, "profile": False}
+        )
         assert not start.is_error, start.content
         run_id, prompt = start.structured_content["run_id"], start.structured_content["prompt"]
         prompts_seen, results = [prompt], []
@@ -298,8 +315,13 @@ def test_every_run_writes_a_report_and_kforge_report_redraws_it(engine, tmp_path
 
     from kforge_mcp.cli import build_parser, run
 
-    result = LoopDriver(engine).run(PROBLEM, "triton", Scripted([REPLIES[0], REPLIES[2]]), provider="scripted",
-                                    options={**FAST, "max_iterations": 2, "profile": False})  # fmt: skip
+    result = LoopDriver(engine).run(
+        PROBLEM,
+        "triton",
+        Scripted([REPLIES[0], REPLIES[2]]),
+        provider="scripted",
+        options={**FAST, "max_iterations": 2, "profile": False},
+    )
     assert result.report == str(engine.home / "reports" / result.run_id / "report.html")
     assert result.report_uri == f"kforge://runs/{result.run_id}/report"
     html = Path(result.report).read_text()
@@ -323,8 +345,10 @@ def test_every_run_writes_a_report_and_kforge_report_redraws_it(engine, tmp_path
 @pytest.mark.anyio
 async def test_report_resource_and_unknown_run_ids_over_mcp(server):
     async with Client(server, mode="legacy", sampling_callback=sampler(Scripted([REPLIES[2]]))) as client:
-        r = await client.call_tool("run_loop", {"problem": PROBLEM, "target": "triton", "wait_s": 300, **MCP_FAST,
-                                                "max_iterations": 1, "profile": False})  # fmt: skip
+        r = await client.call_tool(
+            "run_loop",
+            {"problem": PROBLEM, "target": "triton", "wait_s": 300, **MCP_FAST, "max_iterations": 1, "profile": False},
+        )
         out = r.structured_content
         page = (await client.read_resource(out["report_uri"])).contents[0]
         bad = await client.call_tool("run_loop", {"problem": PROBLEM, "target": "triton", "run_id": out["run_id"][:-1]})
@@ -350,8 +374,9 @@ async def test_job_cancel_stops_the_run_and_run_id_resumes_it(server):
             reached.set()
             await proceed.wait()
         reply = [REPLIES[0], REPLIES[1], REPLIES[1], REPLIES[2]][len(asked) - 1]
-        return types.CreateMessageResult(role="assistant", model="scripted",
-                                         content=types.TextContent(type="text", text=reply))  # fmt: skip
+        return types.CreateMessageResult(
+            role="assistant", model="scripted", content=types.TextContent(type="text", text=reply)
+        )
 
     opts = {"problem": PROBLEM, "target": "triton", **MCP_FAST, "max_iterations": 3, "profile": False}
     async with Client(server, mode="legacy", sampling_callback=on_sample) as client:
@@ -401,16 +426,38 @@ def test_a_killed_loop_reads_as_interrupted_and_resume_finishes_it(tmp_path):
     with LLMServer(replies=REPLIES[:3], block_at=2) as llm:
         url = llm.url + "/v1"
         log = open(tmp_path / "first.log", "w")
-        proc = subprocess.Popen([*kforge, "run-loop", PROBLEM, "--target", "triton", "--provider", "openai",
-                                 "--base-url", url, "--max-iterations", "3", "--trials", "1", "--baselines", "eager",
-                                 "--no-profile"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                *kforge,
+                "run-loop",
+                PROBLEM,
+                "--target",
+                "triton",
+                "--provider",
+                "openai",
+                "--base-url",
+                url,
+                "--max-iterations",
+                "3",
+                "--trials",
+                "1",
+                "--baselines",
+                "eager",
+                "--no-profile",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             assert llm.reached.wait(300), (tmp_path / "first.log").read_text()  # asking for attempt 2
             store = RunStore.for_home(home)
             (live,) = store.list_runs()
             assert live.status == "running" and live.owner_pid == proc.pid and live.attempts == 2
-            workers = [p for p in _children(proc.pid)
-                       if b"kforge_mcp.engine.worker" in Path(f"/proc/{p}/cmdline").read_bytes()]  # fmt: skip
+            workers = [
+                p for p in _children(proc.pid) if b"kforge_mcp.engine.worker" in Path(f"/proc/{p}/cmdline").read_bytes()
+            ]
             assert workers and secret.encode() in Path(f"/proc/{proc.pid}/environ").read_bytes()
             assert all(secret.encode() not in Path(f"/proc/{p}/environ").read_bytes() for p in workers)
             os.kill(proc.pid, signal.SIGKILL)
@@ -430,8 +477,9 @@ def test_a_killed_loop_reads_as_interrupted_and_resume_finishes_it(tmp_path):
             time.sleep(0.2)
         assert not [p for p in workers if Path(f"/proc/{p}").exists()]
 
-        done = subprocess.run([*kforge, "run-loop", "--resume", live.id], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [*kforge, "run-loop", "--resume", live.id], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"run {live.id}: done (max_iterations)" in done.stdout and "report:" in done.stdout
     attempts = store.attempts(live.id)
@@ -440,3 +488,43 @@ def test_a_killed_loop_reads_as_interrupted_and_resume_finishes_it(tmp_path):
     assert len(llm.requests) == 4  # and the two finished ones were not
     assert store.get_run(live.id).best_attempt == 2 and (home / "reports" / live.id / "report.html").is_file()
     assert secret.encode() not in b"".join(p.read_bytes() for p in home.glob("runs.db*"))
+
+
+def test_the_loop_stops_when_the_analysis_agent_says_the_best_is_at_its_limit():
+    """A stop recommendation ends the run (stop_at_limit, on by default); the optimize prompt carries the
+    agent's recommendations with their evidence, action and how the gain was estimated."""
+    from kforge_mcp.agents.loop import optimize_feedback
+    from kforge_mcp.agents.results import LoopOptions
+    from kforge_mcp.store import Attempt, Run
+
+    limit = {
+        "rule": "at_the_limit",
+        "title": "At the limit: stop here",
+        "stop": True,
+        "expected_gain": 0.2,
+        "priority": "low",
+        "evidence": [{"metric": "tensor_op_gmma pipe busy", "value": "97.1%"}],
+        "action": "Stop optimizing.",
+        "gain_basis": "1 - fraction of speed of light",
+    }
+    best = Attempt(
+        run_id="r",
+        index=1,
+        pass_="optimize",
+        correct=True,
+        speedup=1.6,
+        recommendations=[limit],
+        verify_report={"speedup": 1.6, "fraction_of_sol": 0.8, "sol_ms": 1.1, "sol_path": "bf16 ..."},
+    )
+    run = Run(id="r", problem="p", target="triton", status="running", created=time.time(), updated=time.time())
+    opts = LoopOptions(max_iterations=8)
+    assert (
+        LoopDriver._stop_reason(None, run, opts, [best], best)
+        == "at the limit (analysis agent): At the limit: stop here"
+    )
+    assert LoopDriver._stop_reason(None, run, opts.model_copy(update={"stop_at_limit": False}), [best], best) is None
+    best.recommendations = [{**limit, "stop": False}]
+    assert LoopDriver._stop_reason(None, run, opts, [best], best) is None
+    text = optimize_feedback(best, None)
+    assert "biggest lever first" in text and "tensor_op_gmma pipe busy=97.1%" in text
+    assert "expected gain estimated as: 1 - fraction of speed of light" in text and "bound assumes bf16" in text

@@ -17,17 +17,15 @@ from mcp import Client
 from kforge_mcp.errors import InputError
 from kforge_mcp.problem import Source
 from kforge_mcp.targets import get_target
-from kforge_mcp.targets.metal import (
-    NEEDS,
-    _CountedLibrary,
+from kforge_mcp.targets.metal import NEEDS, _CountedLibrary, unavailable_reason
+from kforge_mcp.targets.metal_calls import (
     _module_constants,
     compiler_diagnostics,
     expansion_map,
     find_libraries,
-    parse_kernels,
     static_diagnostics,
-    unavailable_reason,
 )
+from kforge_mcp.targets.metal_kernels import parse_kernels
 
 EXAMPLES = ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"]
 HAS_MPS = platform.system() == "Darwin" and torch.backends.mps.is_available() and hasattr(torch.mps, "compile_shader")
@@ -90,7 +88,11 @@ def test_kernel_signature_parsing():
     (k,) = parse_kernels(CANDIDATE.split('"""')[1])
     assert k.name == "axpy" and k.return_type == "void" and k.grid_dims() == 1
     assert [(p.name, p.kind, p.base_type, p.buffer_index) for p in k.bindable()] == [
-        ("x", "buffer", "float", 0), ("y", "buffer", "float", 1), ("a", "scalar", "float", 2), ("n", "scalar", "long", 3)]
+        ("x", "buffer", "float", 0),
+        ("y", "buffer", "float", 1),
+        ("a", "scalar", "float", 2),
+        ("n", "scalar", "long", 3),
+    ]
     assert k.params[-1].builtin == "thread_position_in_grid"
 
 
@@ -98,16 +100,25 @@ def test_a_correct_dispatch_has_no_findings():
     assert static_diagnostics(src(CANDIDATE)) == []
 
 
-@pytest.mark.parametrize("call, message", [
-    ("lib.axpy(x, y, 2.0, threads=x.numel(), group_size=GROUP)", "axpy takes 4 arguments (x, y, a, n) but this dispatch passes 3"),
-    ("lib.axpy(x, 1.0, 2.0, x.numel(), threads=x.numel(), group_size=GROUP)", "argument 'y' is a buffer"),
-    ("lib.axpy(x, y, 2, x.numel(), threads=x.numel(), group_size=GROUP)", "argument 'a' is float but a Python int"),
-    ("lib.axpy(x, y, 2.0, 3.5, threads=x.numel(), group_size=GROUP)", "argument 'n' is long but a Python float"),
-    ("lib.axpy(x, y, 2.0, x.numel(), threads=x.numel(), group_size=2048)", "2048 threads per threadgroup; Apple GPUs allow at most 1024"),
-    ("lib.axpy(x, y, 2.0, x.numel(), threads=x.numel(), group_size=(64, 32))", "(64, 32) is 2048 threads"),
-    ("lib.axpy(x, y, 2.0, x.numel(), threads=0, group_size=GROUP)", "threads=(0,) must be a positive int"),
-    ("lib.saxpy(x, y, 2.0, x.numel(), threads=x.numel())", "the Metal library has no such kernel (kernels: axpy)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            "lib.axpy(x, y, 2.0, threads=x.numel(), group_size=GROUP)",
+            "axpy takes 4 arguments (x, y, a, n) but this dispatch passes 3",
+        ),
+        ("lib.axpy(x, 1.0, 2.0, x.numel(), threads=x.numel(), group_size=GROUP)", "argument 'y' is a buffer"),
+        ("lib.axpy(x, y, 2, x.numel(), threads=x.numel(), group_size=GROUP)", "argument 'a' is float but a Python int"),
+        ("lib.axpy(x, y, 2.0, 3.5, threads=x.numel(), group_size=GROUP)", "argument 'n' is long but a Python float"),
+        (
+            "lib.axpy(x, y, 2.0, x.numel(), threads=x.numel(), group_size=2048)",
+            "2048 threads per threadgroup; Apple GPUs allow at most 1024",
+        ),
+        ("lib.axpy(x, y, 2.0, x.numel(), threads=x.numel(), group_size=(64, 32))", "(64, 32) is 2048 threads"),
+        ("lib.axpy(x, y, 2.0, x.numel(), threads=0, group_size=GROUP)", "threads=(0,) must be a positive int"),
+        ("lib.saxpy(x, y, 2.0, x.numel(), threads=x.numel())", "the Metal library has no such kernel (kernels: axpy)"),
+    ],
+)
 def test_dispatch_errors_point_at_the_call(call, message):
     text = CANDIDATE.replace("lib.axpy(x, y, 2.0, x.numel(), threads=x.numel(), group_size=GROUP)", call)
     found = errors(static_diagnostics(src(text)))
@@ -115,14 +126,20 @@ def test_dispatch_errors_point_at_the_call(call, message):
     assert found[0].line == line_of(text, call)
 
 
-@pytest.mark.parametrize("change, severity, message", [
-    ("group_size=GROUP)", "warning", "not a multiple of the SIMD width 32"),
-    ("threads=x.numel(), group_size=GROUP)", "warning", "no threads= at this dispatch"),
-    ("threads=x.numel()", "warning", "grid position is 1-D but threads= gives 2"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, severity, message",
+    [
+        ("group_size=GROUP)", "warning", "not a multiple of the SIMD width 32"),
+        ("threads=x.numel(), group_size=GROUP)", "warning", "no threads= at this dispatch"),
+        ("threads=x.numel()", "warning", "grid position is 1-D but threads= gives 2"),
+    ],
+)
 def test_dispatch_warnings(change, severity, message):
-    replacement = {"group_size=GROUP)": "group_size=100)", "threads=x.numel(), group_size=GROUP)": "group_size=GROUP)",
-                   "threads=x.numel()": "threads=(64, 64)"}[change]  # fmt: skip
+    replacement = {
+        "group_size=GROUP)": "group_size=100)",
+        "threads=x.numel(), group_size=GROUP)": "group_size=GROUP)",
+        "threads=x.numel()": "threads=(64, 64)",
+    }[change]
     text = CANDIDATE.replace(change, replacement, 1)
     found = [d for d in static_diagnostics(src(text)) if message in d.message]
     assert found and found[0].severity == severity and found[0].line == line_of(text, "lib.axpy(")
@@ -134,13 +151,31 @@ def test_python_int_to_a_32_bit_scalar_is_a_warning():
     assert d.severity == "warning" and "sends a Python int as int64" in d.message
 
 
-@pytest.mark.parametrize("old, new, message, at", [
-    ("kernel void axpy", "kernel float axpy", "returns float: Metal kernels return void", "kernel float axpy"),
-    ("constant long& n [[buffer(3)]]", "threadgroup float* n [[threadgroup(0)]]", "is threadgroup memory", "threadgroup float* n"),
-    ("constant long& n [[buffer(3)]]", "long n [[buffer(3)]]", "is neither a buffer", "long n [[buffer(3)]]"),
-    ("constant long& n [[buffer(3)]]", "constant long& n [[buffer(4)]]", "buffer indices [0, 1, 2, 4]", "kernel void axpy"),
-    ("    if (i < n)", "    threadgroup float big[8192][2];\n    if (i < n)", "declares 65536 bytes of threadgroup memory", "{"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "old, new, message, at",
+    [
+        ("kernel void axpy", "kernel float axpy", "returns float: Metal kernels return void", "kernel float axpy"),
+        (
+            "constant long& n [[buffer(3)]]",
+            "threadgroup float* n [[threadgroup(0)]]",
+            "is threadgroup memory",
+            "threadgroup float* n",
+        ),
+        ("constant long& n [[buffer(3)]]", "long n [[buffer(3)]]", "is neither a buffer", "long n [[buffer(3)]]"),
+        (
+            "constant long& n [[buffer(3)]]",
+            "constant long& n [[buffer(4)]]",
+            "buffer indices [0, 1, 2, 4]",
+            "kernel void axpy",
+        ),
+        (
+            "    if (i < n)",
+            "    threadgroup float big[8192][2];\n    if (i < n)",
+            "declares 65536 bytes of threadgroup memory",
+            "{",
+        ),
+    ],
+)
 def test_kernel_errors_point_at_the_msl_line_in_the_python_file(old, new, message, at):
     text = CANDIDATE.replace(old, new)
     found = [d for d in errors(static_diagnostics(src(text))) if message in d.message]
@@ -157,7 +192,9 @@ def test_no_compile_shader_call_and_a_runtime_built_source():
 
 
 def test_kernel_bound_to_an_attribute_is_checked_too():
-    text = CANDIDATE.replace("        lib.axpy(x, y, 2.0, x.numel(),", "        self.k = lib.axpy\n        self.k(x, y, 2.0,")
+    text = CANDIDATE.replace(
+        "        lib.axpy(x, y, 2.0, x.numel(),", "        self.k = lib.axpy\n        self.k(x, y, 2.0,"
+    )
     (d,) = errors(static_diagnostics(src(text)))
     assert "takes 4 arguments" in d.message and d.line == line_of(text, "self.k(x, y")
 
@@ -174,8 +211,10 @@ def test_compiler_messages_map_through_inlined_headers_to_python_lines():
     compiled_line = next(i for i, (orig, header) in enumerate(lines, start=1) if orig == msl_line and header is None)
     assert compiled_line > msl_line + 50  # special_math.h and what it includes came first
     header_line = next(i for i, (_, header) in enumerate(lines, start=1) if header)
-    message = (f"program_source:{compiled_line}:22: error: use of undeclared identifier 'vv'\n"
-               f"program_source:{header_line}:3: note: candidate function not viable")  # fmt: skip
+    message = (
+        f"program_source:{compiled_line}:22: error: use of undeclared identifier 'vv'\n"
+        f"program_source:{header_line}:3: note: candidate function not viable"
+    )
     d1, d2 = compiler_diagnostics(message, lib, Source(text=text, name=path))
     assert (d1.line, d1.column, d1.severity) == (line_of(text, "out[i] ="), 22, "error")
     assert "undeclared identifier 'vv'" in d1.message and d1.file == path
@@ -232,8 +271,15 @@ async def test_tools_without_an_apple_gpu_say_what_is_needed(server):
         listed = await client.call_tool("list_targets", {})
         metal = next(t for t in listed.structured_content["targets"] if t["name"] == "metal")
         compiled = await client.call_tool("compile", {"target": "metal", "source": bad, "wait_s": 600})
-        verified = await client.call_tool("verify", {"problem": problem("fused_bias_gelu"), "target": "metal",
-                                                     "candidate": example("fused_bias_gelu", "metal"), "wait_s": 600})  # fmt: skip
+        verified = await client.call_tool(
+            "verify",
+            {
+                "problem": problem("fused_bias_gelu"),
+                "target": "metal",
+                "candidate": example("fused_bias_gelu", "metal"),
+                "wait_s": 600,
+            },
+        )
     assert not metal["available"] and "needs macOS with an Apple GPU and torch >= 2.7" in metal["reason"]
     assert metal["requires"] == ["metal"]
     assert compiled.is_error and "target 'metal' cannot compile here: needs macOS" in compiled.content[0].text

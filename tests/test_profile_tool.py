@@ -18,14 +18,24 @@ async def call(server, name, args):
 
 
 async def test_profile_gemm_on_cpu_has_roofline_and_cpu_ops(server):
-    result = await call(server, "profile", {"problem": problem("gemm_bias_relu"), "target": "triton",
-                                            "candidate": example("gemm_bias_relu", "triton"), "iterations": 1,
-                                            "depth": "metrics"})  # fmt: skip
+    result = await call(
+        server,
+        "profile",
+        {
+            "problem": problem("gemm_bias_relu"),
+            "target": "triton",
+            "candidate": example("gemm_bias_relu", "triton"),
+            "iterations": 1,
+            "depth": "metrics",
+        },
+    )
     assert not result.is_error, result.content
     r = result.structured_content
     assert r["source"] == "torch.profiler" and r["device"] == "cpu" and r["execution"] == "triton-interpreter"
     assert r["kernels"] and all(k["kind"] == "cpu" for k in r["kernels"])
-    assert any("no device kernels" in n for n in r["notes"]) and any("ncu" in n.lower() or "Nsight" in n for n in r["notes"])
+    assert any("no device kernels" in n for n in r["notes"]) and any(
+        "ncu" in n.lower() or "Nsight" in n for n in r["notes"]
+    )
     roof = r["roofline"]
     assert roof["flops"] == 2 * 256 * 512 * 384 and roof["bytes"] > 0 and roof["sol_ms"] > 0
     assert roof["bound"] in ("memory", "compute") and roof["fraction_of_sol"] is not None
@@ -42,8 +52,11 @@ async def test_profile_reference_without_candidate(server):
 
 
 async def test_analyze_profile_on_a_real_ncu_csv(server):
-    result = await call(server, "analyze_profile", {"path": str(DATA / "fused_bias_gelu-triton_naive.ncu-raw.csv"),
-                                                    "problem": problem("fused_bias_gelu")})  # fmt: skip
+    result = await call(
+        server,
+        "analyze_profile",
+        {"path": str(DATA / "fused_bias_gelu-triton_naive.ncu-raw.csv"), "problem": problem("fused_bias_gelu")},
+    )
     assert not result.is_error, result.content
     a = result.structured_content
     top = a["recommendations"][0]
@@ -67,9 +80,11 @@ async def test_analyze_profile_bad_inputs_are_tool_errors(server, tmp_path):
 
 
 async def test_bad_profiles_name_the_file_and_the_server_keeps_serving(server, tmp_path):
-    cases = {"empty.json": ('{"traceEvents": []}', "nothing was profiled"),
-             "foreign.csv": ("name,value\nfoo,1\n", "unrecognized profile format"),
-             "cut.csv": ('"ID","Process ID","Kernel Name"\n', "truncated")}  # fmt: skip
+    cases = {
+        "empty.json": ('{"traceEvents": []}', "nothing was profiled"),
+        "foreign.csv": ("name,value\nfoo,1\n", "unrecognized profile format"),
+        "cut.csv": ('"ID","Process ID","Kernel Name"\n', "truncated"),
+    }
     async with Client(server) as client:
         for name, (text, why) in cases.items():
             (tmp_path / name).write_text(text)

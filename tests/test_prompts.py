@@ -17,8 +17,16 @@ PROBLEM_TEXT = Path(PROBLEM).read_text()
 @pytest.mark.parametrize("target", ["triton", "cuda", "cute", "metal"])
 @pytest.mark.parametrize("kind", ["first", "repair", "optimize"])
 def test_every_template_renders_the_problem_rules_one_shot_and_format(target, kind):
-    text = prompts.render(kind, target, PROBLEM_TEXT, previous="OLD_CODE", feedback="FEEDBACK_LINE", attempt_index=1,
-                          speedup=1.25, device="DEVICE_FACTS")  # fmt: skip
+    text = prompts.render(
+        kind,
+        target,
+        PROBLEM_TEXT,
+        previous="OLD_CODE",
+        feedback="FEEDBACK_LINE",
+        attempt_index=1,
+        speedup=1.25,
+        device="DEVICE_FACTS",
+    )
     assert "return torch.softmax(x, dim=-1)" in text and "DEVICE_FACTS" in text
     assert "Forbidden" in text and "one fenced ```python" in text and "class ModelNew" in text
     shot = (ROOT / "examples" / "candidates" / "fused_bias_gelu" / f"{target}.py").read_text().strip()

@@ -94,8 +94,17 @@ def test_the_loop_uses_the_providers_replies_and_never_stores_the_key(engine, mo
     monkeypatch.setenv("KFORGE_MODEL", "claude-test")
     with LLMServer(replies=[REPLIES[0], REPLIES[2]]) as server:  # a syntax error, then the right kernel
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        result = kforge_mcp.run_loop(PROBLEM, "triton", provider="anthropic", engine=engine, max_iterations=3,
-                                     optimize=False, trials=1, baselines=["eager"], timing_budget_s=0.2)  # fmt: skip
+        result = kforge_mcp.run_loop(
+            PROBLEM,
+            "triton",
+            provider="anthropic",
+            engine=engine,
+            max_iterations=3,
+            optimize=False,
+            trials=1,
+            baselines=["eager"],
+            timing_budget_s=0.2,
+        )
     assert [a.verdict for a in result.attempts] == ["compile_error", "pass"] and result.stop_reason == "correct"
     assert result.best.index == 1 and "class ModelNew" in result.best.candidate
     store = RunStore.for_home(engine.home)

@@ -27,9 +27,15 @@ FAST = {"target": "triton", "trials": 1, "baselines": ["eager"], "timing_budget_
 @pytest.fixture(scope="module")
 def cluster():
     # head: 1 CPU; second node: 1 CPU and a "special" resource (a stand-in for xpu or metal)
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False, "object_store_memory": 100 * 2**20,
-        "_system_config": {"kill_child_processes_on_worker_exit_with_raylet_subreaper": True}})  # fmt: skip
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "include_dashboard": False,
+            "object_store_memory": 100 * 2**20,
+            "_system_config": {"kill_child_processes_on_worker_exit_with_raylet_subreaper": True},
+        },
+    )
     special = c.add_node(num_cpus=1, resources={"special": 1}, object_store_memory=100 * 2**20)
     ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
     yield c, special.node_id
@@ -69,8 +75,11 @@ def test_list_targets_shows_each_node_and_the_cluster(engine, cluster):
 
 def test_verify_batch_through_ray_passes_and_fails_correctly(engine):
     results = []
-    reports = engine.verify_batch([{"problem": GELU, "candidate": example("fused_bias_gelu", c)}
-                                   for c in ("triton", "triton_wrong")], on_result=lambda i, r: results.append(i), **FAST)  # fmt: skip
+    reports = engine.verify_batch(
+        [{"problem": GELU, "candidate": example("fused_bias_gelu", c)} for c in ("triton", "triton_wrong")],
+        on_result=lambda i, r: results.append(i),
+        **FAST,
+    )
     assert [r.verdict for r in reports] == ["pass", "fail"], [r.errors for r in reports]
     assert reports[0].execution == "triton-interpreter" and reports[1].mismatches
     assert all(r.node for r in reports) and sorted(results) == [0, 1]
@@ -91,7 +100,9 @@ def test_a_job_that_needs_a_custom_resource_lands_on_the_node_that_has_it(cluste
 def test_a_lane_no_node_offers_fails_clearly_instead_of_waiting(cluster, home):
     executor = RayExecutor(home=str(home))
     try:
-        with pytest.raises(WorkerFailure, match=r"no node of the Ray cluster offers what lane 'cuda:0' needs \(GPU=1\)"):
+        with pytest.raises(
+            WorkerFailure, match=r"no node of the Ray cluster offers what lane 'cuda:0' needs \(GPU=1\)"
+        ):
             executor.run("cuda:0", "verify", {"target": "triton"}, timeout_s=10)
     finally:
         executor.shutdown()
@@ -109,8 +120,12 @@ def _kill_busy_actor_when(engine, ready: threading.Event, times: int) -> threadi
         for _ in range(times):
             assert ready.wait(180), "the job never started"
             ready.clear()
-            busy = [s for key, mine in engine.executor._all.items() for s in mine
-                    if isinstance(s, tuple) and s not in engine.executor._free.get(key, [])]  # fmt: skip
+            busy = [
+                s
+                for key, mine in engine.executor._all.items()
+                for s in mine
+                if isinstance(s, tuple) and s not in engine.executor._free.get(key, [])
+            ]
             for actor, _node in busy:
                 ray.kill(actor)
 
@@ -137,8 +152,9 @@ def test_a_worker_killed_mid_job_is_retried_on_another(engine, home):
 def test_a_worker_killed_twice_gives_a_clear_error(engine, home):
     ready = threading.Event()
     killer = _kill_busy_actor_when(engine, ready, times=2)
-    report = engine.verify(GELU, slow_candidate(home, 7), on_progress=lambda m: m == "loading candidate" and ready.set(),
-                           **FAST)  # fmt: skip
+    report = engine.verify(
+        GELU, slow_candidate(home, 7), on_progress=lambda m: m == "loading candidate" and ready.set(), **FAST
+    )
     killer.join(5)
     assert report.verdict == "error"
     assert "lost its Ray worker twice" in report.errors[0] and "ActorDiedError" in report.errors[0], report.errors
@@ -155,11 +171,15 @@ async def test_verify_batch_tool_streams_progress_through_ray(engine):
     async def on_progress(progress, total, message):
         messages.append(message)
 
-    items = [{"problem": GELU, "candidate": example("fused_bias_gelu", c)} for c in ("triton", "triton_wrong", "triton")]
+    items = [
+        {"problem": GELU, "candidate": example("fused_bias_gelu", c)} for c in ("triton", "triton_wrong", "triton")
+    ]
     async with Client(build_server(engine)) as client:
-        result = await client.call_tool("verify_batch", {"items": items, "target": "triton", "trials": 1,
-                                                         "baselines": ["eager"], "wait_s": 600},
-                                        progress_callback=on_progress)  # fmt: skip
+        result = await client.call_tool(
+            "verify_batch",
+            {"items": items, "target": "triton", "trials": 1, "baselines": ["eager"], "wait_s": 600},
+            progress_callback=on_progress,
+        )
     assert not result.is_error, result.content
     out = result.structured_content
     assert [r["verdict"] for r in out["reports"]] == ["pass", "fail", "pass"]

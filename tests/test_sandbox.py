@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, example, hostile, problem, processes_with_env
 
 from kforge_mcp.api import Engine
-from kforge_mcp.engine import sandbox
+from kforge_mcp.engine import landlock, sandbox
 from kforge_mcp.engine.environment import worker_environment
 from kforge_mcp.errors import InputError
 from kforge_mcp.problem import resolve_source
@@ -52,7 +52,7 @@ def assert_still_serving(engine) -> None:
 # ---- what is active ----
 
 
-LANDLOCK_APPLIES = sandbox.landlock_abi() > 0 and not os.path.exists(sandbox.NVIDIA_CONTROL_DEVICE)
+LANDLOCK_APPLIES = landlock.landlock_abi() > 0 and not os.path.exists(sandbox.NVIDIA_CONTROL_DEVICE)
 
 
 def test_sandbox_status_is_reported(sandboxed):
@@ -63,7 +63,7 @@ def test_sandbox_status_is_reported(sandboxed):
     assert "limits: on" in status and "nofile" in status and "cpu" in status
     if LANDLOCK_APPLIES:
         assert "landlock: on" in status, status
-    elif sandbox.landlock_abi() > 0:
+    elif landlock.landlock_abi() > 0:
         assert sandbox.LANDLOCK_OFF_WITH_NVIDIA in status, status
     if IS_ROOT:  # root may unshare a network namespace and (here) has a pids cgroup
         assert "network: on" in status, status
@@ -79,8 +79,9 @@ def test_each_protection_can_be_turned_off():
 
 
 def test_worker_environment_points_temp_files_and_caches_into_writable_dirs(tmp_path):
-    env = worker_environment("cpu", tmp_path / "home", tmp_path / "tmp", base={"TMPDIR": "/elsewhere",
-                             "KFORGE_SANDBOX_MAX_PROCS": "7"})  # fmt: skip
+    env = worker_environment(
+        "cpu", tmp_path / "home", tmp_path / "tmp", base={"TMPDIR": "/elsewhere", "KFORGE_SANDBOX_MAX_PROCS": "7"}
+    )
     assert env["TMPDIR"] == str(tmp_path / "tmp") and env["KFORGE_SANDBOX_MAX_PROCS"] == "7"
     writable = sandbox.writable_dirs(env)
     assert str(tmp_path / "home") not in writable  # the home itself (run store, compile cache) is not
@@ -109,7 +110,7 @@ def test_reading_an_api_key_fails_and_the_verdict_says_why(sandboxed):
     assert_still_serving(engine)
 
 
-@pytest.mark.skipif(sandbox.landlock_abi() == 0 and not IS_ROOT, reason="neither Landlock TCP rules nor a netns")
+@pytest.mark.skipif(landlock.landlock_abi() == 0 and not IS_ROOT, reason="neither Landlock TCP rules nor a netns")
 def test_no_network(sandboxed):
     engine, _ = sandboxed
     with socket.socket() as listener:
@@ -128,11 +129,14 @@ def test_no_network(sandboxed):
 
 
 @pytest.mark.skipif(not LANDLOCK_APPLIES, reason="Landlock is not available here, or off beside an NVIDIA driver")
-@pytest.mark.parametrize("name, target", [
-    ("hostile_write_store", "runs.db"),
-    ("hostile_write_cache", "cache/compile/poisoned.json"),
-    ("hostile_write_home", "~/.kforge_pwned"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, target",
+    [
+        ("hostile_write_store", "runs.db"),
+        ("hostile_write_cache", "cache/compile/poisoned.json"),
+        ("hostile_write_home", "~/.kforge_pwned"),
+    ],
+)
 def test_no_writes_outside_the_sandbox(sandboxed, name, target):
     engine, fake_home = sandboxed
     report = verify(engine, hostile(name))
@@ -216,9 +220,11 @@ def test_kill_tree_reaches_processes_in_other_sessions():
     import sys
 
     # a parent that starts a child in a new session and waits: killpg on the parent misses it
-    code = ("import os,subprocess,sys,time\n"
-            "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'], start_new_session=True)\n"
-            "time.sleep(60)\n")  # fmt: skip
+    code = (
+        "import os,subprocess,sys,time\n"
+        "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'], start_new_session=True)\n"
+        "time.sleep(60)\n"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code])
     try:
         deadline = time.monotonic() + 20
@@ -291,11 +297,12 @@ def http_url(engine):
     import uvicorn
 
     from kforge_mcp import http_transport
-    from kforge_mcp.cli import transport_security
+    from kforge_mcp.cli.serve import transport_security
     from kforge_mcp.server import build_server
 
-    app = http_transport.build_app(build_server(engine), "127.0.0.1", transport_security("127.0.0.1"), token=TOKEN,
-                                   max_request_bytes=64 * 1024)  # fmt: skip
+    app = http_transport.build_app(
+        build_server(engine), "127.0.0.1", transport_security("127.0.0.1"), token=TOKEN, max_request_bytes=64 * 1024
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -311,8 +318,12 @@ def http_url(engine):
     thread.join(timeout=10)
 
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}  # fmt: skip
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 

@@ -22,18 +22,46 @@ async def test_stdio_server_serves_every_tool(tmp_path):
     async with Client(params, mode="legacy") as client:
         assert client.server_info.name == "kforge"
         names = {t.name for t in (await client.list_tools()).tools}
-        assert names == {"list_targets", "compile", "verify", "job_status", "job_result", "job_cancel", "profile",
-                         "analyze_profile", "run_loop", "loop_start", "loop_submit", "verify_batch"}
+        assert names == {
+            "list_targets",
+            "compile",
+            "verify",
+            "job_status",
+            "job_result",
+            "job_cancel",
+            "profile",
+            "analyze_profile",
+            "run_loop",
+            "loop_start",
+            "loop_submit",
+            "verify_batch",
+        }
         targets = (await client.call_tool("list_targets", {})).structured_content["targets"]
         assert next(t for t in targets if t["name"] == "triton")["available"]
-        crash = await client.call_tool("verify", {"problem": problem("fused_bias_gelu"), "target": "triton",
-                                                  "candidate": example("fused_bias_gelu", "triton_crash"),
-                                                  "baselines": ["eager"], "trials": 1})  # fmt: skip
+        crash = await client.call_tool(
+            "verify",
+            {
+                "problem": problem("fused_bias_gelu"),
+                "target": "triton",
+                "candidate": example("fused_bias_gelu", "triton_crash"),
+                "baselines": ["eager"],
+                "trials": 1,
+            },
+        )
         assert crash.structured_content["verdict"] == "error"
-        ok = await client.call_tool("verify", {"problem": problem("row_softmax"), "target": "triton",
-                                               "candidate": example("row_softmax", "triton"),
-                                               "baselines": ["eager"], "trials": 1})  # fmt: skip
+        ok = await client.call_tool(
+            "verify",
+            {
+                "problem": problem("row_softmax"),
+                "target": "triton",
+                "candidate": example("row_softmax", "triton"),
+                "baselines": ["eager"],
+                "trials": 1,
+            },
+        )
         assert ok.structured_content["verdict"] == "pass"
-        bad = await client.call_tool("verify", {"problem": problem("row_softmax"), "target": "nope",
-                                                "candidate": example("row_softmax", "triton")})  # fmt: skip
+        bad = await client.call_tool(
+            "verify",
+            {"problem": problem("row_softmax"), "target": "nope", "candidate": example("row_softmax", "triton")},
+        )
         assert bad.is_error and "unknown target" in bad.content[0].text

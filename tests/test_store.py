@@ -12,11 +12,20 @@ from kforge_mcp.store import RunStore
 
 def test_runs_and_attempts_survive_a_new_store(tmp_path):
     store = RunStore.for_home(tmp_path)
-    run = store.create_run("class Model: ...", "triton", provider="sampling", problem_name="p.py", options={"max_iterations": 3})
+    run = store.create_run(
+        "class Model: ...", "triton", provider="sampling", problem_name="p.py", options={"max_iterations": 3}
+    )
     assert run.status == "running" and run.attempts == 0
     a0 = store.add_attempt(run.id, "functional", prompt="P0", reply="R0", error="no ModelNew")
-    a1 = store.add_attempt(run.id, "functional", prompt="P1", candidate="class ModelNew: ...",
-                           verify_report={"verdict": "pass", "speedup": 1.5}, speedup=1.5, correct=True)
+    a1 = store.add_attempt(
+        run.id,
+        "functional",
+        prompt="P1",
+        candidate="class ModelNew: ...",
+        verify_report={"verdict": "pass", "speedup": 1.5},
+        speedup=1.5,
+        correct=True,
+    )
     store.set_recommendations(run.id, 1, [{"title": "fuse"}])
     store.update_run(run.id, best_attempt=1, status="done", stop_reason="max_iterations")
     assert (a0.index, a1.index) == (0, 1)
@@ -60,8 +69,10 @@ def _set_owner(store, run_id, pid, host, started=None, heartbeat=None):
     import sqlite3
 
     with sqlite3.connect(store.path) as db:
-        db.execute("UPDATE runs SET owner_pid = ?, owner_host = ?, owner_started = ?, heartbeat = ? WHERE id = ?",
-                   (pid, host, started, heartbeat, run_id))  # fmt: skip
+        db.execute(
+            "UPDATE runs SET owner_pid = ?, owner_host = ?, owner_started = ?, heartbeat = ? WHERE id = ?",
+            (pid, host, started, heartbeat, run_id),
+        )
 
 
 def test_a_run_whose_owner_is_gone_reads_as_interrupted(tmp_path):
@@ -82,8 +93,14 @@ def test_a_run_whose_owner_is_gone_reads_as_interrupted(tmp_path):
     _set_owner(store, remote_alive.id, 1, "another-host", heartbeat=time.time())
 
     status = {r.id: r.status for r in RunStore(tmp_path / "runs.db").list_runs()}
-    assert status == {mine.id: "running", dead.id: "interrupted", reused.id: "interrupted",
-                      remote_dead.id: "interrupted", remote_alive.id: "running", client.id: "running"}  # fmt: skip
+    assert status == {
+        mine.id: "running",
+        dead.id: "interrupted",
+        reused.id: "interrupted",
+        remote_dead.id: "interrupted",
+        remote_alive.id: "running",
+        client.id: "running",
+    }
     assert f"pid {gone.stdout.strip()}" in store.get_run(dead.id).stop_reason
     with pytest.raises(InputError, match="being driven by pid 1 on another-host"):
         store.claim(remote_alive.id)
@@ -101,8 +118,10 @@ def test_an_older_store_gains_owner_columns_and_unknown_ids_name_the_closest(tmp
     assert "owner_pid" not in old
     with sqlite3.connect(tmp_path / "runs.db") as db:
         db.executescript(old)
-        db.execute("INSERT INTO runs (id, problem, target, status, created, updated) VALUES "
-                   "('abc123def456', 'p', 'triton', 'running', 1, 1)")  # fmt: skip
+        db.execute(
+            "INSERT INTO runs (id, problem, target, status, created, updated) VALUES "
+            "('abc123def456', 'p', 'triton', 'running', 1, 1)"
+        )
     store = RunStore.for_home(tmp_path)
     run = store.get_run("abc123def456")
     assert run.status == "running" and run.owner_pid is None  # no owner: driven by a client, never reaped
@@ -121,8 +140,10 @@ def test_an_older_store_gains_token_and_round_columns(tmp_path):
     assert "tokens" not in old
     with sqlite3.connect(tmp_path / "runs.db") as db:
         db.executescript(old)
-        db.execute("INSERT INTO runs (id, problem, target, status, created, updated) VALUES "
-                   "('abc123def456', 'p', 'triton', 'done', 1, 1)")  # fmt: skip
+        db.execute(
+            "INSERT INTO runs (id, problem, target, status, created, updated) VALUES "
+            "('abc123def456', 'p', 'triton', 'done', 1, 1)"
+        )
         db.execute("INSERT INTO attempts (run_id, idx, pass, created) VALUES ('abc123def456', 0, 'functional', 1)")
     store = RunStore.for_home(tmp_path)
     (a0,) = store.attempts("abc123def456")

@@ -24,8 +24,20 @@ async def call(server, name, args, **kwargs):
 async def test_tools_are_the_contract(server):
     async with Client(server) as client:
         names = {t.name for t in (await client.list_tools()).tools}
-    assert names == {"list_targets", "compile", "verify", "job_status", "job_result", "job_cancel", "profile",
-                     "analyze_profile", "run_loop", "loop_start", "loop_submit", "verify_batch"}
+    assert names == {
+        "list_targets",
+        "compile",
+        "verify",
+        "job_status",
+        "job_result",
+        "job_cancel",
+        "profile",
+        "analyze_profile",
+        "run_loop",
+        "loop_start",
+        "loop_submit",
+        "verify_batch",
+    }
 
 
 async def test_list_targets_reports_every_target_honestly(server):
@@ -44,8 +56,11 @@ async def test_list_targets_reports_every_target_honestly(server):
 
 @pytest.mark.parametrize("name", ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"])
 async def test_honest_examples_pass(server, name):
-    result = await call(server, "verify", {"problem": problem(name), "candidate": example(name, "triton"),
-                                           "target": "triton", "baselines": ["eager"]})  # fmt: skip
+    result = await call(
+        server,
+        "verify",
+        {"problem": problem(name), "candidate": example(name, "triton"), "target": "triton", "baselines": ["eager"]},
+    )
     report = result.structured_content
     assert not result.is_error, result.content
     assert report["verdict"] == "pass" and report["correct"] is True
@@ -56,8 +71,11 @@ async def test_honest_examples_pass(server, name):
 
 
 async def test_verify_times_the_torch_compile_baseline(server):
-    result = await call(server, "verify", {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"),
-                                           "target": "triton", "trials": 1})  # fmt: skip
+    result = await call(
+        server,
+        "verify",
+        {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"), "target": "triton", "trials": 1},
+    )
     report = result.structured_content
     assert report["verdict"] == "pass"
     assert report["timing"]["compiled"]["median_ms"] > 0
@@ -66,8 +84,16 @@ async def test_verify_times_the_torch_compile_baseline(server):
 
 
 async def test_wrong_candidate_fails_with_mismatch_details(server):
-    result = await call(server, "verify", {"problem": problem("fused_bias_gelu"), "target": "triton",
-                                           "candidate": example("fused_bias_gelu", "triton_wrong"), **FAST})  # fmt: skip
+    result = await call(
+        server,
+        "verify",
+        {
+            "problem": problem("fused_bias_gelu"),
+            "target": "triton",
+            "candidate": example("fused_bias_gelu", "triton_wrong"),
+            **FAST,
+        },
+    )
     report = result.structured_content
     assert report["verdict"] == "fail" and report["correct"] is False
     m = report["mismatches"][0]
@@ -77,32 +103,48 @@ async def test_wrong_candidate_fails_with_mismatch_details(server):
 
 
 async def test_crash_is_contained_and_the_next_call_passes(server):
-    result = await call(server, "verify", {"problem": problem("fused_bias_gelu"), "target": "triton",
-                                           "candidate": example("fused_bias_gelu", "triton_crash"), **FAST})  # fmt: skip
+    result = await call(
+        server,
+        "verify",
+        {
+            "problem": problem("fused_bias_gelu"),
+            "target": "triton",
+            "candidate": example("fused_bias_gelu", "triton_crash"),
+            **FAST,
+        },
+    )
     report = result.structured_content
     assert report["verdict"] == "error"
     assert "SIGABRT" in report["errors"][0]
     assert report["diagnostics"][0]["line"] == 17  # faulthandler's stack points at os.abort()
-    again = await call(server, "verify", {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"),
-                                          "target": "triton", **FAST})  # fmt: skip
+    again = await call(
+        server,
+        "verify",
+        {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"), "target": "triton", **FAST},
+    )
     assert again.structured_content["verdict"] == "pass"
 
 
 async def test_hang_is_stopped_at_timeout(server):
     started = time.monotonic()
-    result = await call(server, "verify", {"problem": SOFTMAX, "candidate": hostile("hang"),
-                                           "target": "triton", "timeout_s": 8, **FAST})  # fmt: skip
+    result = await call(
+        server, "verify", {"problem": SOFTMAX, "candidate": hostile("hang"), "target": "triton", "timeout_s": 8, **FAST}
+    )
     report = result.structured_content
     assert report["verdict"] == "error" and "within 8 s" in report["errors"][0]
     assert time.monotonic() - started < 30
-    again = await call(server, "verify", {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"),
-                                          "target": "triton", **FAST})  # fmt: skip
+    again = await call(
+        server,
+        "verify",
+        {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"), "target": "triton", **FAST},
+    )
     assert again.structured_content["verdict"] == "pass"
 
 
 async def test_exception_in_forward_is_an_error_verdict_with_its_line(server):
-    result = await call(server, "verify", {"problem": SOFTMAX, "candidate": hostile("raises_in_forward"),
-                                           "target": "triton", **FAST})  # fmt: skip
+    result = await call(
+        server, "verify", {"problem": SOFTMAX, "candidate": hostile("raises_in_forward"), "target": "triton", **FAST}
+    )
     report = result.structured_content
     assert report["verdict"] == "error"
     assert "ValueError: cannot handle" in report["errors"][0]
@@ -142,8 +184,9 @@ async def test_compile_reports_kernel_resources_and_caches(server):
 
 
 async def test_compile_without_problem_infers_signatures(server):
-    result = await call(server, "compile", {"target": "triton", "source": hostile("with_defaults"),
-                                            "arch": "sm_80", "emit_ptx": True})  # fmt: skip
+    result = await call(
+        server, "compile", {"target": "triton", "source": hostile("with_defaults"), "arch": "sm_80", "emit_ptx": True}
+    )
     report = result.structured_content
     assert report["ok"] and report["signature_source"] == "inferred" and report["arch"] == "sm_80"
     assert report["kernels"][0]["signature"] == {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
@@ -154,7 +197,9 @@ async def test_compile_without_problem_infers_signatures(server):
 
 
 async def test_compile_error_points_at_the_line(server):
-    report = (await call(server, "compile", {"target": "triton", "source": hostile("compile_error")})).structured_content
+    report = (
+        await call(server, "compile", {"target": "triton", "source": hostile("compile_error")})
+    ).structured_content
     assert not report["ok"]
     d = report["diagnostics"][0]
     assert d["line"] == 13 and d["severity"] == "error" and "undefined_scale" in d["message"]
@@ -169,7 +214,9 @@ async def test_compile_error_in_helper_points_at_helper_and_call(server):
 
 
 async def test_compile_takes_constexprs_from_the_launch_site(server):
-    report = (await call(server, "compile", {"target": "triton", "source": example("fused_bias_gelu", "triton")})).structured_content
+    report = (
+        await call(server, "compile", {"target": "triton", "source": example("fused_bias_gelu", "triton")})
+    ).structured_content
     assert report["ok"] and report["kernels"][0]["constexprs"] == {"BLOCK": "4096"}
 
 
@@ -179,14 +226,24 @@ async def test_compile_syntax_error_is_a_diagnostic(server):
 
 
 async def test_compile_rejects_a_bad_arch(server):
-    result = await call(server, "compile", {"target": "triton", "source": example("row_softmax", "triton"), "arch": "gfx90a"})
+    result = await call(
+        server, "compile", {"target": "triton", "source": example("row_softmax", "triton"), "arch": "gfx90a"}
+    )
     assert result.is_error and "not an NVIDIA arch" in result.content[0].text
 
 
 async def test_long_call_returns_a_job_that_can_be_followed(server):
     async with Client(server) as client:
-        started = await client.call_tool("verify", {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"),
-                                                    "target": "triton", "wait_s": 0, **FAST})  # fmt: skip
+        started = await client.call_tool(
+            "verify",
+            {
+                "problem": SOFTMAX,
+                "candidate": example("row_softmax", "triton"),
+                "target": "triton",
+                "wait_s": 0,
+                **FAST,
+            },
+        )
         assert started.structured_content["status"] == "running"
         job_id = started.structured_content["job_id"]
         status = (await client.call_tool("job_status", {"job_id": job_id})).structured_content
@@ -197,14 +254,16 @@ async def test_long_call_returns_a_job_that_can_be_followed(server):
 
 async def test_cancel_kills_the_job_and_the_server_keeps_serving(server):
     async with Client(server) as client:
-        started = await client.call_tool("verify", {"problem": SOFTMAX, "candidate": hostile("hang"),
-                                                    "target": "triton", "wait_s": 0, **FAST})  # fmt: skip
+        started = await client.call_tool(
+            "verify", {"problem": SOFTMAX, "candidate": hostile("hang"), "target": "triton", "wait_s": 0, **FAST}
+        )
         job_id = started.structured_content["job_id"]
         time.sleep(1)
         cancelled = (await client.call_tool("job_cancel", {"job_id": job_id})).structured_content
         assert cancelled["status"] == "cancelled"
-        again = await client.call_tool("verify", {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"),
-                                                  "target": "triton", **FAST})  # fmt: skip
+        again = await client.call_tool(
+            "verify", {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"), "target": "triton", **FAST}
+        )
     assert again.structured_content["verdict"] == "pass"
 
 
@@ -219,7 +278,11 @@ async def test_progress_is_reported_before_the_result(server):
     async def on_progress(progress, total, message):
         seen.append(message)
 
-    result = await call(server, "verify", {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"),
-                                           "target": "triton", **FAST}, progress_callback=on_progress)  # fmt: skip
+    result = await call(
+        server,
+        "verify",
+        {"problem": SOFTMAX, "candidate": example("row_softmax", "triton"), "target": "triton", **FAST},
+        progress_callback=on_progress,
+    )
     assert result.structured_content["verdict"] == "pass"
     assert any(m and "correctness trial" in m for m in seen)

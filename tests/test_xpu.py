@@ -34,14 +34,22 @@ def test_triton_probe_lists_xpu_as_missing_with_the_reason():
     assert status.available and status.devices == ["cpu"]
     assert status.unavailable_devices["xpu"].startswith(XPU_REASON)
     assert xpu_unavailable_reason() == status.unavailable_devices["xpu"]
-    assert "not an XPU build" in status.unavailable_devices["xpu"] or "is_available() is False" in status.unavailable_devices["xpu"]
+    assert (
+        "not an XPU build" in status.unavailable_devices["xpu"]
+        or "is_available() is False" in status.unavailable_devices["xpu"]
+    )
 
 
 @pytest.mark.skipif(HAS_XPU, reason="checks the behaviour without an Intel GPU")
 @pytest.mark.anyio
 async def test_verify_and_profile_on_xpu_say_what_is_needed(server):
-    args = {"problem": problem("row_softmax"), "candidate": example("row_softmax", "triton"), "target": "triton",
-            "device": "xpu", "wait_s": 600}  # fmt: skip
+    args = {
+        "problem": problem("row_softmax"),
+        "candidate": example("row_softmax", "triton"),
+        "target": "triton",
+        "device": "xpu",
+        "wait_s": 600,
+    }
     async with Client(server) as client:
         listed = await client.call_tool("list_targets", {})
         verified = await client.call_tool("verify", args)
@@ -65,5 +73,7 @@ def test_examples_pass_on_an_intel_gpu(engine, name):
 @pytest.mark.xpu
 @pytest.mark.skipif(not HAS_XPU, reason=XPU_REASON)
 def test_profile_on_an_intel_gpu_sees_the_kernels(engine):
-    report = engine.profile(problem("row_softmax"), example("row_softmax", "triton_naive"), target="triton", device="xpu")
+    report = engine.profile(
+        problem("row_softmax"), example("row_softmax", "triton_naive"), target="triton", device="xpu"
+    )
     assert not report.errors and report.device_kernels() and report.launches_per_forward == 3

@@ -26,14 +26,24 @@ from kforge_mcp.analysis.ncu import ProfileParseError, import_ncu_report  # noqa
 from kforge_mcp.analysis.roofline import make_roofline, with_measured  # noqa: E402
 
 TARGET_TOP1 = 0.9  # on the ncu raw page: the format `profile --depth metrics` produces
-FORMATS = {"ncu raw": ".ncu-raw.csv", "ncu details": ".ncu-details.csv", "ncu-rep": ".ncu-rep",
-           "torch trace": ".torch-trace.json"}  # fmt: skip
+FORMATS = {
+    "ncu raw": ".ncu-raw.csv",
+    "ncu details": ".ncu-details.csv",
+    "ncu-rep": ".ncu-rep",
+    "torch trace": ".torch-trace.json",
+}
 
 
 def analyze_case(meta: dict, path: Path):
     report = load_profile(path)
-    roof = make_roofline(meta["flops"], meta["bytes"], meta.get("dtype", "fp32"), meta.get("device") or report.device_name,
-                         atol=meta.get("atol"), rtol=meta.get("rtol"))  # fmt: skip
+    roof = make_roofline(
+        meta["flops"],
+        meta["bytes"],
+        meta.get("dtype", "fp32"),
+        meta.get("device") or report.device_name,
+        atol=meta.get("atol"),
+        rtol=meta.get("rtol"),
+    )
     # the time measured outside ncu (ncu locks clocks); the profile's own when none was recorded
     report.roofline = with_measured(roof, meta.get("measured_ms") or report.device_ms_per_forward)
     return agent.analyze(report)
@@ -70,15 +80,33 @@ def evaluate(captures: Path) -> tuple[list[str], list[dict], dict[str, list[int]
             if frac is not None and frac > 1:
                 over_one.append(f"{name} ({fmt}): {frac:.3f}")
             first = a.recommendations[0] if a.recommendations else None
-            results.append({"case": name, "format": fmt, "label": label, "rules": got[:5], "top1": top1, "top3": top3,
-                            "fraction_of_sol": frac, "below_bound": bool(a.roofline and a.roofline.below_bound),
-                            "path": a.roofline.path if a.roofline else None, "stop": a.stop,
-                            "first_gain": first.expected_gain if first else None, "summary": a.summary})  # fmt: skip
+            results.append(
+                {
+                    "case": name,
+                    "format": fmt,
+                    "label": label,
+                    "rules": got[:5],
+                    "top1": top1,
+                    "top3": top3,
+                    "fraction_of_sol": frac,
+                    "below_bound": bool(a.roofline and a.roofline.below_bound),
+                    "path": a.roofline.path if a.roofline else None,
+                    "stop": a.stop,
+                    "first_gain": first.expected_gain if first else None,
+                    "summary": a.summary,
+                }
+            )
             if fmt in ("ncu raw", "torch trace"):
                 gain = f"{first.expected_gain:.2f}" if first else ""
-                fr = "below bound" if a.roofline and a.roofline.below_bound else (f"{frac:.2f}" if frac is not None else "")
-                rows.append(f"| {name} | {label} | {fmt}: {', '.join(got[:3]) or '(none)'} | "
-                            f"{'yes' if top1 else 'no'} / {'yes' if top3 else 'no'} | {gain} | {fr} |")  # fmt: skip
+                fr = (
+                    "below bound"
+                    if a.roofline and a.roofline.below_bound
+                    else (f"{frac:.2f}" if frac is not None else "")
+                )
+                rows.append(
+                    f"| {name} | {label} | {fmt}: {', '.join(got[:3]) or '(none)'} | "
+                    f"{'yes' if top1 else 'no'} / {'yes' if top3 else 'no'} | {gain} | {fr} |"
+                )
     return rows, results, score, over_one, have_rep
 
 
@@ -89,8 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write every case's result here")
     args = ap.parse_args(argv)
     rows, results, score, over_one, have_rep = evaluate(Path(args.captures))
-    lines = ["| case | label (fixed before capture) | agent's top 3 | top-1 / top-3 | first gain | fraction of SOL |",
-             "| --- | --- | --- | --- | --- | --- |"] + rows + ["", "| format | top-1 | top-3 | cases |", "| --- | --- | --- | --- |"]  # fmt: skip
+    lines = (
+        [
+            "| case | label (fixed before capture) | agent's top 3 | top-1 / top-3 | first gain | fraction of SOL |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        + rows
+        + ["", "| format | top-1 | top-3 | cases |", "| --- | --- | --- | --- |"]
+    )
     for fmt, (t1, t3, n) in score.items():
         if n:
             lines.append(f"| {fmt} | {t1}/{n} ({t1 / n:.0%}) | {t3}/{n} ({t3 / n:.0%}) | {n} |")
@@ -105,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(results, indent=1))
     t1, _, n = score["ncu raw"]
     ok = n > 0 and t1 / n >= TARGET_TOP1 and not over_one
-    print(f"\n{'PASS' if ok else 'FAIL'}: top-1 on the ncu raw page {t1}/{n} (target {TARGET_TOP1:.0%}); "
-          f"{len(over_one)} fraction(s) over 1")  # fmt: skip
+    print(
+        f"\n{'PASS' if ok else 'FAIL'}: top-1 on the ncu raw page {t1}/{n} (target {TARGET_TOP1:.0%}); "
+        f"{len(over_one)} fraction(s) over 1"
+    )
     return 0 if ok else 1
 
 

@@ -43,10 +43,23 @@ NCU_METRICS = ROOT / "kforge_mcp" / "analysis" / "ncu_metrics.py"
 sys.path.insert(0, str(HERE))
 
 # torch/triton-only cases first (they need no build), the CUDA-extension cases after the build
-ORDER = ["cublas_bf16_gemm", "gemm_fp32_cublas", "triton_gemm_bf16", "triton_gemm_tf32", "triton_gemm_3xtf32",
-         "triton_gemm_fp32", "softmax_naive", "layernorm_tuned", "small_launch_chain", "transpose_naive",
-         "transpose_tiled", "transpose_bank_conflicts", "gather_uncoalesced", "atomics_contention",
-         "register_spills"]  # fmt: skip
+ORDER = [
+    "cublas_bf16_gemm",
+    "gemm_fp32_cublas",
+    "triton_gemm_bf16",
+    "triton_gemm_tf32",
+    "triton_gemm_3xtf32",
+    "triton_gemm_fp32",
+    "softmax_naive",
+    "layernorm_tuned",
+    "small_launch_chain",
+    "transpose_naive",
+    "transpose_tiled",
+    "transpose_bank_conflicts",
+    "gather_uncoalesced",
+    "atomics_contention",
+    "register_spills",
+]
 NCU_COUNT = {"small_launch_chain": 8}  # kernels per forward where it is more than one
 REP_KEEP_BYTES = 4 * 1024 * 1024
 T0 = time.time()
@@ -147,19 +160,27 @@ def child_time(name: str, out: Path, iters: int) -> None:
     result = {
         "meta": meta,
         "measured_ms": statistics.median(times),
-        "timing": {"iters": iters, "min_ms": min(times), "mean_ms": statistics.fmean(times),
-                   "max_ms": max(times), "all_ms": times, "l2_flush_bytes": 256 * 1024 * 1024,
-                   "method": "CUDA events around one call, median; 5 warm-up calls; 256 MB written before each"},
+        "timing": {
+            "iters": iters,
+            "min_ms": min(times),
+            "mean_ms": statistics.fmean(times),
+            "max_ms": max(times),
+            "all_ms": times,
+            "l2_flush_bytes": 256 * 1024 * 1024,
+            "method": "CUDA events around one call, median; 5 warm-up calls; 256 MB written before each",
+        },
         "check": check,
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "trace_kernels": kernels,
         "kernel_regex_matches": sorted(k for k in kernels if rx.search(k)),
-    }  # fmt: skip
+    }
     (out / f"{name}.timing.json").write_text(json.dumps(result, indent=1))
-    print(f"{name}: median {result['measured_ms']:.4f} ms, check {check}, regex matches "
-          f"{result['kernel_regex_matches']}", flush=True)  # fmt: skip
+    print(
+        f"{name}: median {result['measured_ms']:.4f} ms, check {check}, regex matches {result['kernel_regex_matches']}",
+        flush=True,
+    )
 
 
 def child_ncu(name: str) -> None:
@@ -194,8 +215,9 @@ def raw_header(csv_path: Path) -> list[str]:
     return []
 
 
-def ncu_profile(ncu: str, name: str, stem: Path, metrics_mod, metrics: list[str], timeout: float,
-                regex: str | None, count: int) -> tuple[list[str], int, str]:  # fmt: skip
+def ncu_profile(
+    ncu: str, name: str, stem: Path, metrics_mod, metrics: list[str], timeout: float, regex: str | None, count: int
+) -> tuple[list[str], int, str]:
     cmd = [ncu, "--profile-from-start", "off", "-o", str(stem), "--force-overwrite", *metrics_mod.ncu_args(metrics)]
     if regex:
         cmd += ["-k", f"regex:{regex}"]
@@ -251,8 +273,12 @@ def prune_metrics(ncu: str, metrics_mod, out: Path) -> tuple[list[str], dict]:
             missing = [m for m in trial if m not in header]
             dropped = [m for m in wanted if m not in trial] + missing
             kept = [m for m in trial if m in header]
-            info.update(dropped=dropped, kept=kept, probe_report=str(rep),
-                        query_unknown_but_reported=[m for m in query_unknown if m in header])  # fmt: skip
+            info.update(
+                dropped=dropped,
+                kept=kept,
+                probe_report=str(rep),
+                query_unknown_but_reported=[m for m in query_unknown if m in header],
+            )
             return kept, info
         named = [m for m in trial if any(m in ln or m.split(".")[0] in ln for ln in errors)]
         drop = set(named) or set(query_unknown) & set(trial)
@@ -267,26 +293,32 @@ def prune_metrics(ncu: str, metrics_mod, out: Path) -> tuple[list[str], dict]:
 
 def find_ncu_report(ncu: str, probe_rep: str | None) -> dict:
     real = os.path.realpath(ncu)
-    cands = [os.path.join(os.path.dirname(real), "extras", "python"),
-             os.path.join(os.path.dirname(real), "..", "extras", "python")]  # fmt: skip
+    cands = [
+        os.path.join(os.path.dirname(real), "extras", "python"),
+        os.path.join(os.path.dirname(real), "..", "extras", "python"),
+    ]
     try:  # /usr/local/cuda/bin/ncu is often a shell script that execs the real one
         text = Path(ncu).read_text(errors="replace")[:4000]
         for m in re.finditer(r"(/[\w./-]*nsight-compute[\w.-]*)", text):
             cands.append(os.path.join(m.group(1), "extras", "python"))
     except OSError:
         pass
-    cands += glob.glob("/opt/nvidia/nsight-compute/*/extras/python") + glob.glob("/usr/local/cuda*/nsight-compute*/extras/python")
+    cands += glob.glob("/opt/nvidia/nsight-compute/*/extras/python") + glob.glob(
+        "/usr/local/cuda*/nsight-compute*/extras/python"
+    )
     seen, result = set(), {"ncu": ncu, "ncu_realpath": real, "tried": []}
     for c in cands:
         c = os.path.normpath(c)
         if c in seen or not os.path.isdir(c):
             continue
         seen.add(c)
-        code = ("import sys; sys.path.insert(0, %r); import ncu_report; print('FILE', ncu_report.__file__)" % c)
+        code = "import sys; sys.path.insert(0, %r); import ncu_report; print('FILE', ncu_report.__file__)" % c
         if probe_rep:
-            code += ("\nctx = ncu_report.load_report(%r); r = ctx.range_by_idx(0); a = r.action_by_idx(0)"
-                     "\nprint('LOADED', ctx.num_ranges(), r.num_actions(), a.name(), a.metric_by_name('gpu__time_duration.sum').as_double())"
-                     % probe_rep)  # fmt: skip
+            code += (
+                "\nctx = ncu_report.load_report(%r); r = ctx.range_by_idx(0); a = r.action_by_idx(0)"
+                "\nprint('LOADED', ctx.num_ranges(), r.num_actions(), a.name(), a.metric_by_name('gpu__time_duration.sum').as_double())"
+                % probe_rep
+            )
         rc, text = sh([sys.executable, "-c", code], 60)
         result["tried"].append({"path": c, "rc": rc, "output": text.strip()[-800:]})
         if rc == 0 and "FILE" in text:
@@ -326,8 +358,11 @@ def main() -> None:
     build_proc = None
     if any(c in cases.CUDA_EXT_CASES for c in todo):
         build_log = open(out / "cuda-ext-build.log", "w")
-        build_proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", "build"],
-                                      stdout=build_log, stderr=subprocess.STDOUT)  # fmt: skip
+        build_proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child", "build"],
+            stdout=build_log,
+            stderr=subprocess.STDOUT,
+        )
         log("cuda extension build started in the background")
 
     ncu = find_ncu()
@@ -337,8 +372,14 @@ def main() -> None:
     import torch
     import triton
 
-    env = {"ncu": ncu, "ncu_version": ncu_version, "torch": torch.__version__, "triton": triton.__version__,
-           "python": sys.version.split()[0], "ncu_metrics_file": str(NCU_METRICS.relative_to(ROOT))}  # fmt: skip
+    env = {
+        "ncu": ncu,
+        "ncu_version": ncu_version,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": sys.version.split()[0],
+        "ncu_metrics_file": str(NCU_METRICS.relative_to(ROOT)),
+    }
     rc, smi = sh(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem", "--format=csv"], 30)
     env["nvidia_smi"] = smi.strip()
     log("nvidia-smi:", smi.strip().replace("\n", " | "))
@@ -372,8 +413,20 @@ def main() -> None:
             build_proc = None
         log(f"=== {name}")
         rec = {"name": name}
-        rc, text = sh([sys.executable, str(Path(__file__).resolve()), "--child", "time", "--out", str(out),
-                       "--iters", str(args.iters), name], 240)  # fmt: skip
+        rc, text = sh(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--child",
+                "time",
+                "--out",
+                str(out),
+                "--iters",
+                str(args.iters),
+                name,
+            ],
+            240,
+        )
         rec["time_rc"] = rc
         log(f"  time rc {rc}: {text.strip()[-1500:]}")
         timing_path = out / f"{name}.timing.json"
@@ -397,12 +450,21 @@ def main() -> None:
             rec["ncu_rc_fallback"] = rc
             for ln in text.splitlines()[-20:]:
                 log("   ", ln[:300])
-        full = {**meta, "measured_ms": timing.get("measured_ms"), "timing": timing.get("timing"),
-                "check": timing.get("check"), "device": timing.get("device"), "ncu_version": ncu_version,
-                "torch": timing.get("torch", env["torch"]), "triton": timing.get("triton", env["triton"]),
-                "ncu_command": shlex.join(cmd), "ncu_kernel_count": count,
-                "trace_kernels": timing.get("trace_kernels"),
-                "kernel_regex_matches": timing.get("kernel_regex_matches"), "capture": rec}  # fmt: skip
+        full = {
+            **meta,
+            "measured_ms": timing.get("measured_ms"),
+            "timing": timing.get("timing"),
+            "check": timing.get("check"),
+            "device": timing.get("device"),
+            "ncu_version": ncu_version,
+            "torch": timing.get("torch", env["torch"]),
+            "triton": timing.get("triton", env["triton"]),
+            "ncu_command": shlex.join(cmd),
+            "ncu_kernel_count": count,
+            "trace_kernels": timing.get("trace_kernels"),
+            "kernel_regex_matches": timing.get("kernel_regex_matches"),
+            "capture": rec,
+        }
         (out / f"{name}.meta.json").write_text(json.dumps(full, indent=1))
         summary["cases"][name] = rec
         if rep.exists():  # the CSV exports need no GPU: run them beside the next case
@@ -431,7 +493,9 @@ def pack(out: Path, dest: Path) -> None:
         for f in sorted(out.iterdir()):
             if f.is_file() and f.suffix != ".ncu-rep" and not f.name.startswith(skip_prefix):
                 tar.add(f, arcname=f.name)
-    reps = sorted((f for f in out.glob("*.ncu-rep") if not f.name.startswith(skip_prefix)), key=lambda f: f.stat().st_size)
+    reps = sorted(
+        (f for f in out.glob("*.ncu-rep") if not f.name.startswith(skip_prefix)), key=lambda f: f.stat().st_size
+    )
     chunk, size, n = [], 0, 0
     for f in reps + [None]:
         if f is not None and f.stat().st_size > REP_KEEP_BYTES:

@@ -276,8 +276,14 @@ void atomics_bins(torch::Tensor x, torch::Tensor bins);
 void register_spills(torch::Tensor x, torch::Tensor out, int64_t rounds);
 """
 
-EXT_FUNCTIONS = ["transpose_naive", "transpose_tiled", "transpose_bank_conflicts", "gather", "atomics_bins",
-                 "register_spills"]  # fmt: skip
+EXT_FUNCTIONS = [
+    "transpose_naive",
+    "transpose_tiled",
+    "transpose_bank_conflicts",
+    "gather",
+    "atomics_bins",
+    "register_spills",
+]
 _EXT = None
 
 
@@ -310,9 +316,25 @@ import triton.language as tl  # noqa: E402
 
 
 @triton.jit
-def gemm_fp32_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                     PRECISION: tl.constexpr):  # fmt: skip
+def gemm_fp32_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -338,8 +360,24 @@ def gemm_fp32_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_
 
 
 @triton.jit
-def gemm_bf16_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def gemm_bf16_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -408,8 +446,18 @@ def _meta(name: str, flops: float, nbytes: float, dtype: str, **extra) -> dict:
     label, why = LABELS[name]
     kernel_regex = KERNEL_REGEX[name]
     tol = FP32_TOL if dtype == "fp32" else BF16_TOL
-    return {"name": name, "kernel_regex": kernel_regex, "flops": float(flops), "bytes": float(nbytes), "dtype": dtype,
-            "atol": tol, "rtol": tol, "label": label, "why": why, **extra}  # fmt: skip
+    return {
+        "name": name,
+        "kernel_regex": kernel_regex,
+        "flops": float(flops),
+        "bytes": float(nbytes),
+        "dtype": dtype,
+        "atol": tol,
+        "rtol": tol,
+        "label": label,
+        "why": why,
+        **extra,
+    }
 
 
 def _attach_check(run, got, ref, atol: float, rtol: float):
@@ -422,8 +470,11 @@ def _attach_check(run, got, ref, atol: float, rtol: float):
         g, r = got().float(), ref().float()
         err = (g - r).abs()
         ok = bool(torch.all(err <= atol + rtol * r.abs()).item())
-        return {"ok": ok, "max_abs_err": float(err.max().item()),
-                "max_rel_err": float((err / r.abs().clamp_min(1e-6)).max().item())}  # fmt: skip
+        return {
+            "ok": ok,
+            "max_abs_err": float(err.max().item()),
+            "max_rel_err": float((err / r.abs().clamp_min(1e-6)).max().item()),
+        }
 
     run.check = check
     return run
@@ -525,8 +576,7 @@ def case_register_spills(n: int = 2 * 1024 * 1024, rounds: int = 8):
         return a.sum(1) + h.sum(1)
 
     per_thread = 2 * 96 + 2 * 48 + rounds * (3 + 4 * 48) + 96 + 48
-    meta = _meta("register_spills", n * per_thread, 2 * n * 4, "fp32", n=n, rounds=rounds,
-                 launch_bounds=[256, 8])  # fmt: skip
+    meta = _meta("register_spills", n * per_thread, 2 * n * 4, "fp32", n=n, rounds=rounds, launch_bounds=[256, 8])
     return _attach_check(run, lambda: out, ref, FP32_TOL, FP32_TOL), meta
 
 
@@ -553,9 +603,10 @@ def case_gemm_fp32_cublas(m: int = 1024, n: int = 8192, k: int = 8192):
     def run():
         torch.matmul(a, b, out=c)
 
-    meta = _meta("gemm_fp32_cublas", 2 * m * n * k, (m * k + k * n + m * n) * 4,
-                 "fp32", shape=[m, n, k], allow_tf32=False)  # fmt: skip
-    ref = lambda: (a.double() @ b.double())  # noqa: E731
+    meta = _meta(
+        "gemm_fp32_cublas", 2 * m * n * k, (m * k + k * n + m * n) * 4, "fp32", shape=[m, n, k], allow_tf32=False
+    )
+    ref = lambda: a.double() @ b.double()  # noqa: E731
     return _attach_check(run, lambda: c, ref, FP32_TOL, FP32_TOL), meta
 
 
@@ -575,12 +626,27 @@ def _triton_gemm_fp32(name: str, precision: str, m: int = 1024, n: int = 8192, k
     grid = ((m // cfg["BLOCK_M"]) * (n // cfg["BLOCK_N"]),)
 
     def run():
-        gemm_fp32_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-                               c.stride(1), PRECISION=precision, **cfg)  # fmt: skip
+        gemm_fp32_kernel[grid](
+            a,
+            b,
+            c,
+            m,
+            n,
+            k,
+            a.stride(0),
+            a.stride(1),
+            b.stride(0),
+            b.stride(1),
+            c.stride(0),
+            c.stride(1),
+            PRECISION=precision,
+            **cfg,
+        )
 
-    meta = _meta(name, 2 * m * n * k, (m * k + k * n + m * n) * 4, "fp32", shape=[m, n, k],
-                 input_precision=precision, config=cfg)  # fmt: skip
-    ref = lambda: (a.double() @ b.double())  # noqa: E731
+    meta = _meta(
+        name, 2 * m * n * k, (m * k + k * n + m * n) * 4, "fp32", shape=[m, n, k], input_precision=precision, config=cfg
+    )
+    ref = lambda: a.double() @ b.double()  # noqa: E731
     return _attach_check(run, lambda: c, ref, FP32_TOL, FP32_TOL), meta
 
 
@@ -607,11 +673,11 @@ def case_triton_gemm_bf16(m: int = 8192, n: int = 8192, k: int = 8192):
     grid = ((m // cfg["BLOCK_M"]) * (n // cfg["BLOCK_N"]),)
 
     def run():
-        gemm_bf16_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-                               c.stride(1), **cfg)  # fmt: skip
+        gemm_bf16_kernel[grid](
+            a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), **cfg
+        )
 
-    meta = _meta("triton_gemm_bf16", 2 * m * n * k, (m * k + k * n + m * n) * 2, "bf16",
-                 shape=[m, n, k], config=cfg)  # fmt: skip
+    meta = _meta("triton_gemm_bf16", 2 * m * n * k, (m * k + k * n + m * n) * 2, "bf16", shape=[m, n, k], config=cfg)
     ref = lambda: torch.matmul(a, b)  # noqa: E731  (cuBLAS bf16, fp32 accumulate)
     return _attach_check(run, lambda: c, ref, BF16_TOL, BF16_TOL), meta
 
@@ -627,10 +693,9 @@ def case_cublas_bf16_gemm(m: int = 8192, n: int = 8192, k: int = 8192):
     def run():
         torch.matmul(a, b, out=c)
 
-    meta = _meta("cublas_bf16_gemm", 2 * m * n * k, (m * k + k * n + m * n) * 2, "bf16",
-                 shape=[m, n, k])  # fmt: skip
+    meta = _meta("cublas_bf16_gemm", 2 * m * n * k, (m * k + k * n + m * n) * 2, "bf16", shape=[m, n, k])
     # reference on a slice of rows in fp32 (the full fp64 product would take seconds)
-    ref = lambda: (a[:256].float() @ b.float())  # noqa: E731
+    ref = lambda: a[:256].float() @ b.float()  # noqa: E731
     return _attach_check(run, lambda: c[:256], ref, BF16_TOL, BF16_TOL), meta
 
 
@@ -643,9 +708,21 @@ def case_softmax_naive(rows: int = 4096, cols: int = 8192, block: int = 128, pro
     def run():
         softmax_naive_kernel[(programs,)](x, y, rows, cols, x.stride(0), BLOCK=block, num_warps=1, num_stages=1)
 
-    meta = _meta("softmax_naive", 7 * rows * cols, 2 * rows * cols * 4, "fp32", shape=[rows, cols],
-                 config={"BLOCK": block, "num_warps": 1, "num_stages": 1, "passes": 3, "programs": programs,
-                         "rows_per_program": rows // programs})  # fmt: skip
+    meta = _meta(
+        "softmax_naive",
+        7 * rows * cols,
+        2 * rows * cols * 4,
+        "fp32",
+        shape=[rows, cols],
+        config={
+            "BLOCK": block,
+            "num_warps": 1,
+            "num_stages": 1,
+            "passes": 3,
+            "programs": programs,
+            "rows_per_program": rows // programs,
+        },
+    )
     return _attach_check(run, lambda: y, lambda: torch.softmax(x, dim=-1), FP32_TOL, FP32_TOL), meta
 
 
@@ -662,8 +739,14 @@ def case_layernorm_tuned(rows: int = 8192, cols: int = 8192, num_warps: int = 16
     def run():
         layernorm_kernel[(rows,)](x, w, b, y, cols, x.stride(0), eps, BLOCK=cols, num_warps=num_warps, num_stages=1)
 
-    meta = _meta("layernorm_tuned", 8 * rows * cols, (2 * rows * cols + 2 * cols) * 4, "fp32",
-                 shape=[rows, cols], config={"BLOCK": cols, "num_warps": num_warps, "num_stages": 1})  # fmt: skip
+    meta = _meta(
+        "layernorm_tuned",
+        8 * rows * cols,
+        (2 * rows * cols + 2 * cols) * 4,
+        "fp32",
+        shape=[rows, cols],
+        config={"BLOCK": cols, "num_warps": num_warps, "num_stages": 1},
+    )
     ref = lambda: torch.nn.functional.layer_norm(x, (cols,), w, b, eps)  # noqa: E731
     return _attach_check(run, lambda: y, ref, FP32_TOL, FP32_TOL), meta
 
@@ -688,15 +771,28 @@ def case_small_launch_chain(n: int = 4096):
     def run():
         holder["y"] = forward(x)
 
-    meta = _meta("small_launch_chain", 8 * n, 2 * n * 4, "fp32", n=n, launches=8,
-                 ops=["mul 2", "add 1", "relu", "mul 0.5", "sigmoid", "tanh", "mul 3", "sub 0.25"])  # fmt: skip
+    meta = _meta(
+        "small_launch_chain",
+        8 * n,
+        2 * n * 4,
+        "fp32",
+        n=n,
+        launches=8,
+        ops=["mul 2", "add 1", "relu", "mul 0.5", "sigmoid", "tanh", "mul 3", "sub 0.25"],
+    )
     ref = lambda: forward(x.double())  # noqa: E731
     return _attach_check(run, lambda: holder["y"], ref, FP32_TOL, FP32_TOL), meta
 
 
 CASES = {name: globals()[f"case_{name}"] for name in LABELS}
-CUDA_EXT_CASES = {"transpose_naive", "transpose_tiled", "transpose_bank_conflicts", "gather_uncoalesced",
-                  "atomics_contention", "register_spills"}  # fmt: skip
+CUDA_EXT_CASES = {
+    "transpose_naive",
+    "transpose_tiled",
+    "transpose_bank_conflicts",
+    "gather_uncoalesced",
+    "atomics_contention",
+    "register_spills",
+}
 
 
 def build(name: str):
@@ -705,8 +801,10 @@ def build(name: str):
 
 
 def manifest() -> list[dict]:
-    return [{"name": name, "label": label, "why": why, "cuda_extension": name in CUDA_EXT_CASES}
-            for name, (label, why) in LABELS.items()]  # fmt: skip
+    return [
+        {"name": name, "label": label, "why": why, "cuda_extension": name in CUDA_EXT_CASES}
+        for name, (label, why) in LABELS.items()
+    ]
 
 
 if __name__ == "__main__":

@@ -22,9 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 CAND = ROOT / "examples" / "candidates" / "gemm_bias_relu" / "triton_3xtf32.py"
 SHAPES = [(2048, 2048, 2048), (1024, 8192, 8192)]  # bench/problems/gemm_bias_relu_large.py, the L2 Gemm_Add_ReLU shape
 CONFIGS = [  # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages
-    (128, 128, 32, 8, 3), (128, 128, 32, 4, 3), (128, 128, 32, 8, 4), (128, 256, 32, 8, 3), (128, 256, 32, 8, 4),
-    (256, 128, 32, 8, 3), (128, 128, 64, 8, 3), (64, 128, 32, 4, 4), (128, 64, 32, 4, 4),
-]  # fmt: skip
+    (128, 128, 32, 8, 3),
+    (128, 128, 32, 4, 3),
+    (128, 128, 32, 8, 4),
+    (128, 256, 32, 8, 3),
+    (128, 256, 32, 8, 4),
+    (256, 128, 32, 8, 3),
+    (128, 128, 64, 8, 3),
+    (64, 128, 32, 4, 4),
+    (128, 64, 32, 4, 4),
+]
 
 
 def main() -> None:
@@ -56,9 +63,27 @@ def main() -> None:
             grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
 
             def run():
-                kernel[grid](x, w, b, out, m, n, k, x.stride(0), x.stride(1), w.stride(0), w.stride(1), out.stride(0),
-                             out.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps,
-                             num_stages=stages)  # fmt: skip
+                kernel[grid](
+                    x,
+                    w,
+                    b,
+                    out,
+                    m,
+                    n,
+                    k,
+                    x.stride(0),
+                    x.stride(1),
+                    w.stride(0),
+                    w.stride(1),
+                    out.stride(0),
+                    out.stride(1),
+                    BLOCK_M=bm,
+                    BLOCK_N=bn,
+                    BLOCK_K=bk,
+                    GROUP_M=8,
+                    num_warps=warps,
+                    num_stages=stages,
+                )
 
             try:
                 run()
@@ -71,12 +96,23 @@ def main() -> None:
                 print(f"  {bm}x{bn}x{bk} w{warps} s{stages}: {str(e)[:100]}", flush=True)
                 continue
             tflops = 2 * m * n * k / ms / 1e9
-            row = {"shape": [m, n, k], "config": [bm, bn, bk, warps, stages], "ms": ms, "tflops": tflops,
-                   "max_err": err, "passes_1e-4": ok, "speedup_vs_compiled": base["compiled"] / ms,
-                   "speedup_vs_eager": base["eager"] / ms, **{f"{key}_ms": v for key, v in base.items()}}  # fmt: skip
+            row = {
+                "shape": [m, n, k],
+                "config": [bm, bn, bk, warps, stages],
+                "ms": ms,
+                "tflops": tflops,
+                "max_err": err,
+                "passes_1e-4": ok,
+                "speedup_vs_compiled": base["compiled"] / ms,
+                "speedup_vs_eager": base["eager"] / ms,
+                **{f"{key}_ms": v for key, v in base.items()},
+            }
             rows.append(row)
-            print(f"  {bm}x{bn}x{bk} w{warps} s{stages}: {ms:.4f} ms {tflops:.1f} TFLOP/s err {err:.2e} "
-                  f"pass {ok} x{row['speedup_vs_compiled']:.2f} vs compiled", flush=True)  # fmt: skip
+            print(
+                f"  {bm}x{bn}x{bk} w{warps} s{stages}: {ms:.4f} ms {tflops:.1f} TFLOP/s err {err:.2e} "
+                f"pass {ok} x{row['speedup_vs_compiled']:.2f} vs compiled",
+                flush=True,
+            )
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
 

@@ -83,9 +83,14 @@ def case_metrics(path: Path) -> dict:
         else:
             out[key] = sum(vals) / len(vals)
         if metric in ("dram__bytes_read.sum", "dram__bytes_write.sum") and unit:
-            out[key] *= {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}.get(unit, 1)
-    stalls = {h[len(STALL_PREFIX):].replace("_per_issue_active.ratio", ""): num(data[0][i])
-              for h, i in idx.items() if h.startswith(STALL_PREFIX) and h.endswith("_per_issue_active.ratio")}
+            out[key] *= {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}.get(
+                unit, 1
+            )
+    stalls = {
+        h[len(STALL_PREFIX) :].replace("_per_issue_active.ratio", ""): num(data[0][i])
+        for h, i in idx.items()
+        if h.startswith(STALL_PREFIX) and h.endswith("_per_issue_active.ratio")
+    }
     stalls = {k: v for k, v in stalls.items() if v}
     out["top_stalls"] = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
     return out
@@ -108,11 +113,15 @@ def main() -> None:
         m = case_metrics(raw)
         f = lambda v: "n/a" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
         ratio = lambda a, b: None if not m.get(a) or not m.get(b) else m[a] / m[b]  # noqa: E731
-        print(f"## {name} [{case['label']}] measured {meta.get('measured_ms'):.4f} ms, ncu {f(m['dur_us'])} us "
-              f"({m['kernels']} kernel(s)), check {meta.get('check')}")
+        print(
+            f"## {name} [{case['label']}] measured {meta.get('measured_ms'):.4f} ms, ncu {f(m['dur_us'])} us "
+            f"({m['kernels']} kernel(s)), check {meta.get('check')}"
+        )
         print("   " + ", ".join(f"{k}={f(v)}" for k, v in m.items() if k not in ("top_stalls", "dur_us")))
-        print(f"   ld sectors/req={f(ratio('ld_sec', 'ld_req'))} st sectors/req={f(ratio('st_sec', 'st_req'))} "
-              f"shared ld wavefronts/inst={f(ratio('wf_ld', 'lds_inst'))} stalls={m['top_stalls']}")
+        print(
+            f"   ld sectors/req={f(ratio('ld_sec', 'ld_req'))} st sectors/req={f(ratio('st_sec', 'st_req'))} "
+            f"shared ld wavefronts/inst={f(ratio('wf_ld', 'lds_inst'))} stalls={m['top_stalls']}"
+        )
 
 
 if __name__ == "__main__":

@@ -41,14 +41,16 @@ def torch_trace(problem: str, variant: str, out: Path) -> dict:
             torch.cuda.synchronize()
     prof.export_chrome_trace(str(out / f"{problem}-{variant}.torch-trace.json"))
     (out / f"{problem}-{variant}.torch-table.txt").write_text(
-        prof.key_averages().table(sort_by="device_time_total", row_limit=20))
+        prof.key_averages().table(sort_by="device_time_total", row_limit=20)
+    )
     return {"kernels": sorted({e.key for e in prof.key_averages() if e.device_time_total > 0})}
 
 
 def run(cmd: list[str], log: Path, stdout: Path | None = None) -> int:
     with open(stdout or log, "w") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT if stdout is None else subprocess.PIPE, text=True,
-                              timeout=540)
+        proc = subprocess.run(
+            cmd, stdout=f, stderr=subprocess.STDOUT if stdout is None else subprocess.PIPE, text=True, timeout=540
+        )
     if stdout is not None and proc.stderr:
         log.write_text(proc.stderr)
     return proc.returncode
@@ -59,10 +61,15 @@ def ncu(problem: str, variant: str, out: Path) -> dict:
     fwd = [sys.executable, str(HERE / "run_forward.py"), problem, variant, "--iters", "1"]
     stem = out / f"{problem}-{variant}"
     rep = stem.with_suffix(".ncu-rep")
-    codes = {"rep": run(["ncu", "--set", "full", "-c", "12", "-f", "-o", str(stem), *fwd], stem.with_suffix(".ncu.log"))}
+    codes = {
+        "rep": run(["ncu", "--set", "full", "-c", "12", "-f", "-o", str(stem), *fwd], stem.with_suffix(".ncu.log"))
+    }
     for page in ("raw", "details"):
-        codes[page] = run(["ncu", "--import", str(rep), "--csv", "--page", page], stem.with_suffix(f".ncu-{page}.log"),
-                          stem.with_suffix(f".ncu-{page}.csv"))  # fmt: skip
+        codes[page] = run(
+            ["ncu", "--import", str(rep), "--csv", "--page", page],
+            stem.with_suffix(f".ncu-{page}.log"),
+            stem.with_suffix(f".ncu-{page}.csv"),
+        )
     return codes
 
 

@@ -35,8 +35,10 @@ def _blocks(reply: str) -> list[tuple[str, str, bool]]:
     out = []
     for m in FENCE.finditer(reply):
         body = m.group(3)
-        terminated = not (m.end() == len(reply) and not re.search(rf"^[ \t]*{re.escape(m.group(1))}[ \t]*$",
-                                                                  reply[m.start(3):], re.M))  # fmt: skip
+        terminated = not (
+            m.end() == len(reply)
+            and not re.search(rf"^[ \t]*{re.escape(m.group(1))}[ \t]*$", reply[m.start(3) :], re.M)
+        )
         out.append((m.group(2).lower(), body.rstrip() + "\n", terminated))
     return out
 
@@ -76,14 +78,20 @@ def extract_candidate(reply: str) -> Extracted:
         code = _unfenced(reply)
         if code and MODELNEW.search(code):
             return Extracted(code, "unfenced", ["the reply had no code fence; the code was taken from the bare text"])
-        raise ExtractionError("No code block found and no `class ModelNew` in the reply. Reply with one fenced "
-                              "```python block containing the whole module, including `class ModelNew(nn.Module)`.")  # fmt: skip
+        raise ExtractionError(
+            "No code block found and no `class ModelNew` in the reply. Reply with one fenced "
+            "```python block containing the whole module, including `class ModelNew(nn.Module)`."
+        )
     if any("ModelNew" in body for _, body, _ in blocks):
-        raise ExtractionError("ModelNew is mentioned but never defined as a class: the module must contain "
-                              "`class ModelNew(nn.Module):` at top level.")  # fmt: skip
+        raise ExtractionError(
+            "ModelNew is mentioned but never defined as a class: the module must contain "
+            "`class ModelNew(nn.Module):` at top level."
+        )
     langs = ", ".join(sorted({lang or "untagged" for lang, _, _ in blocks}))
     defined = sorted({m for _, body, _ in blocks for m in re.findall(r"^\s*class\s+(\w+)", body, re.M)})
     found = f"; it defines class(es) {', '.join(defined)}" if defined else ""
-    raise ExtractionError(f"The reply has {len(blocks)} code block(s) ({langs}) but none defines `class ModelNew`"
-                          f"{found}. Put the whole module, including `class ModelNew(nn.Module)` with the reference "
-                          "Model's constructor and forward signature, in one ```python block.")  # fmt: skip
+    raise ExtractionError(
+        f"The reply has {len(blocks)} code block(s) ({langs}) but none defines `class ModelNew`"
+        f"{found}. Put the whole module, including `class ModelNew(nn.Module)` with the reference "
+        "Model's constructor and forward signature, in one ```python block."
+    )

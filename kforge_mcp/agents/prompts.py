@@ -8,20 +8,19 @@ of a target is a shipped candidate: prompts/<target>/one_shot.py.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
 import jinja2
 
 from ..errors import InputError
+from ..settings import Settings
+from ..targets import TARGETS
 
 # shipped inside the package so an installed wheel has them; one_shot*.py link to files in examples/
-PROMPTS_DIR = Path(os.environ.get("KFORGE_PROMPTS_DIR") or Path(__file__).resolve().parents[1] / "prompts")
+PROMPTS_DIR = Settings.read().prompts_dir or Path(__file__).resolve().parents[1] / "prompts"
 Kind = Literal["first", "repair", "optimize"]
 KINDS = ("first", "repair", "optimize")
-
-TITLES = {"triton": "Triton", "cuda": "CUDA C++", "cute": "CuTe", "metal": "Metal"}
 
 _env: jinja2.Environment | None = None
 
@@ -29,8 +28,12 @@ _env: jinja2.Environment | None = None
 def environment() -> jinja2.Environment:
     global _env
     if _env is None:
-        _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), undefined=jinja2.StrictUndefined,
-                                  keep_trailing_newline=True, autoescape=False)  # fmt: skip
+        _env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)),
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+            autoescape=False,
+        )
     return _env
 
 
@@ -59,30 +62,54 @@ def device_facts(target: str, status=None) -> str:
     parts = [f"Target {target}, devices here: {devices}."]
     if status.versions:
         parts.append("Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(status.versions.items())) + ".")
-    if status.devices and all(d == "cpu" for d in status.devices) and target == "triton":
-        parts.append("Kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1): correctness is exact, "
-                     "timings are not GPU timings.")  # fmt: skip
+    if target in TARGETS:
+        parts += TARGETS[target].prompt_facts(status)
     parts.extend(status.notes)
     return " ".join(parts)
 
 
-def render(kind: Kind, target: str, problem: str, *, previous: str | None = None, feedback: str | None = None,
-           attempt_index: int | None = None, speedup: float | None = None, device: str | None = None,
-           reference_impl: str | None = None, reference_target: str | None = None,
-           include_one_shot: bool = True) -> str:  # fmt: skip
+def _title(target: str) -> str:
+    return TARGETS[target].title if target in TARGETS else target
+
+
+def render(
+    kind: Kind,
+    target: str,
+    problem: str,
+    *,
+    previous: str | None = None,
+    feedback: str | None = None,
+    attempt_index: int | None = None,
+    speedup: float | None = None,
+    device: str | None = None,
+    reference_impl: str | None = None,
+    reference_target: str | None = None,
+    include_one_shot: bool = True,
+) -> str:
     """The prompt text for one pass. ``problem`` is the reference's source text."""
     if kind not in KINDS:
         raise InputError(f"prompt kind must be one of {list(KINDS)}, got '{kind}'")
     if target not in targets_with_prompts():
-        raise InputError(f"no prompt templates for target '{target}'; templates exist for: "
-                         f"{', '.join(targets_with_prompts()) or 'none'} (add prompts/{target}/first.j2, repair.j2, optimize.j2)")  # fmt: skip
+        raise InputError(
+            f"no prompt templates for target '{target}'; templates exist for: "
+            f"{', '.join(targets_with_prompts()) or 'none'} (add prompts/{target}/first.j2, repair.j2, optimize.j2)"
+        )
     shot = one_shot(target) if include_one_shot else None
     template = environment().get_template(f"{target}/{kind}.j2")
-    return template.render(
-        target=target, target_title=TITLES.get(target, target), problem=problem.strip(),
-        device_facts=device or f"Target {target}; device facts unknown.",
-        one_shot_problem=shot[0].strip() if shot else None, one_shot=shot[1].strip() if shot else None,
-        reference_impl=reference_impl.strip() if reference_impl else None, reference_target=reference_target,
-        previous=(previous or "").strip(), feedback=(feedback or "").strip(), attempt_index=attempt_index,
-        speedup="unknown" if speedup is None else f"{speedup:.3g}x",
-    ).strip() + "\n"
+    return (
+        template.render(
+            target=target,
+            target_title=_title(target),
+            problem=problem.strip(),
+            device_facts=device or f"Target {target}; device facts unknown.",
+            one_shot_problem=shot[0].strip() if shot else None,
+            one_shot=shot[1].strip() if shot else None,
+            reference_impl=reference_impl.strip() if reference_impl else None,
+            reference_target=reference_target,
+            previous=(previous or "").strip(),
+            feedback=(feedback or "").strip(),
+            attempt_index=attempt_index,
+            speedup="unknown" if speedup is None else f"{speedup:.3g}x",
+        ).strip()
+        + "\n"
+    )

@@ -19,7 +19,8 @@ import os
 from typing import Callable
 
 from ..errors import InputError, KforgeError
-from .loop import Reply
+from ..settings import Settings
+from .reply import Reply
 
 PROVIDERS = ("anthropic", "openai")
 KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
@@ -66,15 +67,21 @@ def _tokens(response, prompt_field: str, completion_field: str) -> int | None:
     return sum(counts) if all(isinstance(c, int) for c in counts) else None
 
 
-def make_provider(name: str, model: str | None = None, base_url: str | None = None, max_tokens: int = 8192,
-                  temperature: float | None = None, max_retries: int = 2,
-                  timeout_s: float = 600.0) -> Callable[[str], Reply]:  # fmt: skip
+def make_provider(
+    name: str,
+    model: str | None = None,
+    base_url: str | None = None,
+    max_tokens: int = 8192,
+    temperature: float | None = None,
+    max_retries: int = 2,
+    timeout_s: float = 600.0,
+) -> Callable[[str], Reply]:
     if name not in PROVIDERS:
         raise InputError(f"unknown provider '{name}'; choose from {', '.join(PROVIDERS)}")
     key = os.environ.get(KEY_ENV[name])
     if not key and not (name == "openai" and base_url):  # a local OpenAI-compatible server may need no key
         raise InputError(f"provider '{name}' needs {KEY_ENV[name]} in the environment")
-    model = model or os.environ.get("KFORGE_MODEL") or DEFAULT_MODEL[name]
+    model = model or Settings.read().model or DEFAULT_MODEL[name]
     base_url = base_url or os.environ.get(f"{name.upper()}_BASE_URL") or None
     where = base_url or "(the SDK's default)"
     extra = {} if temperature is None else {"temperature": temperature}
@@ -87,17 +94,25 @@ def make_provider(name: str, model: str | None = None, base_url: str | None = No
         client = sdk.Anthropic(api_key=key, base_url=base_url, max_retries=max_retries, timeout=timeout_s)
 
         def call(prompt: str) -> Reply:
-            msg = client.messages.create(model=model, max_tokens=max_tokens, system=SYSTEM,
-                                         messages=[{"role": "user", "content": prompt}], **extra)  # fmt: skip
+            msg = client.messages.create(
+                model=model,
+                max_tokens=max_tokens,
+                system=SYSTEM,
+                messages=[{"role": "user", "content": prompt}],
+                **extra,
+            )
             text = "".join(b.text for b in msg.content if getattr(b, "type", None) == "text")
             return Reply(text, tokens=_tokens(msg, "input_tokens", "output_tokens"))
     else:
         client = sdk.OpenAI(api_key=key or "none", base_url=base_url, max_retries=max_retries, timeout=timeout_s)
 
         def call(prompt: str) -> Reply:
-            resp = client.chat.completions.create(model=model, max_completion_tokens=max_tokens,
-                                                  messages=[{"role": "system", "content": SYSTEM},
-                                                            {"role": "user", "content": prompt}], **extra)  # fmt: skip
+            resp = client.chat.completions.create(
+                model=model,
+                max_completion_tokens=max_tokens,
+                messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
+                **extra,
+            )
             if not resp.choices:
                 raise ProviderError(f"openai endpoint {where} returned no choices")
             text = resp.choices[0].message.content or ""

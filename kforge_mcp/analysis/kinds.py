@@ -22,7 +22,9 @@ BUSY_TENSOR_PCT = 2.0  # a named GEMM with a tensor pipe above this uses it (an 
 GEMM_BY_PIPE_PCT = 10.0  # an unnamed kernel is a GEMM when a tensor pipe is this busy (the hmma pipe shares
 # its counter with fp16 math: an element-wise kernel can read 4-8%)
 
-_GEMM = re.compile(r"gemm|matmul|_mm_|^mm_|_mm$|sgemm|hgemm|xmma|nvjet|cutlass|cublas|wgmma|gmma|dot_kernel|linear", re.I)
+_GEMM = re.compile(
+    r"gemm|matmul|_mm_|^mm_|_mm$|sgemm|hgemm|xmma|nvjet|cutlass|cublas|wgmma|gmma|dot_kernel|linear", re.I
+)
 _CONV = re.compile(r"cudnn|conv|fprop|dgrad|wgrad|implicit_gemm|winograd", re.I)
 _REDUCE = re.compile(r"reduce|softmax|norm|sum_|_sum|mean|argmax|max_kernel|scan|cumsum", re.I)
 _ELEMENTWISE = re.compile(r"elementwise|vectorized|unrolled|pointwise|triton_poi|add_|relu|gelu|bias|scale", re.I)
@@ -92,7 +94,9 @@ def classify(k: KernelProfile, flops_known: bool = False) -> KernelProfile:
     elif kind in ("gemm", "conv"):
         if pipe is not None or k.fma_pipe_pct is not None:  # metrics say: no tensor pipe in use
             path = "fma"
-            basis.append(f"tensor pipes {busy:.0f}%" + (f", FMA {k.fma_pipe_pct:.0f}%" if k.fma_pipe_pct is not None else ""))
+            basis.append(
+                f"tensor pipes {busy:.0f}%" + (f", FMA {k.fma_pipe_pct:.0f}%" if k.fma_pipe_pct is not None else "")
+            )
         elif by_name:
             path = "fma" if by_name == "fp32" else ("wgmma" if re.search(r"sm9\d|gmma|nvjet", name, re.I) else "hmma")
             path = path if by_name == "fp32" else f"{path} ({by_name})"

@@ -9,8 +9,10 @@ from .ncu import ProfileParseError
 from .report import ProfileReport
 
 MAX_BYTES = 64 * 1024 * 1024
-FORMATS = ("Nsight Compute CSV (--csv --page raw or details), .ncu-rep, torch.profiler chrome trace JSON, proton .hatchet, "
-           "unitrace chrome trace JSON or --metric-query CSV, xctrace export XML (metal-gpu-intervals)")
+FORMATS = (
+    "Nsight Compute CSV (--csv --page raw or details), .ncu-rep, torch.profiler chrome trace JSON, proton .hatchet, "
+    "unitrace chrome trace JSON or --metric-query CSV, xctrace export XML (metal-gpu-intervals)"
+)
 
 
 def detect(text: str) -> str:
@@ -40,8 +42,10 @@ def load_profile(path: str | Path, forwards: int | None = None, max_bytes: int =
     if size == 0:
         raise ProfileParseError(f"{name}: the file is empty")
     if size > max_bytes:
-        raise ProfileParseError(f"{name}: {size / 1e6:.1f} MB is over the {max_bytes / 1e6:.0f} MB limit for a captured "
-                                "profile; export fewer kernels or a CSV page")  # fmt: skip
+        raise ProfileParseError(
+            f"{name}: {size / 1e6:.1f} MB is over the {max_bytes / 1e6:.0f} MB limit for a captured "
+            "profile; export fewer kernels or a CSV page"
+        )
     if p.suffix == ".ncu-rep":
         return ncu.report_from_ncu_rep(p, forwards)
     raw = p.read_bytes()
@@ -74,5 +78,6 @@ def parse_text(text: str, name: str = "<profile>", forwards: int | None = None) 
         return unitrace.report_from_metrics_csv(text, name, forwards)
     if kind == "xctrace":
         return xctrace.report_from_xml(text, name, forwards)
-    raise ProfileParseError(f"{name}: unrecognized profile format (first line: {text.lstrip()[:80]!r}); "
-                            f"supported: {FORMATS}")  # fmt: skip
+    raise ProfileParseError(
+        f"{name}: unrecognized profile format (first line: {text.lstrip()[:80]!r}); supported: {FORMATS}"
+    )

@@ -24,9 +24,26 @@ class ProfileParseError(ValueError):
     """A captured file that cannot be read as the format it claims (or any format)."""
 
 
-_TIME_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}
-_BYTES = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
-          "kib": 1024.0, "mib": 1024.0**2, "gib": 1024.0**3}  # fmt: skip
+_TIME_MS = {
+    "ns": 1e-6,
+    "nsecond": 1e-6,
+    "us": 1e-3,
+    "usecond": 1e-3,
+    "ms": 1.0,
+    "msecond": 1.0,
+    "s": 1e3,
+    "second": 1e3,
+}
+_BYTES = {
+    "byte": 1.0,
+    "kbyte": 1e3,
+    "mbyte": 1e6,
+    "gbyte": 1e9,
+    "tbyte": 1e12,
+    "kib": 1024.0,
+    "mib": 1024.0**2,
+    "gib": 1024.0**3,
+}
 _NOISE = re.compile(r"^==(PROF|WARNING|ERROR|INFO)==")
 
 
@@ -83,7 +100,9 @@ def _rows(text: str, path: str) -> list[list[str]]:
     if not body.strip():
         errors = [m for m in messages if m.startswith("==ERROR==")]
         why = f"; ncu said: {' '.join(errors)[:300]}" if errors else ""
-        raise ProfileParseError(f"{path}: no Nsight Compute CSV table found (expected a header row starting with \"ID\"){why}")
+        raise ProfileParseError(
+            f'{path}: no Nsight Compute CSV table found (expected a header row starting with "ID"){why}'
+        )
     try:
         return list(csv.reader(io.StringIO(body)))
     except csv.Error as e:
@@ -118,8 +137,9 @@ def parse_raw(text: str, path: str = "<ncu raw csv>") -> list[dict]:
     launches = []
     for n, row in enumerate(data):
         if len(row) < col["Kernel Name"] + 1 or (len(row) < len(header) and n == len(data) - 1):
-            raise ProfileParseError(f"{path}: ncu raw CSV is truncated: row {n + 3} has {len(row)} of "
-                                    f"{len(header)} columns")  # fmt: skip
+            raise ProfileParseError(
+                f"{path}: ncu raw CSV is truncated: row {n + 3} has {len(row)} of {len(header)} columns"
+            )
         metrics = {}
         for name, i in col.items():
             if "__" not in name or i >= len(row):
@@ -127,14 +147,19 @@ def parse_raw(text: str, path: str = "<ncu raw csv>") -> list[dict]:
             v = scaled(number(row[i]), units[i] if i < len(units) else "")
             if v is not None:
                 metrics[name] = v
-        launches.append({
-            "id": row[col["ID"]] if "ID" in col else str(n), "name": row[col["Kernel Name"]],
-            "block": dims(row[col["Block Size"]]) if "Block Size" in col else None,
-            "grid": dims(row[col["Grid Size"]]) if "Grid Size" in col else None,
-            "metrics": metrics,
-            "device_name": row[col["device__attribute_display_name"]] if "device__attribute_display_name" in col else None,
-            "cc": row[col["CC"]] if "CC" in col else None,
-        })  # fmt: skip
+        launches.append(
+            {
+                "id": row[col["ID"]] if "ID" in col else str(n),
+                "name": row[col["Kernel Name"]],
+                "block": dims(row[col["Block Size"]]) if "Block Size" in col else None,
+                "grid": dims(row[col["Grid Size"]]) if "Grid Size" in col else None,
+                "metrics": metrics,
+                "device_name": row[col["device__attribute_display_name"]]
+                if "device__attribute_display_name" in col
+                else None,
+                "cc": row[col["CC"]] if "CC" in col else None,
+            }
+        )
     return launches
 
 
@@ -147,8 +172,14 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
         return _mean([l["metrics"][key] for l in launches if key in l["metrics"]])
 
     times = [l["metrics"]["gpu__time_duration.sum"] for l in launches if "gpu__time_duration.sum" in l["metrics"]]
-    k = KernelProfile(name=name, launches=len(launches), device_ms=sum(times), mean_ms=_mean(times) or 0.0,
-                      grid=launches[0]["grid"], block=launches[0]["block"])  # fmt: skip
+    k = KernelProfile(
+        name=name,
+        launches=len(launches),
+        device_ms=sum(times),
+        mean_ms=_mean(times) or 0.0,
+        grid=launches[0]["grid"],
+        block=launches[0]["block"],
+    )
     if k.block is None and m("launch__block_size"):
         k.block = [int(m("launch__block_size")), 1, 1]
     if k.grid is None and m("launch__grid_size"):
@@ -176,7 +207,11 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
         setattr(k, f"global_{label}_sectors", sectors)
         if sectors is not None and requests:
             setattr(k, f"global_{label}_sectors_per_request", sectors / requests)
-        setattr(k, f"global_{label}_bytes_per_sector", m(f"smsp__sass_average_data_bytes_per_sector_mem_global_op_{op}.ratio"))
+        setattr(
+            k,
+            f"global_{label}_bytes_per_sector",
+            m(f"smsp__sass_average_data_bytes_per_sector_mem_global_op_{op}.ratio"),
+        )
     for p in PIPES:
         v = m(f"sm__pipe_{p}_cycles_active.avg.pct_of_peak_sustained_active")
         if v is not None:
@@ -190,9 +225,14 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
         k.pipes["tensor_op_gmma"] = k.pipes.pop("tensor_op_hmma")
     if "lsu" not in k.pipes and "inst_pipe_lsu_pct" in k.metrics:
         k.pipes["lsu"] = k.metrics["inst_pipe_lsu_pct"]
-    tensor = [v for v in (m("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
-                          *(k.pipes.get(p) for p in ("tensor_op_gmma", "tensor_op_hmma", "tensor_op_imma")))
-              if v is not None]  # fmt: skip
+    tensor = [
+        v
+        for v in (
+            m("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
+            *(k.pipes.get(p) for p in ("tensor_op_gmma", "tensor_op_hmma", "tensor_op_imma")),
+        )
+        if v is not None
+    ]
     k.tensor_pipe_pct = max(tensor) if tensor else None
     k.fma_pipe_pct = k.pipes.get("fma", k.metrics.get("inst_pipe_fma_pct"))
     k.issue_active_pct = m("smsp__issue_active.avg.pct_of_peak_sustained_active")
@@ -262,18 +302,34 @@ def report_from_raw(text: str, path: str = "<ncu raw csv>", forwards: int | None
     return _finish(kernels, launches, path, forwards, "ncu")
 
 
-def _finish(kernels: list[KernelProfile], launches: list[dict], path: str, forwards: int | None, source: str,
-            rules: list[NcuRule] | None = None) -> ProfileReport:  # fmt: skip
+def _finish(
+    kernels: list[KernelProfile],
+    launches: list[dict],
+    path: str,
+    forwards: int | None,
+    source: str,
+    rules: list[NcuRule] | None = None,
+) -> ProfileReport:
     sm = next((int(l["metrics"]["launch__sm_count"]) for l in launches if "launch__sm_count" in l["metrics"]), None)
-    report = set_forwards(ProfileReport(source=source, kernels=kernels, sm_count=sm, ncu_rules=rules or [],
-                                        device_name=next((l["device_name"] for l in launches if l.get("device_name")), None),
-                                        file=None if path.startswith("<") else path), forwards)  # fmt: skip
+    report = set_forwards(
+        ProfileReport(
+            source=source,
+            kernels=kernels,
+            sm_count=sm,
+            ncu_rules=rules or [],
+            device_name=next((l["device_name"] for l in launches if l.get("device_name")), None),
+            file=None if path.startswith("<") else path,
+        ),
+        forwards,
+    )
     if report.device_name is None and launches and launches[0].get("cc"):
         report.notes.append(f"compute capability {launches[0]['cc']}; device name not in the file")
         report.device = f"sm_{launches[0]['cc'].replace('.', '')}"
     if report.forwards_inferred and report.forwards > 1:
-        report.notes.append(f"{report.forwards} forwards inferred from launch counts (gcd); kernels ran "
-                            f"{report.launches_per_forward:g} launches per forward")  # fmt: skip
+        report.notes.append(
+            f"{report.forwards} forwards inferred from launch counts (gcd); kernels ran "
+            f"{report.launches_per_forward:g} launches per forward"
+        )
     return report
 
 
@@ -282,7 +338,10 @@ def _finish(kernels: list[KernelProfile], launches: list[dict], path: str, forwa
 _DETAILS_MAP = {
     ("GPU Speed Of Light Throughput", "Duration"): "gpu__time_duration.sum",
     ("GPU Speed Of Light Throughput", "Compute (SM) Throughput"): "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    ("GPU Speed Of Light Throughput", "Memory Throughput"): "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    (
+        "GPU Speed Of Light Throughput",
+        "Memory Throughput",
+    ): "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
     ("GPU Speed Of Light Throughput", "DRAM Throughput"): "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
     ("Launch Statistics", "Registers Per Thread"): "launch__registers_per_thread",
     ("Launch Statistics", "Block Size"): "launch__block_size",
@@ -318,17 +377,35 @@ def parse_details(text: str, path: str = "<ncu details csv>") -> tuple[list[dict
     rules: list[NcuRule] = []
     for n, row in enumerate(rows[1:]):
         if len(row) <= need:
-            raise ProfileParseError(f"{path}: ncu details CSV is truncated: row {n + 2} has {len(row)} of "
-                                    f"{len(header)} columns")  # fmt: skip
+            raise ProfileParseError(
+                f"{path}: ncu details CSV is truncated: row {n + 2} has {len(row)} of {len(header)} columns"
+            )
         get = lambda c: row[col[c]] if c in col and col[c] < len(row) else ""  # noqa: E731
-        launch = launches.setdefault(get("ID"), {"id": get("ID"), "name": get("Kernel Name"), "metrics": {},
-                                                 "block": dims(get("Block Size")), "grid": dims(get("Grid Size")),
-                                                 "device_name": None, "cc": get("CC") or None})  # fmt: skip
+        launch = launches.setdefault(
+            get("ID"),
+            {
+                "id": get("ID"),
+                "name": get("Kernel Name"),
+                "metrics": {},
+                "block": dims(get("Block Size")),
+                "grid": dims(get("Grid Size")),
+                "device_name": None,
+                "cc": get("CC") or None,
+            },
+        )
         if get("Rule Name"):
             sp = number(get("Estimated Speedup"))
-            rules.append(NcuRule(kernel=get("Kernel Name"), section=get("Section Name"), rule=get("Rule Name"),
-                                 type=get("Rule Type"), description=get("Rule Description"),
-                                 speedup_type=get("Estimated Speedup Type") or None, speedup_pct=sp))  # fmt: skip
+            rules.append(
+                NcuRule(
+                    kernel=get("Kernel Name"),
+                    section=get("Section Name"),
+                    rule=get("Rule Name"),
+                    type=get("Rule Type"),
+                    description=get("Rule Description"),
+                    speedup_type=get("Estimated Speedup Type") or None,
+                    speedup_pct=sp,
+                )
+            )
             continue
         key = _DETAILS_MAP.get((get("Section Name"), get("Metric Name")))
         if get("Section Name") == "Command line profiler metrics":  # the --metrics asked for, under their raw names
@@ -389,7 +466,10 @@ def import_ncu_report():
     exe = shutil.which("ncu")
     if exe:
         roots.append(Path(exe).resolve().parent)
-    roots += [Path(p) for p in sorted(glob.glob("/usr/local/cuda*/nsight-compute*") + glob.glob("/opt/nvidia/nsight-compute/*"))]
+    roots += [
+        Path(p)
+        for p in sorted(glob.glob("/usr/local/cuda*/nsight-compute*") + glob.glob("/opt/nvidia/nsight-compute/*"))
+    ]
     for root in roots:
         extras = root / "extras" / "python"
         if (extras / "ncu_report.py").is_file():
@@ -424,14 +504,20 @@ def report_from_ncu_rep(path: str | Path, forwards: int | None = None) -> Profil
         newer = "version" in str(e).lower() or "newer" in str(e).lower()
         raise ProfileParseError(
             f"{path}: Nsight Compute's ncu_report could not open it: {type(e).__name__}: {str(e)[:300]}"
-            + ("; the report is likely from a newer Nsight Compute than the one here: export it where it was "
-               "captured with `ncu --import FILE.ncu-rep --csv --page raw > FILE.csv`" if newer else "")
+            + (
+                "; the report is likely from a newer Nsight Compute than the one here: export it where it was "
+                "captured with `ncu --import FILE.ncu-rep --csv --page raw > FILE.csv`"
+                if newer
+                else ""
+            )
             + ("" if head else "; the file is empty")
         ) from None
     if ctx is None or ctx.num_ranges() == 0:
-        raise ProfileParseError(f"{path}: Nsight Compute's ncu_report read no ranges from it (truncated, or written by a "
-                                "newer Nsight Compute); export CSV where it was captured: ncu --import FILE.ncu-rep "
-                                "--csv --page raw > FILE.csv")  # fmt: skip
+        raise ProfileParseError(
+            f"{path}: Nsight Compute's ncu_report read no ranges from it (truncated, or written by a "
+            "newer Nsight Compute); export CSV where it was captured: ncu --import FILE.ncu-rep "
+            "--csv --page raw > FILE.csv"
+        )
     launches = []
     for r in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(r)
@@ -448,9 +534,17 @@ def report_from_ncu_rep(path: str | Path, forwards: int | None = None) -> Profil
                 v = scaled(value, unit)
                 if v is not None and not math.isnan(v):
                     metrics[name] = v
-            launches.append({"id": str(len(launches)), "name": action.name(), "block": None, "grid": None,
-                             "metrics": metrics, "device_name": _rep_string(action, "device__attribute_display_name"),
-                             "cc": None})  # fmt: skip
+            launches.append(
+                {
+                    "id": str(len(launches)),
+                    "name": action.name(),
+                    "block": None,
+                    "grid": None,
+                    "metrics": metrics,
+                    "device_name": _rep_string(action, "device__attribute_display_name"),
+                    "cc": None,
+                }
+            )
     if not launches:
         raise ProfileParseError(f"{path}: the report holds no profiled kernels")
     groups = group_launches(launches)

@@ -23,10 +23,26 @@ SECTIONS = (
 )
 
 STALL_REASONS = (
-    "long_scoreboard", "short_scoreboard", "barrier", "mio_throttle", "lg_throttle", "math_pipe_throttle",
-    "wait", "gmma", "not_selected", "no_instruction", "branch_resolving", "membar", "drain", "imc_miss",
-    "tex_throttle", "dispatch_stall", "misc", "sleeping", "selected",
-)  # fmt: skip
+    "long_scoreboard",
+    "short_scoreboard",
+    "barrier",
+    "mio_throttle",
+    "lg_throttle",
+    "math_pipe_throttle",
+    "wait",
+    "gmma",
+    "not_selected",
+    "no_instruction",
+    "branch_resolving",
+    "membar",
+    "drain",
+    "imc_miss",
+    "tex_throttle",
+    "dispatch_stall",
+    "misc",
+    "sleeping",
+    "selected",
+)
 
 # Per-pipe utilisation (ComputeWorkloadAnalysis' pipe chart): which unit does the math. On Hopper
 # (ncu 2025.3) there is no gmma cycles counter: the hmma cycles counter covers HMMA and HGMMA alike,

@@ -18,7 +18,9 @@ def report_from_hatchet(data: list | str, path: str = "<proton hatchet>", forwar
     if isinstance(data, str):
         data = load_json(data, path)
     if not is_hatchet(data):
-        raise ProfileParseError(f"{path}: not a proton hatchet profile (expected a JSON list whose first item has 'frame')")
+        raise ProfileParseError(
+            f"{path}: not a proton hatchet profile (expected a JSON list whose first item has 'frame')"
+        )
     leaves: OrderedDict[str, list[float]] = OrderedDict()
 
     def walk(node: dict) -> None:

@@ -48,8 +48,12 @@ class KernelProfile(BaseModel):
     num_stages: int | None = None
     achieved_occupancy_pct: float | None = Field(None, description="active warps, % of the SM's maximum")
     theoretical_occupancy_pct: float | None = None
-    occupancy_limiters: dict[str, float] = Field(default_factory=dict, description="blocks per SM allowed by each resource")
-    occupancy_limiter: str | None = Field(None, description="the resource that binds: registers, shared_mem, warps, blocks")
+    occupancy_limiters: dict[str, float] = Field(
+        default_factory=dict, description="blocks per SM allowed by each resource"
+    )
+    occupancy_limiter: str | None = Field(
+        None, description="the resource that binds: registers, shared_mem, warps, blocks"
+    )
     waves_per_sm: float | None = None
     sm_throughput_pct: float | None = None
     memory_throughput_pct: float | None = None
@@ -60,24 +64,40 @@ class KernelProfile(BaseModel):
     global_store_sectors: float | None = None
     global_load_sectors_per_request: float | None = None
     global_store_sectors_per_request: float | None = None
-    global_load_bytes_per_sector: float | None = Field(None, description="useful bytes per 32-byte sector (32 = fully coalesced)")
+    global_load_bytes_per_sector: float | None = Field(
+        None, description="useful bytes per 32-byte sector (32 = fully coalesced)"
+    )
     global_store_bytes_per_sector: float | None = None
-    tensor_pipe_pct: float | None = Field(None, description="busiest tensor-core pipe (gmma, hmma, imma) active, % of peak")
+    tensor_pipe_pct: float | None = Field(
+        None, description="busiest tensor-core pipe (gmma, hmma, imma) active, % of peak"
+    )
     fma_pipe_pct: float | None = None
-    pipes: dict[str, float] = Field(default_factory=dict, description="per-pipe utilisation, % of peak while active "
-                                    "(fma, alu, fp64, tensor_op_gmma, tensor_op_hmma, shared, ...)")
-    issue_active_pct: float | None = Field(None, description="issue slots busy, % (low with stalled warps = latency-bound)")
+    pipes: dict[str, float] = Field(
+        default_factory=dict,
+        description="per-pipe utilisation, % of peak while active "
+        "(fma, alu, fp64, tensor_op_gmma, tensor_op_hmma, shared, ...)",
+    )
+    issue_active_pct: float | None = Field(
+        None, description="issue slots busy, % (low with stalled warps = latency-bound)"
+    )
     l1_hit_pct: float | None = None
     l2_hit_pct: float | None = None
     shared_wavefronts: float | None = Field(None, description="shared-memory wavefronts (LSU loads + stores)")
     shared_bank_conflicts: float | None = Field(None, description="extra wavefronts caused by bank conflicts")
     shared_instructions: float | None = None
-    local_sectors: float | None = Field(None, description="local-memory sectors moved (register spills, indexed arrays)")
+    local_sectors: float | None = Field(
+        None, description="local-memory sectors moved (register spills, indexed arrays)"
+    )
     atomic_instructions: float | None = Field(None, description="global atomic and reduction instructions executed")
     instructions: float | None = Field(None, description="warp instructions executed")
-    category: str | None = Field(None, description="what the kernel is: gemm, conv, elementwise, reduction, copy, other")
-    compute_path: str | None = Field(None, description="the unit its math runs on: fma, hmma, wgmma (and the operand "
-                                     "type when the name says it: tf32, bf16, fp16, fp8)")
+    category: str | None = Field(
+        None, description="what the kernel is: gemm, conv, elementwise, reduction, copy, other"
+    )
+    compute_path: str | None = Field(
+        None,
+        description="the unit its math runs on: fma, hmma, wgmma (and the operand "
+        "type when the name says it: tf32, bf16, fp16, fp8)",
+    )
     kind_basis: str | None = Field(None, description="how category and compute_path were told: kernel name or metrics")
     top_stalls: list[StallReason] = Field(default_factory=list)
     metrics: dict[str, float] = Field(default_factory=dict, description="other raw profiler metrics kept as is")
@@ -129,10 +149,16 @@ class Roofline(BaseModel):
     flop_ms: float = 0.0
     byte_ms: float = 0.0
     measured_ms: float | None = Field(None, description="device time of one forward in this profile")
-    fraction_of_sol: float | None = Field(None, description="sol_ms / measured_ms (1.0 = at the speed of light); None "
-                                          "when the measured time is below the bound (then the model is wrong)")
-    below_bound: bool = Field(False, description="the measured time beat the bound: the model (peaks, path or bytes) "
-                              "is wrong for this kernel, and no fraction is reported")
+    fraction_of_sol: float | None = Field(
+        None,
+        description="sol_ms / measured_ms (1.0 = at the speed of light); None "
+        "when the measured time is below the bound (then the model is wrong)",
+    )
+    below_bound: bool = Field(
+        False,
+        description="the measured time beat the bound: the model (peaks, path or bytes) "
+        "is wrong for this kernel, and no fraction is reported",
+    )
     bound: Literal["memory", "compute"] = "memory"
     notes: list[str] = Field(default_factory=list)
 
@@ -152,8 +178,11 @@ class ProfileReport(JobAware):
     host_overhead_ms: float | None = Field(None, description="CPU time spent launching kernels, per forward")
     roofline: Roofline | None = None
     ncu_rules: list[NcuRule] = Field(default_factory=list)
-    timeline: dict[str, float] = Field(default_factory=dict, description="device busy/idle over the captured span "
-                                       "(span_ms, busy_ms, idle_ms, gaps, largest_gap_ms), when the source has intervals")
+    timeline: dict[str, float] = Field(
+        default_factory=dict,
+        description="device busy/idle over the captured span "
+        "(span_ms, busy_ms, idle_ms, gaps, largest_gap_ms), when the source has intervals",
+    )
     file: str | None = None
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
@@ -192,5 +221,7 @@ class AnalysisReport(JobAware):
     source: str | None = Field(None, description="the profile's source")
     file: str | None = None
     roofline: Roofline | None = None
-    stop: bool = Field(False, description="the agent recommends stopping: most of the time is in kernels at their limit")
+    stop: bool = Field(
+        False, description="the agent recommends stopping: most of the time is in kernels at their limit"
+    )
     notes: list[str] = Field(default_factory=list)

@@ -31,21 +31,35 @@ from .torch_trace import load_json
 SHAPE = re.compile(r"\[SIMD(\d+)\s*\{\s*(\d+);\s*(\d+);\s*(\d+)\s*\}\s*\{\s*(\d+);\s*(\d+);\s*(\d+)\s*\}\s*\]\s*$")
 TILE = re.compile(r"^Tile #\d+:\s*")
 MEMORY_OPS = ("zeCommandListAppendMemory", "zeCommandListAppendBarrier", "clEnqueue")
-LAUNCH_CALLS = ("zeCommandListAppendLaunchKernel", "zeCommandListAppendLaunchCooperativeKernel", "clEnqueueNDRangeKernel",
-                "urEnqueueKernelLaunch")  # fmt: skip
+LAUNCH_CALLS = (
+    "zeCommandListAppendLaunchKernel",
+    "zeCommandListAppendLaunchCooperativeKernel",
+    "clEnqueueNDRangeKernel",
+    "urEnqueueKernelLaunch",
+)
 # counter name (lower case, unit dropped) -> our metric name; XVE on Xe-HPC/Xe2, EU on older parts
 COUNTERS = {
-    "xve_active": "xve_active_pct", "xveactive": "xve_active_pct", "eu_active": "xve_active_pct", "euactive": "xve_active_pct",
-    "xve_stall": "xve_stall_pct", "xvestall": "xve_stall_pct", "eu_stall": "xve_stall_pct", "eustall": "xve_stall_pct",
-    "xve_threads_occupancy_all": "occupancy_pct", "euthreadoccupancy": "occupancy_pct",
-    "xve_threads_occupancy": "occupancy_pct", "eu_threads_occupancy_all": "occupancy_pct",
-    "gpu_memory_byte_read": "gpu_memory_bytes_read", "gpu_memory_byte_write": "gpu_memory_bytes_write",
-    "l3_byte_read": "l3_bytes_read", "l3_byte_write": "l3_bytes_write",
+    "xve_active": "xve_active_pct",
+    "xveactive": "xve_active_pct",
+    "eu_active": "xve_active_pct",
+    "euactive": "xve_active_pct",
+    "xve_stall": "xve_stall_pct",
+    "xvestall": "xve_stall_pct",
+    "eu_stall": "xve_stall_pct",
+    "eustall": "xve_stall_pct",
+    "xve_threads_occupancy_all": "occupancy_pct",
+    "euthreadoccupancy": "occupancy_pct",
+    "xve_threads_occupancy": "occupancy_pct",
+    "eu_threads_occupancy_all": "occupancy_pct",
+    "gpu_memory_byte_read": "gpu_memory_bytes_read",
+    "gpu_memory_byte_write": "gpu_memory_bytes_write",
+    "l3_byte_read": "l3_bytes_read",
+    "l3_byte_write": "l3_bytes_write",
     "xve_inst_executed_xmx_all_utilization": "xmx_utilization_pct",
     "xve_inst_executed_alu0_all_utilization": "alu0_utilization_pct",
     "xve_inst_executed_alu1_all_utilization": "alu1_utilization_pct",
     "xve_inst_executed_send_all_utilization": "send_utilization_pct",
-}  # fmt: skip
+}
 STALL = re.compile(r"^xvestall(\w+)$")  # VectorEngineStalls: XveStallSbid[%], XveStallPipe[%], ...
 SUMMED = ("gpu_memory_bytes_read", "gpu_memory_bytes_write", "l3_bytes_read", "l3_bytes_write")
 
@@ -79,8 +93,14 @@ def busy_timeline(intervals: list[tuple[float, float]]) -> dict[str, float]:
     span = merged[-1][1] - merged[0][0]
     busy = sum(e - s for s, e in merged)
     gaps = [merged[i + 1][0] - merged[i][1] for i in range(len(merged) - 1)]
-    return {"span_ms": span, "busy_ms": busy, "idle_ms": span - busy, "gaps": float(len(gaps)),
-            "largest_gap_ms": max(gaps, default=0.0), "intervals": float(len(intervals))}  # fmt: skip
+    return {
+        "span_ms": span,
+        "busy_ms": busy,
+        "idle_ms": span - busy,
+        "gaps": float(len(gaps)),
+        "largest_gap_ms": max(gaps, default=0.0),
+        "intervals": float(len(intervals)),
+    }
 
 
 def _finish(report: ProfileReport, forwards: int | None, path: str, what: str) -> ProfileReport:
@@ -98,8 +118,10 @@ def report_from_chrome(data: dict | str, path: str = "<unitrace trace>", forward
     if isinstance(data, str):
         data = load_json(data, path)
     if not is_unitrace_trace(data):
-        raise ProfileParseError(f"{path}: not a unitrace chrome trace (no \"cat\": \"gpu_op\" device events)")
-    report = ProfileReport(source="unitrace", device="xpu", execution="xpu", file=None if path.startswith("<") else path)
+        raise ProfileParseError(f'{path}: not a unitrace chrome trace (no "cat": "gpu_op" device events)')
+    report = ProfileReport(
+        source="unitrace", device="xpu", execution="xpu", file=None if path.startswith("<") else path
+    )
     kernels: OrderedDict[str, KernelProfile] = OrderedDict()
     spans, launch_us = [], 0.0
     for e in data["traceEvents"]:
@@ -126,7 +148,11 @@ def report_from_chrome(data: dict | str, path: str = "<unitrace trace>", forward
     report.kernels = list(kernels.values())
     for e in data["traceEvents"]:
         args = e.get("args") if isinstance(e, dict) else None
-        if e.get("name") == "process_name" and isinstance(args, dict) and str(args.get("name", "")).startswith("DEVICE<"):
+        if (
+            e.get("name") == "process_name"
+            and isinstance(args, dict)
+            and str(args.get("name", "")).startswith("DEVICE<")
+        ):
             report.notes.append(f"unitrace device track: {args['name']}")
             break
     _finish(report, forwards, path, "chrome trace")
@@ -153,7 +179,9 @@ def _csv_rows(text: str, path: str) -> tuple[list[str], list[list[str]]]:
             header = header or cells
             continue
         if header is None:
-            raise ProfileParseError(f"{path}: unitrace metric CSV row before any 'Kernel, GlobalInstanceId, ...' header")
+            raise ProfileParseError(
+                f"{path}: unitrace metric CSV row before any 'Kernel, GlobalInstanceId, ...' header"
+            )
         rows.append(cells)
     if header is None:
         raise ProfileParseError(f"{path}: no 'Kernel, ...' header: not a unitrace --metric-query CSV")
@@ -164,9 +192,13 @@ def report_from_metrics_csv(text: str, path: str = "<unitrace metrics>", forward
     header, rows = _csv_rows(text, path)
     keys = [_counter_key(h) for h in header]
     if "gputime" not in keys:
-        raise ProfileParseError(f"{path}: the metric CSV has no GpuTime[ns] column (columns: {', '.join(header[:8])}, ...)")
+        raise ProfileParseError(
+            f"{path}: the metric CSV has no GpuTime[ns] column (columns: {', '.join(header[:8])}, ...)"
+        )
     t_at = keys.index("gputime")
-    report = ProfileReport(source="unitrace", device="xpu", execution="xpu", file=None if path.startswith("<") else path)
+    report = ProfileReport(
+        source="unitrace", device="xpu", execution="xpu", file=None if path.startswith("<") else path
+    )
     kernels: OrderedDict[str, KernelProfile] = OrderedDict()
     weighted: dict[str, dict[str, float]] = {}  # kernel -> metric -> sum(value * time)
     for n, row in enumerate(rows, start=1):

@@ -78,15 +78,19 @@ def parse_rows(text: str, path: str) -> list[dict]:
     schema = root.find(".//schema")
     if schema is None or schema.get("name") != SCHEMA:
         found = schema.get("name") if schema is not None else "none"
-        raise ProfileParseError(f"{path}: not a {SCHEMA} export (schema: {found}); export it with "
-                                f"--xpath '/trace-toc/run[@number=\"1\"]/data/table[@schema=\"{SCHEMA}\"]'")  # fmt: skip
+        raise ProfileParseError(
+            f"{path}: not a {SCHEMA} export (schema: {found}); export it with "
+            f'--xpath \'/trace-toc/run[@number="1"]/data/table[@schema="{SCHEMA}"]\''
+        )
     mnemonics = [c.findtext("mnemonic") or "" for c in schema.findall("col")]
     at = {}
     for ours, names in COLUMNS.items():
         at[ours] = next((i for i, m in enumerate(mnemonics) if m in names), None)
     for need in ("start", "duration"):
         if at[need] is None:
-            raise ProfileParseError(f"{path}: the {SCHEMA} schema has no '{need}' column (columns: {', '.join(mnemonics)})")
+            raise ProfileParseError(
+                f"{path}: the {SCHEMA} schema has no '{need}' column (columns: {', '.join(mnemonics)})"
+            )
     interned = {el.get("id"): el for el in root.iter() if el.get("id") is not None}
 
     def resolve(el: ET.Element) -> ET.Element:
@@ -94,7 +98,7 @@ def parse_rows(text: str, path: str) -> list[dict]:
         if ref is None:
             return el
         if ref not in interned:
-            raise ProfileParseError(f"{path}: <{el.tag} ref=\"{ref}\"/> refers to no earlier id")
+            raise ProfileParseError(f'{path}: <{el.tag} ref="{ref}"/> refers to no earlier id')
         return interned[ref]
 
     rows = []
@@ -106,29 +110,44 @@ def parse_rows(text: str, path: str) -> list[dict]:
             return cells[i] if i is not None and i < len(cells) else None
 
         pname, pid = _process(cell("process"), resolve)
-        rows.append({"start": _int(cell("start"), "start", n, path), "duration": _int(cell("duration"), "duration", n, path),
-                     "channel": _value(cell("channel")), "label": _value(cell("label")), "process": pname, "pid": pid})  # fmt: skip
+        rows.append(
+            {
+                "start": _int(cell("start"), "start", n, path),
+                "duration": _int(cell("duration"), "duration", n, path),
+                "channel": _value(cell("channel")),
+                "label": _value(cell("label")),
+                "process": pname,
+                "pid": pid,
+            }
+        )
     return rows
 
 
-def report_from_xml(text: str, path: str = "<xctrace export>", forwards: int | None = None,
-                    process: str | None = None) -> ProfileReport:  # fmt: skip
+def report_from_xml(
+    text: str, path: str = "<xctrace export>", forwards: int | None = None, process: str | None = None
+) -> ProfileReport:
     rows = parse_rows(text, path)
     if not rows:
         raise ProfileParseError(f"{path}: the {SCHEMA} table has no rows (was the GPU used while recording?)")
-    report = ProfileReport(source="xctrace", device="mps", execution="metal", file=None if path.startswith("<") else path)
+    report = ProfileReport(
+        source="xctrace", device="mps", execution="metal", file=None if path.startswith("<") else path
+    )
     procs = Counter(r["process"] for r in rows if r["channel"].lower() == "compute")
     if process is not None:
         keep = [r for r in rows if process in r["process"]]
         if not keep:
-            raise ProfileParseError(f"{path}: no GPU intervals for process '{process}' (processes: "
-                                    f"{', '.join(sorted({r['process'] for r in rows}))})")  # fmt: skip
+            raise ProfileParseError(
+                f"{path}: no GPU intervals for process '{process}' (processes: "
+                f"{', '.join(sorted({r['process'] for r in rows}))})"
+            )
     else:
         chosen = procs.most_common(1)[0][0] if procs else rows[0]["process"]
         keep = [r for r in rows if r["process"] == chosen]
         if len({r["process"] for r in rows}) > 1:
-            report.notes.append(f"kept process '{chosen}' (most compute intervals); the trace also holds "
-                                f"{', '.join(sorted({r['process'] for r in rows} - {chosen}))}")  # fmt: skip
+            report.notes.append(
+                f"kept process '{chosen}' (most compute intervals); the trace also holds "
+                f"{', '.join(sorted({r['process'] for r in rows} - {chosen}))}"
+            )
     kernels: OrderedDict[str, KernelProfile] = OrderedDict()
     for r in keep:
         name = r["label"] or f"{r['channel'] or 'GPU'} interval"
@@ -146,6 +165,8 @@ def report_from_xml(text: str, path: str = "<xctrace export>", forwards: int | N
         k.mean_ms = k.device_ms / k.launches
     t0 = min(r["start"] for r in keep)
     report.timeline = busy_timeline([((r["start"] - t0) / 1e6, (r["start"] - t0 + r["duration"]) / 1e6) for r in keep])
-    report.notes.append("Metal System Trace: encoder intervals per GPU channel; Apple GPUs expose no per-kernel "
-                        "occupancy or stall counters here")  # fmt: skip
+    report.notes.append(
+        "Metal System Trace: encoder intervals per GPU channel; Apple GPUs expose no per-kernel "
+        "occupancy or stall counters here"
+    )
     return report

@@ -20,7 +20,9 @@ def _code_digest() -> str:
     """Our own code that shapes a compile report: a change to it invalidates old entries."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for path in sorted([*root.glob("targets/*.py"), *root.glob("engine/*.py"), root / "schemas.py"]):
+    for path in sorted(
+        [*root.glob("targets/*.py"), *root.glob("engine/*.py"), root / "schemas.py", root / "source.py"]
+    ):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -28,7 +30,7 @@ def _code_digest() -> str:
 @functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
     out = {"kforge-code": _code_digest()}
-    for dist in ("triton", "torch", "kforge-mcp", "nvidia-cutlass-dsl", "nvidia-cutlass"):
+    for dist in ("torch", "kforge-mcp"):  # a target adds its own toolchains (Target.cache_versions)
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

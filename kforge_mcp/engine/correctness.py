@@ -26,16 +26,22 @@ def compare_outputs(expected, got, trial: int, atol: float | None, rtol: float |
 
     exp_list, got_list = flatten_outputs(expected), flatten_outputs(got)
     if len(exp_list) != len(got_list):
-        return Mismatch(trial=trial, reason=f"the reference returns {len(exp_list)} outputs, the candidate {len(got_list)}")
+        return Mismatch(
+            trial=trial, reason=f"the reference returns {len(exp_list)} outputs, the candidate {len(got_list)}"
+        )
     for i, (e, g) in enumerate(zip(exp_list, got_list)):
         if not isinstance(e, torch.Tensor):
             if e != g:
-                return Mismatch(trial=trial, output_index=i, reason=f"non-tensor output differs: expected {e!r}, got {g!r}")
+                return Mismatch(
+                    trial=trial, output_index=i, reason=f"non-tensor output differs: expected {e!r}, got {g!r}"
+                )
             continue
         if not isinstance(g, torch.Tensor):
             return Mismatch(trial=trial, output_index=i, reason=f"expected a tensor, got {type(g).__name__}")
         if tuple(e.shape) != tuple(g.shape):
-            return Mismatch(trial=trial, output_index=i, reason=f"shape: expected {tuple(e.shape)}, got {tuple(g.shape)}")
+            return Mismatch(
+                trial=trial, output_index=i, reason=f"shape: expected {tuple(e.shape)}, got {tuple(g.shape)}"
+            )
         if e.dtype != g.dtype:
             return Mismatch(trial=trial, output_index=i, reason=f"dtype: expected {e.dtype}, got {g.dtype}")
         mismatch = _compare_values(e, g, trial, i, *tolerance_for(e.dtype, atol, rtol))

@@ -9,12 +9,12 @@ several workers for it; timing jobs on one device are never run side by side.
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Callable, Protocol
 
 from ..errors import InputError
+from ..settings import Settings
 from .pool import JobCancelled, WorkerPool
 
 Progress = Callable[[str], None] | None
@@ -24,8 +24,15 @@ CPU_LANES = ("compile", "cpu")  # lanes that need only CPUs: several workers may
 class Executor(Protocol):
     name: str
 
-    def run(self, lane: str, kind: str, payload: dict, timeout_s: float, on_progress: Progress = None,
-            cancel: threading.Event | None = None) -> dict:  # fmt: skip
+    def run(
+        self,
+        lane: str,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+    ) -> dict:
         """Run one worker job; the worker's reply (``{"ok": ..., "value"/"kind"/"message"}``).
         Raises pool.WorkerFailure (or JobCancelled) when the job has no result."""
         ...
@@ -53,12 +60,19 @@ class LocalExecutor:
 
     def __init__(self, pool: WorkerPool, cpu_workers: int | None = None):
         self.pool = pool
-        self.cpu_workers = max(1, cpu_workers or int(os.environ.get("KFORGE_CPU_WORKERS") or 1))
+        self.cpu_workers = max(1, cpu_workers or Settings.read().cpu_workers or 1)
         self._busy: dict[str, set[int]] = {}
         self._cond = threading.Condition()
 
-    def run(self, lane: str, kind: str, payload: dict, timeout_s: float, on_progress: Progress = None,
-            cancel: threading.Event | None = None) -> dict:  # fmt: skip
+    def run(
+        self,
+        lane: str,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        on_progress: Progress = None,
+        cancel: threading.Event | None = None,
+    ) -> dict:
         if self.slots(lane) == 1:
             return self.pool.run(lane, kind, payload, timeout_s, on_progress, cancel)
         i = self._take(lane, cancel)
@@ -95,14 +109,21 @@ class LocalExecutor:
         self.pool.shutdown()
 
 
-def make_executor(name: str | None = None, home: Path | str | None = None, memory_limit_mb: int | None = None,
-                  ray_address: str | None = None, cpu_workers: int | None = None, **ray_options) -> Executor:
+def make_executor(
+    name: str | None = None,
+    home: Path | str | None = None,
+    memory_limit_mb: int | None = None,
+    ray_address: str | None = None,
+    cpu_workers: int | None = None,
+    **ray_options,
+) -> Executor:
     """``local`` (default) or ``ray``; the name and the Ray address fall back to $KFORGE_EXECUTOR and
     $KFORGE_RAY_ADDRESS. A Ray executor with no address starts a local Ray."""
-    name = (name or os.environ.get("KFORGE_EXECUTOR") or "local").lower()
-    limit = memory_limit_mb or int(os.environ.get("KFORGE_WORKER_MEMORY_MB", "8192"))
+    settings = Settings.read()
+    name = (name or settings.executor or "local").lower()
+    limit = memory_limit_mb or settings.worker_memory_mb
     if name == "local":
-        from ..api import default_home
+        from ..home import default_home
 
         home = Path(home).expanduser() if home else default_home()
         home.mkdir(parents=True, exist_ok=True)
@@ -110,7 +131,11 @@ def make_executor(name: str | None = None, home: Path | str | None = None, memor
     if name == "ray":
         from .ray_executor import RayExecutor
 
-        return RayExecutor(address=ray_address or os.environ.get("KFORGE_RAY_ADDRESS") or None,
-                           home=str(home) if home else None, memory_limit_mb=limit, cpu_workers=cpu_workers,
-                           **ray_options)  # fmt: skip
+        return RayExecutor(
+            address=ray_address or settings.ray_address,
+            home=str(home) if home else None,
+            memory_limit_mb=limit,
+            cpu_workers=cpu_workers,
+            **ray_options,
+        )
     raise InputError(f"unknown executor '{name}'; choose 'local' or 'ray'")

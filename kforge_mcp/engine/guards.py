@@ -20,32 +20,155 @@ from __future__ import annotations
 import ast
 import threading
 
+from ..device import get_device
 from ..schemas import Finding
 from .correctness import flatten_outputs
 
 # torch functions a ModelNew may call around its kernels: allocation, shape and layout.
 ALLOWED_TORCH_OPS = {
-    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
-    "arange", "tensor", "as_tensor", "contiguous", "view", "view_as", "reshape", "reshape_as", "flatten",
-    "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "t", "expand", "expand_as", "narrow", "select",
-    "__getitem__", "size", "stride", "dim", "numel", "is_contiguous", "data_ptr", "element_size", "storage_offset",
-    "to", "cuda", "cpu", "type", "float", "half", "bfloat16", "new_empty", "new_zeros", "new_ones", "new_full",
-    "split", "chunk", "unbind", "__len__", "__iter__", "__hash__", "__eq__", "__format__", "__repr__",
-    "get_device", "is_floating_point", "requires_grad_", "detach", "__setstate__", "__reduce_ex__",
-    "shape", "dtype", "device", "is_cuda", "data", "grad", "requires_grad", "T", "mT", "layout", "ndim",
-    "__get__", "_is_view", "untyped_storage", "storage", "copy_", "zero_", "fill_", "__bool__", "item", "tolist",
-}  # fmt: skip
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "zeros",
+    "zeros_like",
+    "ones",
+    "ones_like",
+    "full",
+    "full_like",
+    "arange",
+    "tensor",
+    "as_tensor",
+    "contiguous",
+    "view",
+    "view_as",
+    "reshape",
+    "reshape_as",
+    "flatten",
+    "unflatten",
+    "squeeze",
+    "unsqueeze",
+    "permute",
+    "transpose",
+    "t",
+    "expand",
+    "expand_as",
+    "narrow",
+    "select",
+    "__getitem__",
+    "size",
+    "stride",
+    "dim",
+    "numel",
+    "is_contiguous",
+    "data_ptr",
+    "element_size",
+    "storage_offset",
+    "to",
+    "cuda",
+    "cpu",
+    "type",
+    "float",
+    "half",
+    "bfloat16",
+    "new_empty",
+    "new_zeros",
+    "new_ones",
+    "new_full",
+    "split",
+    "chunk",
+    "unbind",
+    "__len__",
+    "__iter__",
+    "__hash__",
+    "__eq__",
+    "__format__",
+    "__repr__",
+    "get_device",
+    "is_floating_point",
+    "requires_grad_",
+    "detach",
+    "__setstate__",
+    "__reduce_ex__",
+    "shape",
+    "dtype",
+    "device",
+    "is_cuda",
+    "data",
+    "grad",
+    "requires_grad",
+    "T",
+    "mT",
+    "layout",
+    "ndim",
+    "__get__",
+    "_is_view",
+    "untyped_storage",
+    "storage",
+    "copy_",
+    "zero_",
+    "fill_",
+    "__bool__",
+    "item",
+    "tolist",
+}
 # Ops that do the heavy work of the problems we judge: calling one instead of a kernel is a cheat.
 HEAVY_TORCH_OPS = {
-    "matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-    "conv_transpose2d", "conv_transpose3d", "softmax", "log_softmax", "layer_norm", "group_norm", "batch_norm",
-    "instance_norm", "rms_norm", "scaled_dot_product_attention", "einsum", "tensordot", "gelu", "silu", "relu",
-    "sigmoid", "tanh", "exp", "sum", "mean", "max", "min", "amax", "cumsum", "sort", "topk", "__matmul__",
-    "cross_entropy", "nll_loss", "mse_loss", "embedding", "avg_pool2d", "max_pool2d", "interpolate",
-}  # fmt: skip
+    "matmul",
+    "mm",
+    "bmm",
+    "addmm",
+    "baddbmm",
+    "linear",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "group_norm",
+    "batch_norm",
+    "instance_norm",
+    "rms_norm",
+    "scaled_dot_product_attention",
+    "einsum",
+    "tensordot",
+    "gelu",
+    "silu",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "amax",
+    "cumsum",
+    "sort",
+    "topk",
+    "__matmul__",
+    "cross_entropy",
+    "nll_loss",
+    "mse_loss",
+    "embedding",
+    "avg_pool2d",
+    "max_pool2d",
+    "interpolate",
+}
 INTROSPECTION = {"get_objects", "get_referrers", "get_referents", "_getframe", "stack", "currentframe", "settrace"}
-TIMER_NAMES = ("time.perf_counter", "time.monotonic", "time.time", "torch.cuda.synchronize", "torch.cuda.Event",
-               "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize")  # fmt: skip
+TIMER_NAMES = (
+    "time.perf_counter",
+    "time.monotonic",
+    "time.time",
+    "torch.cuda.synchronize",
+    "torch.cuda.Event",
+    "torch.cuda.Event.record",
+    "torch.cuda.Event.elapsed_time",
+    "torch.cuda.Event.synchronize",
+)
 
 
 def _resolve(path: str):
@@ -66,8 +189,12 @@ def patched_timers(before: dict[str, object]) -> Finding | None:
     changed = [name for name, obj in timer_snapshot().items() if obj is not before[name]]
     if not changed:
         return None
-    return Finding(code="timer_patched", severity="suspicious", evidence={"patched": changed},
-                   message=f"the candidate replaced timing functions: {', '.join(changed)}")  # fmt: skip
+    return Finding(
+        code="timer_patched",
+        severity="suspicious",
+        evidence={"patched": changed},
+        message=f"the candidate replaced timing functions: {', '.join(changed)}",
+    )
 
 
 class TorchOpRecorder:
@@ -95,7 +222,9 @@ class TorchOpRecorder:
         return self._mode.__exit__(*exc)
 
     def compute_ops(self) -> dict[str, int]:
-        return {k: v for k, v in self.calls.items() if k.strip("_") not in ALLOWED_TORCH_OPS and k not in ALLOWED_TORCH_OPS}
+        return {
+            k: v for k, v in self.calls.items() if k.strip("_") not in ALLOWED_TORCH_OPS and k not in ALLOWED_TORCH_OPS
+        }
 
 
 def torch_op_findings(recorder: TorchOpRecorder, launches: int | None) -> list[Finding]:
@@ -103,16 +232,32 @@ def torch_op_findings(recorder: TorchOpRecorder, launches: int | None) -> list[F
     compute = recorder.compute_ops()
     heavy = sorted(k for k in compute if k.strip("_").removesuffix("_") in HEAVY_TORCH_OPS)
     if launches == 0:
-        findings.append(Finding(code="no_kernel_launched", severity="suspicious",
-                                evidence={"launches": 0, "torch_ops": compute},
-                                message="ModelNew.forward launched none of the candidate's own kernels"))  # fmt: skip
+        findings.append(
+            Finding(
+                code="no_kernel_launched",
+                severity="suspicious",
+                evidence={"launches": 0, "torch_ops": compute},
+                message="ModelNew.forward launched none of the candidate's own kernels",
+            )
+        )
     if heavy:
-        findings.append(Finding(code="torch_op_instead_of_kernel", severity="suspicious",
-                                evidence={"torch_ops": {k: compute[k] for k in heavy}},
-                                message=f"ModelNew.forward calls PyTorch compute ops: {', '.join(heavy)}"))  # fmt: skip
+        findings.append(
+            Finding(
+                code="torch_op_instead_of_kernel",
+                severity="suspicious",
+                evidence={"torch_ops": {k: compute[k] for k in heavy}},
+                message=f"ModelNew.forward calls PyTorch compute ops: {', '.join(heavy)}",
+            )
+        )
     elif compute:
-        findings.append(Finding(code="torch_compute_in_forward", severity="warning", evidence={"torch_ops": compute},
-                                message=f"ModelNew.forward also computes with PyTorch: {', '.join(sorted(compute))}"))  # fmt: skip
+        findings.append(
+            Finding(
+                code="torch_compute_in_forward",
+                severity="warning",
+                evidence={"torch_ops": compute},
+                message=f"ModelNew.forward also computes with PyTorch: {', '.join(sorted(compute))}",
+            )
+        )
     return findings
 
 
@@ -125,8 +270,14 @@ def static_findings(source_text: str) -> list[Finding]:
     used = sorted({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in INTROSPECTION})
     if not used:
         return []
-    return [Finding(code="introspection", severity="suspicious", evidence={"calls": used},
-                    message=f"the candidate inspects the interpreter ({', '.join(used)}): it could find the reference's tensors")]  # fmt: skip
+    return [
+        Finding(
+            code="introspection",
+            severity="suspicious",
+            evidence={"calls": used},
+            message=f"the candidate inspects the interpreter ({', '.join(used)}): it could find the reference's tensors",
+        )
+    ]
 
 
 def _tensors(value) -> list:
@@ -143,12 +294,24 @@ def output_findings(outputs, inputs) -> list[Finding]:
     input_ptrs = {t.untyped_storage().data_ptr() for t in _tensors(inputs) if t.numel()}
     for i, out in enumerate(_tensors(outputs)):
         if type(out) is not torch.Tensor:
-            findings.append(Finding(code="output_not_plain_tensor", severity="fail", evidence={"type": type(out).__name__, "output": i},
-                                    message=f"output {i} is a {type(out).__name__}, not a plain torch.Tensor"))  # fmt: skip
+            findings.append(
+                Finding(
+                    code="output_not_plain_tensor",
+                    severity="fail",
+                    evidence={"type": type(out).__name__, "output": i},
+                    message=f"output {i} is a {type(out).__name__}, not a plain torch.Tensor",
+                )
+            )
             continue
         if out.numel() and out.untyped_storage().data_ptr() in input_ptrs:
-            findings.append(Finding(code="output_aliases_input", severity="suspicious", evidence={"output": i},
-                                    message=f"output {i} shares memory with an input"))  # fmt: skip
+            findings.append(
+                Finding(
+                    code="output_aliases_input",
+                    severity="suspicious",
+                    evidence={"output": i},
+                    message=f"output {i} shares memory with an input",
+                )
+            )
     return findings
 
 
@@ -156,13 +319,16 @@ def inputs_mutated(pristine: list, used: list) -> Finding | None:
     import torch
 
     changed = [
-        i for i, (a, b) in enumerate(zip(pristine, used))
-        if isinstance(a, torch.Tensor) and not torch.equal(a, b)
-    ]  # fmt: skip
+        i for i, (a, b) in enumerate(zip(pristine, used)) if isinstance(a, torch.Tensor) and not torch.equal(a, b)
+    ]
     if not changed:
         return None
-    return Finding(code="input_mutated", severity="suspicious", evidence={"inputs": changed},
-                   message=f"ModelNew.forward changed its inputs {changed}; the reference does not")  # fmt: skip
+    return Finding(
+        code="input_mutated",
+        severity="suspicious",
+        evidence={"inputs": changed},
+        message=f"ModelNew.forward changed its inputs {changed}; the reference does not",
+    )
 
 
 class ThreadWatch:
@@ -179,29 +345,19 @@ class ThreadWatch:
     def finding(self) -> Finding | None:
         if not self.left:
             return None
-        return Finding(code="spawned_threads", severity="suspicious", evidence={"threads": self.left},
-                       message=f"ModelNew.forward left threads running: {', '.join(self.left)}")  # fmt: skip
+        return Finding(
+            code="spawned_threads",
+            severity="suspicious",
+            evidence={"threads": self.left},
+            message=f"ModelNew.forward left threads running: {', '.join(self.left)}",
+        )
 
 
 def poison_free_device_memory(device: str) -> None:
     """Fill the allocator's cached free memory with NaN and hand it back to the driver, so an
     output that is never written (torch.empty reusing the reference's freed memory) cannot
-    pass by luck. Best effort: the candidate running before the reference in each trial is
-    the main defence."""
-    import torch
-
-    if not device.startswith("cuda"):
-        return
-    free = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    if free < 4 or free > torch.cuda.mem_get_info(device)[0] // 2:
-        return
-    try:
-        block = torch.empty(free // 4, dtype=torch.float32, device=device)
-        block.fill_(float("nan"))
-        del block
-    except torch.cuda.OutOfMemoryError:
-        pass
-    torch.cuda.empty_cache()  # or the cache grows by what we just took, call after call
+    pass by luck (where the device can: CUDA)."""
+    get_device(device).poison_free_memory()
 
 
 def degenerate_findings(first, second) -> list[Finding]:
@@ -213,11 +369,23 @@ def degenerate_findings(first, second) -> list[Finding]:
     if not a:
         return []
     if all(x.numel() and bool((x == x.reshape(-1)[0]).all()) for x in a):
-        return [Finding(code="degenerate_problem", severity="warning", evidence={"reason": "constant output"},
-                        message="the reference output is constant for the shipped inputs: a constant would pass")]  # fmt: skip
+        return [
+            Finding(
+                code="degenerate_problem",
+                severity="warning",
+                evidence={"reason": "constant output"},
+                message="the reference output is constant for the shipped inputs: a constant would pass",
+            )
+        ]
     if len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b)):
-        return [Finding(code="degenerate_problem", severity="warning", evidence={"reason": "independent of inputs"},
-                        message="the reference output does not change with the inputs: a constant would pass")]  # fmt: skip
+        return [
+            Finding(
+                code="degenerate_problem",
+                severity="warning",
+                evidence={"reason": "independent of inputs"},
+                message="the reference output does not change with the inputs: a constant would pass",
+            )
+        ]
     return []
 
 
@@ -229,7 +397,7 @@ def stream_findings(fn, device: str) -> Finding | None:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    if not device.startswith("cuda"):
+    if not get_device(device).checks_streams:
         return None
     marker = torch.empty(1, device=device)
     torch.cuda.synchronize()
@@ -244,7 +412,10 @@ def stream_findings(fn, device: str) -> Finding | None:
     elsewhere = sorted({e.name for e in kernels if e.device_resource_id != timed})
     if not elsewhere:
         return None
-    return Finding(code="work_outside_timed_stream", severity="suspicious",
-                   evidence={"timed_stream": timed, "kernels_elsewhere": elsewhere[:10]},
-                   message=f"ModelNew.forward runs kernels on another stream ({', '.join(elsewhere[:3])}): "
-                           "that work is outside the timed region")  # fmt: skip
+    return Finding(
+        code="work_outside_timed_stream",
+        severity="suspicious",
+        evidence={"timed_stream": timed, "kernels_elsewhere": elsewhere[:10]},
+        message=f"ModelNew.forward runs kernels on another stream ({', '.join(elsewhere[:3])}): "
+        "that work is outside the timed region",
+    )

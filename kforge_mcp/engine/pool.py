@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import KforgeError
+from ..settings import Settings
 from . import sandbox
 from .environment import worker_environment
 
@@ -112,8 +113,9 @@ def _signal_name(returncode: int) -> str:
 
 
 class Worker:
-    def __init__(self, lane: str, env: dict[str, str], cgroup: sandbox.PidsCgroup | None = None,
-                 max_tasks: int | None = None):  # fmt: skip
+    def __init__(
+        self, lane: str, env: dict[str, str], cgroup: sandbox.PidsCgroup | None = None, max_tasks: int | None = None
+    ):
         self.lane = lane
         self.cgroup = cgroup  # the worker joins it; kill() kills every process in it
         # without a cgroup: the process cap this server enforces by counting the worker's tree
@@ -176,8 +178,9 @@ class Worker:
         lines = re.findall(r'candidate_\d+\.py", line (\d+)', tail)
         return WorkerFailure(reason, message, tail, int(lines[-1]) if lines else None)
 
-    def _wait_message(self, deadline: float, memory_limit: int | None, cancel: threading.Event | None,
-                      what: str, timeout_s: float) -> dict:  # fmt: skip
+    def _wait_message(
+        self, deadline: float, memory_limit: int | None, cancel: threading.Event | None, what: str, timeout_s: float
+    ) -> dict:
         while True:
             if cancel is not None and cancel.is_set():
                 self.kill()
@@ -197,11 +200,16 @@ class Worker:
                 raise self._failure("timeout", f"{what} did not finish within {timeout_s:g} s; the worker was killed")
             if self.max_tasks and sandbox.tree_tasks(self.proc.pid) > self.max_tasks:
                 self.kill()
-                raise self._failure("processes", f"{what} started more than {self.max_tasks} processes and threads "
-                                    "(the sandbox's process cap); the worker and every process it started were killed")  # fmt: skip
+                raise self._failure(
+                    "processes",
+                    f"{what} started more than {self.max_tasks} processes and threads "
+                    "(the sandbox's process cap); the worker and every process it started were killed",
+                )
             if memory_limit and _rss_bytes(self.proc.pid) > memory_limit:
                 self.kill()
-                raise self._failure("memory", f"{what} used more than {memory_limit / 2**30:.1f} GiB of memory; the worker was killed")  # noqa: E501
+                raise self._failure(
+                    "memory", f"{what} used more than {memory_limit / 2**30:.1f} GiB of memory; the worker was killed"
+                )  # noqa: E501
 
     def wait_ready(self, memory_limit: int | None) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -209,8 +217,15 @@ class Worker:
             msg = self._wait_message(deadline, memory_limit, None, "worker start-up", STARTUP_TIMEOUT_S)
             self.ready = msg.get("type") == "ready"
 
-    def run(self, kind: str, payload: dict, timeout_s: float, memory_limit: int | None,
-            on_progress: Callable[[str], None] | None, cancel: threading.Event | None) -> dict:  # fmt: skip
+    def run(
+        self,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        memory_limit: int | None,
+        on_progress: Callable[[str], None] | None,
+        cancel: threading.Event | None,
+    ) -> dict:
         self.to_worker.send_bytes(json.dumps({"kind": kind, "payload": payload}).encode())
         self.jobs_served += 1
         deadline = time.monotonic() + timeout_s
@@ -231,8 +246,13 @@ class Lane:
 
 
 class WorkerPool:
-    def __init__(self, home: Path, memory_limit_mb: int | None = 8192, max_jobs_per_worker: int = 200,
-                 base_env: dict[str, str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        home: Path,
+        memory_limit_mb: int | None = 8192,
+        max_jobs_per_worker: int = 200,
+        base_env: dict[str, str] | None = None,
+    ):
         self.home = home
         self.memory_limit = memory_limit_mb * 2**20 if memory_limit_mb else None
         self.max_jobs_per_worker = max_jobs_per_worker
@@ -249,12 +269,12 @@ class WorkerPool:
         env = worker_environment(lane, self.home, self.tmp, self.base_env)
         cgroup = None
         if sandbox.enabled("cgroup"):
-            cgroup = sandbox.PidsCgroup.create(sandbox._int_env("KFORGE_SANDBOX_MAX_PROCS", sandbox.DEFAULT_MAX_PROCS))
+            cgroup = sandbox.PidsCgroup.create(Settings.read().sandbox_max_procs)
         if cgroup is not None:
             env["KFORGE_SANDBOX_CGROUP"] = str(cgroup.path)
         max_tasks = None
         if sandbox.watchdog_applies(cgroup is not None):  # no pids cgroup here: count the tree ourselves
-            max_tasks = sandbox._int_env("KFORGE_SANDBOX_MAX_PROCS", sandbox.DEFAULT_MAX_PROCS)
+            max_tasks = Settings.read().sandbox_max_procs
         worker = Worker(lane, env, cgroup, max_tasks)
         try:
             worker.wait_ready(self.memory_limit)
@@ -277,8 +297,15 @@ class WorkerPool:
 
         threading.Thread(target=start, daemon=True, name=f"kforge-prewarm-{lane}").start()
 
-    def run(self, lane: str, kind: str, payload: dict, timeout_s: float,
-            on_progress: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> dict:  # fmt: skip
+    def run(
+        self,
+        lane: str,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> dict:
         # we must see our workers' exit status: something in this process (ray.init) may have set
         # SIGCHLD to ignored since the last job, and then a crash would read as "exit code 0"
         sandbox.default_sigchld()

@@ -22,9 +22,10 @@ from ..analysis.proton import report_from_hatchet
 from ..analysis.report import KernelProfile, ProfileReport
 from ..analysis.roofline import reference_roofline
 from ..analysis.torch_trace import FORWARD_MARK, report_from_trace
+from ..device import get_device
 from ..problem import Source, build_models, load_problem, seed_everything
+from ..source import SourceRuntimeError
 from ..targets import get_target
-from .loader import SourceRuntimeError
 from .timing import sync_device
 
 INPUT_SEED = 7
@@ -32,20 +33,12 @@ NCU_TIMEOUT_S = 300
 
 
 def device_name(device: str) -> str:
-    import torch
-
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(torch.device(device))
-    if device.startswith("xpu"):
-        return torch.xpu.get_device_name(torch.device(device))
-    if device == "mps":
-        return "Apple GPU (MPS)"
-    return "cpu" if device == "cpu" else device
+    return get_device(device).display_name()
 
 
 def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> ProfileReport:
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import profile, record_function
 
     started = time.perf_counter()
     target = get_target(req["target"])
@@ -56,8 +49,13 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
     problem = load_problem(Source.from_wire(req["problem"]), workdir)
     cand = Source.from_wire(req["candidate"]) if req.get("candidate") else None
     name = device_name(device)
-    report = ProfileReport(source="torch.profiler", target=target.name if cand else "reference", device=device,
-                           device_name=name, execution=target.execution(device) if cand else "pytorch")  # fmt: skip
+    report = ProfileReport(
+        source="torch.profiler",
+        target=target.name if cand else "reference",
+        device=device,
+        device_name=name,
+        execution=target.execution(device) if cand else "pytorch",
+    )
 
     progress("building the model")
     module = None
@@ -75,11 +73,7 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
         return report
     inputs = problem.make_inputs(INPUT_SEED, device)
 
-    activities = [ProfilerActivity.CPU]
-    if device.startswith("cuda"):
-        activities.append(ProfilerActivity.CUDA)
-    elif device.startswith("xpu") and hasattr(ProfilerActivity, "XPU"):
-        activities.append(ProfilerActivity.XPU)
+    activities = get_device(device).profiler_activities()
     with torch.no_grad():
         progress(f"warming up ({warmup} forwards)")
         for _ in range(warmup):
@@ -96,47 +90,62 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
     trace = workdir / "trace.json"
     prof.export_chrome_trace(str(trace))
     parsed = report_from_trace(trace.read_text(), "<torch.profiler trace>", forwards=iters)
-    for key in ("kernels", "forwards", "forwards_inferred", "launches_per_forward", "device_ms_per_forward",
-                "host_overhead_ms", "sm_count"):  # fmt: skip
+    for key in (
+        "kernels",
+        "forwards",
+        "forwards_inferred",
+        "launches_per_forward",
+        "device_ms_per_forward",
+        "host_overhead_ms",
+        "sm_count",
+    ):
         setattr(report, key, getattr(parsed, key))
     report.notes += parsed.notes
-    if device.startswith("cuda") and report.sm_count is None:
-        report.sm_count = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+    if report.sm_count is None:
+        report.sm_count = get_device(device).sm_count()
     if report.execution == "triton-interpreter":
-        report.notes.append("Triton interpreter on CPU: there are no device kernels; times are CPU times of the "
-                            "interpreter and say nothing about a GPU")  # fmt: skip
-    if module is not None and target.name == "triton" and device != "cpu":
-        _attach_triton_metadata(report, module)
-    if device == "mps":
+        report.notes.append(
+            "Triton interpreter on CPU: there are no device kernels; times are CPU times of the "
+            "interpreter and say nothing about a GPU"
+        )
+    if module is not None:
+        target.profile_details(report, module, device)
+    profilers = get_device(device).profilers
+    if "mps events" in profilers:
         with torch.no_grad():
             _mps_timeline(report, model, inputs, iters)
 
     progress("computing the roofline")
     measured = report.device_ms_per_forward if report.device_kernels() else wall_ms
     try:
-        report.roofline = reference_roofline(problem, device, name, measured, req.get("peaks"), req.get("atol"),
-                                             req.get("rtol"))  # fmt: skip
+        report.roofline = reference_roofline(
+            problem, device, name, measured, req.get("peaks"), req.get("atol"), req.get("rtol")
+        )
         if not report.device_kernels():
             report.roofline.notes.append("measured_ms is host wall time per forward (no device kernels)")
     except Exception as e:  # noqa: BLE001
         report.notes.append(f"roofline unavailable: {type(e).__name__}: {e}")
 
-    if depth == "metrics" and device == "mps":
+    if depth == "metrics" and "xctrace" in profilers:
         if shutil.which("xcrun") is None:
             report.notes.append("depth 'metrics' on mps needs Xcode's xctrace (xcrun); only the timeline was captured")
         else:
             progress("re-running under Instruments' Metal System Trace (xctrace)")
             _merge_xctrace(report, req, workdir)
     elif depth == "metrics":
-        if not device.startswith("cuda"):
-            report.notes.append(f"depth 'metrics' needs Nsight Compute on a CUDA device; {device} has only the timeline")
+        if "ncu" not in profilers:
+            report.notes.append(
+                f"depth 'metrics' needs Nsight Compute on a CUDA device; {device} has only the timeline"
+            )
         elif shutil.which("ncu") is None:
-            report.notes.append("depth 'metrics': ncu is not on PATH here; only the torch.profiler timeline was captured")
+            report.notes.append(
+                "depth 'metrics': ncu is not on PATH here; only the torch.profiler timeline was captured"
+            )
         else:
             progress("re-running one forward under Nsight Compute")
             _merge_ncu(report, req, workdir)
     if req.get("proton"):
-        if device.startswith("cuda") or device.startswith("xpu"):
+        if "proton" in profilers:
             progress("re-running under proton")
             _merge_proton(report, req, workdir)
         else:
@@ -159,8 +168,10 @@ def _mps_timeline(report: ProfileReport, model, inputs, iters: int) -> None:
             e.record()
     torch.mps.synchronize()
     report.device_ms_per_forward = sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / iters
-    report.notes.append("mps: device time per forward from MPS events (torch.profiler does not see Metal kernels); "
-                        "per-kernel times need depth 'metrics' (xctrace)")  # fmt: skip
+    report.notes.append(
+        "mps: device time per forward from MPS events (torch.profiler does not see Metal kernels); "
+        "per-kernel times need depth 'metrics' (xctrace)"
+    )
 
 
 XCTRACE_XPATH = '/trace-toc/run[@number="1"]/data/table[@schema="metal-gpu-intervals"]'
@@ -174,14 +185,30 @@ def _merge_xctrace(report: ProfileReport, req: dict, workdir: Path) -> None:
     iters = int(req.get("iterations", 5))
     spec = _runner_spec(req, workdir, "xctrace", {"iterations": iters})
     trace = workdir / "metal.trace"
-    record = ["xcrun", "xctrace", "record", "--template", "Metal System Trace", "--output", str(trace), "--no-prompt",
-              "--launch", "--", sys.executable, "-m", "kforge_mcp.engine.profile_runner", str(spec)]  # fmt: skip
+    record = [
+        "xcrun",
+        "xctrace",
+        "record",
+        "--template",
+        "Metal System Trace",
+        "--output",
+        str(trace),
+        "--no-prompt",
+        "--launch",
+        "--",
+        sys.executable,
+        "-m",
+        "kforge_mcp.engine.profile_runner",
+        str(spec),
+    ]
     try:
         proc = _run(record, workdir, NCU_TIMEOUT_S)
         if proc.returncode != 0 or not trace.exists():
             report.notes.append(f"xctrace record failed (exit {proc.returncode}): {(proc.stderr or '')[-400:].strip()}")
             return
-        proc = _run(["xcrun", "xctrace", "export", "--input", str(trace), "--xpath", XCTRACE_XPATH], workdir, NCU_TIMEOUT_S)
+        proc = _run(
+            ["xcrun", "xctrace", "export", "--input", str(trace), "--xpath", XCTRACE_XPATH], workdir, NCU_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         report.notes.append("xctrace did not finish in time; metrics skipped")
         return
@@ -197,36 +224,16 @@ def _merge_xctrace(report: ProfileReport, req: dict, workdir: Path) -> None:
     report.notes += xr.notes
 
 
-def _attach_triton_metadata(report: ProfileReport, module) -> None:
-    from ..targets.triton import jit_functions
-
-    by_name = {k.name: k for k in report.kernels}
-    for fname, fn in jit_functions(module).items():
-        k = by_name.get(fname)
-        if k is None:
-            continue
-        try:
-            for cache in (getattr(fn, "device_caches", {}) or {}).values():
-                kernels = cache[0] if isinstance(cache, tuple) else cache
-                for compiled in list(kernels.values())[:1]:
-                    md = compiled.metadata
-                    k.num_warps = getattr(md, "num_warps", None)
-                    k.num_stages = getattr(md, "num_stages", None)
-                    if k.shared_bytes is None:
-                        k.shared_bytes = getattr(md, "shared", None)
-                    k.spills = getattr(compiled, "n_spills", None)
-                    if k.registers is None:
-                        k.registers = getattr(compiled, "n_regs", None)
-                    ptx = (getattr(compiled, "asm", None) or {}).get("ptx") or ""
-                    if ptx:  # the unit the math runs on, for a timeline without pipe metrics
-                        k.metrics["ptx_mma"] = 2.0 if "wgmma.mma_async" in ptx else 1.0 if "mma.sync" in ptx else 0.0
-        except Exception:  # noqa: BLE001  (metadata is a bonus; Triton's internals move between versions)
-            continue
-
-
 def _runner_spec(req: dict, workdir: Path, mode: str, extra: dict) -> Path:
-    spec = {"problem": req["problem"], "candidate": req.get("candidate"), "target": req["target"],
-            "device": req["device"], "warmup": int(req.get("warmup", 2)), "mode": mode, **extra}  # fmt: skip
+    spec = {
+        "problem": req["problem"],
+        "candidate": req.get("candidate"),
+        "target": req["target"],
+        "device": req["device"],
+        "warmup": int(req.get("warmup", 2)),
+        "mode": mode,
+        **extra,
+    }
     path = workdir / f"{mode}-spec.json"
     path.write_text(json.dumps(spec))
     return path
@@ -240,8 +247,19 @@ def _run(cmd: list[str], workdir: Path, timeout: float) -> subprocess.CompletedP
 
 def ncu_command(spec: Path, metrics: list[str], sections: tuple[str, ...] = ()) -> list[str]:
     """ncu over the runner: the guided-analysis sections the rules read plus their raw metrics, one raw CSV page."""
-    return ["ncu", "--csv", "--page", "raw", "--profile-from-start", "off", *ncu_args(metrics, sections),
-            sys.executable, "-m", "kforge_mcp.engine.profile_runner", str(spec)]  # fmt: skip
+    return [
+        "ncu",
+        "--csv",
+        "--page",
+        "raw",
+        "--profile-from-start",
+        "off",
+        *ncu_args(metrics, sections),
+        sys.executable,
+        "-m",
+        "kforge_mcp.engine.profile_runner",
+        str(spec),
+    ]
 
 
 def _merge_ncu(report: ProfileReport, req: dict, workdir: Path) -> None:
@@ -269,8 +287,11 @@ def _merge_ncu(report: ProfileReport, req: dict, workdir: Path) -> None:
 
 def merge_ncu(report: ProfileReport, ncu_report: ProfileReport) -> None:
     """Put ncu's per-kernel metrics on the timeline's kernels: by exact name, then by launch order."""
-    fields = [f for f in KernelProfile.model_fields if f not in ("name", "kind", "launches", "device_ms", "mean_ms",
-                                                                  "launches_per_forward", "metrics")]  # fmt: skip
+    fields = [
+        f
+        for f in KernelProfile.model_fields
+        if f not in ("name", "kind", "launches", "device_ms", "mean_ms", "launches_per_forward", "metrics")
+    ]
     timeline = report.device_kernels()
     unmatched = [k for k in timeline]
     for nk in ncu_report.kernels:
@@ -288,8 +309,9 @@ def merge_ncu(report: ProfileReport, ncu_report: ProfileReport) -> None:
         target.metrics.update(nk.metrics)
     report.sm_count = ncu_report.sm_count or report.sm_count
     report.source = "torch.profiler+ncu"
-    report.notes.append("ncu metrics are from one forward under ncu (clocks locked by ncu's default); device times "
-                        "are torch.profiler's")  # fmt: skip
+    report.notes.append(
+        "ncu metrics are from one forward under ncu (clocks locked by ncu's default); device times are torch.profiler's"
+    )
 
 
 def _merge_proton(report: ProfileReport, req: dict, workdir: Path) -> None:

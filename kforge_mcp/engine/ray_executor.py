@@ -16,106 +16,37 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
-from .pool import STARTUP_TIMEOUT_S, JobCancelled, WorkerFailure, WorkerPool
-from ..home import check_home, default_home
+from ..device import KINDS as DEVICE_KINDS
+from .pool import STARTUP_TIMEOUT_S, JobCancelled, WorkerFailure
+from .ray_nodes import (
+    HIDDEN_RESOURCES,
+    LOCAL_LANE,
+    NodeWorker,
+    _killed,
+    _shutdown_actor,
+    lane_kind,
+    merge_probes,
+    probe_node,
+)
 from .sandbox import default_sigchld
 
 # what an actor of each lane kind asks Ray for; a target may add a resource of its own
+RESOURCE_NAMES = {"cuda": "GPU", "gpu": "GPU"}  # resource names as Ray calls them
 LANE_RESOURCES: dict[str, dict[str, float]] = {
     "compile": {"CPU": 1},
     "cpu": {"CPU": 1},
-    "cuda": {"GPU": 1},
-    "xpu": {"xpu": 1},
-    "mps": {"metal": 1},
     "metal": {"metal": 1},
+    # a device lane asks for what its Device needs: cuda -> GPU, xpu -> xpu, mps -> metal
+    **{kind: {RESOURCE_NAMES.get(d.resource, d.resource): 1} for kind, d in DEVICE_KINDS.items() if d.resource},
 }
-RESOURCE_NAMES = {"cuda": "GPU", "gpu": "GPU"}  # a target's 'requires' names, as Ray calls them
-LOCAL_LANE = {"cuda": "cuda:0", "xpu": "xpu:0"}  # the lane inside the actor: the node's first device it was given
 GRACE_S = 60.0  # the caller's deadline beyond the job's own timeout (and a worker start)
 POLL_S = 0.1
 PROGRESS_EVERY_S = 0.5
 CANCEL_GRACE_S = 15.0  # a cancelled job's actor that does not answer by then is killed
-HIDDEN_RESOURCES = ("node:", "memory", "object_store")  # Ray bookkeeping, not what a node offers
-EMPTIED_BY_RAY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ONEAPI_DEVICE_SELECTOR")
-
-
-def lane_kind(lane: str) -> str:
-    """``cuda:3`` -> ``cuda``; ``cpu.1`` -> ``cpu``."""
-    return lane.split(":")[0].split(".")[0]
-
-
-def _node_info() -> dict:
-    import ray
-
-    return {"node_id": ray.get_runtime_context().get_node_id(), "address": ray.util.get_node_ip_address(),
-            "pid": os.getpid()}  # fmt: skip
-
-
-def _home(home: str | None) -> Path:
-    """The engine home on this node, checked like the server's (a read-only or full one is a clear error)."""
-    path = Path(home).expanduser() if home else default_home()
-    check_home(path)
-    return path
-
-
-class NodeWorker:
-    """A Ray actor (a threaded one: ``run`` blocks, ``progress`` and ``cancel`` answer meanwhile)
-    that owns a warm worker pool on its node and runs one job at a time."""
-
-    def __init__(self, home: str | None, memory_limit_mb: int | None, lane: str):
-        self.pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb)
-        self.lane = lane
-        self.node = _node_info()
-        self.jobs: dict[str, tuple[threading.Event, list[str]]] = {}
-
-    def ready(self) -> dict:
-        return self.node
-
-    def run(self, job_id: str, kind: str, payload: dict, timeout_s: float) -> dict:
-        cancel, log = threading.Event(), []
-        self.jobs[job_id] = (cancel, log)
-        try:
-            reply = self.pool.run(self.lane, kind, payload, timeout_s, log.append, cancel)
-        except WorkerFailure as e:  # JobCancelled too: sent back as data, re-raised by the caller
-            reply = {"failure": {"reason": e.reason, "message": e.message, "stderr_tail": e.stderr_tail,
-                                 "line": e.line}}  # fmt: skip
-        finally:
-            self.jobs.pop(job_id, None)
-        return {**reply, "node": self.node["node_id"], "progress_log": log}
-
-    def progress(self, job_id: str, since: int) -> list[str]:
-        job = self.jobs.get(job_id)
-        return job[1][since:] if job else []
-
-    def cancel(self, job_id: str) -> None:
-        job = self.jobs.get(job_id)
-        if job:
-            job[0].set()  # the pool kills the worker
-
-    def shutdown(self) -> None:
-        self.pool.shutdown()
-
-
-def probe_node(home: str | None, memory_limit_mb: int | None, timeout_s: float) -> dict:
-    """A Ray task pinned to one node: which targets and devices that node offers."""
-    # Ray empties CUDA_VISIBLE_DEVICES for a task that asked for no GPU; the probe must see them all
-    base = {k: v for k, v in os.environ.items() if not (k in EMPTIED_BY_RAY and not v)}
-    pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb, base_env=base)
-    try:
-        reply = pool.run("compile", "probe", {}, timeout_s)
-    except WorkerFailure as e:
-        return {**_node_info(), "error": f"probe failed: {e.message}"}
-    finally:
-        pool.shutdown()
-    if not reply.get("ok"):
-        return {**_node_info(), "error": f"probe failed: {reply.get('message')}"}
-    return {**_node_info(), "report": reply["value"]}
 
 
 class _Lost(Exception):
@@ -125,11 +56,19 @@ class _Lost(Exception):
 class RayExecutor:
     name = "ray"
 
-    def __init__(self, address: str | None = None, home: str | None = None, memory_limit_mb: int | None = 8192,
-                 cpu_workers: int | None = None, accelerator_type: str | None = None,
-                 lane_resources: dict[str, dict[str, float]] | None = None, num_cpus: int | None = None,
-                 resources: dict[str, float] | None = None, placement_timeout_s: float = 120.0,
-                 grace_s: float = GRACE_S):  # fmt: skip
+    def __init__(
+        self,
+        address: str | None = None,
+        home: str | None = None,
+        memory_limit_mb: int | None = 8192,
+        cpu_workers: int | None = None,
+        accelerator_type: str | None = None,
+        lane_resources: dict[str, dict[str, float]] | None = None,
+        num_cpus: int | None = None,
+        resources: dict[str, float] | None = None,
+        placement_timeout_s: float = 120.0,
+        grace_s: float = GRACE_S,
+    ):
         try:
             import ray
         except ImportError:
@@ -143,15 +82,20 @@ class RayExecutor:
         self.placement_timeout_s, self.grace_s = placement_timeout_s, grace_s
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
-            options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
-                           configure_logging=True)  # fmt: skip
+            options = dict(
+                include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, configure_logging=True
+            )
             if address:
                 ray.init(address=address, **options)
             else:  # a local Ray: worker processes die with a killed actor (the raylet reaps them)
-                ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), resources=resources,
-                         object_store_memory=256 * 2**20,
-                         _system_config={"kill_child_processes_on_worker_exit_with_raylet_subreaper": True},
-                         **options)  # fmt: skip
+                ray.init(
+                    address="local",
+                    num_cpus=num_cpus or os.cpu_count(),
+                    resources=resources,
+                    object_store_memory=256 * 2**20,
+                    _system_config={"kill_child_processes_on_worker_exit_with_raylet_subreaper": True},
+                    **options,
+                )
             default_sigchld()  # ray.init made this process ignore SIGCHLD; local pools need it back
         total_cpus = int(ray.cluster_resources().get("CPU", 1))
         self.cpu_workers = max(1, cpu_workers or total_cpus // 2)
@@ -169,8 +113,11 @@ class RayExecutor:
     def _need(self, lane: str, target: str | None = None) -> tuple[tuple, dict[str, float]]:
         kind = lane_kind(lane)
         if kind not in self.lane_resources:
-            raise WorkerFailure("internal", f"the Ray executor has no resource mapping for lane '{lane}'; "
-                                f"known lane kinds: {', '.join(self.lane_resources)}")  # fmt: skip
+            raise WorkerFailure(
+                "internal",
+                f"the Ray executor has no resource mapping for lane '{lane}'; "
+                f"known lane kinds: {', '.join(self.lane_resources)}",
+            )
         need = dict(self.lane_resources[kind])
         if kind not in ("compile", "cpu"):
             for name in _target_requires(target):
@@ -212,8 +159,9 @@ class RayExecutor:
         for r, amount in need.items():
             self._held[r] = self._held.get(r, 0.0) + sign * amount
 
-    def _acquire(self, key: tuple, need: dict[str, float], lane: str, cancel: threading.Event | None,
-                 on_progress) -> tuple:  # fmt: skip
+    def _acquire(
+        self, key: tuple, need: dict[str, float], lane: str, cancel: threading.Event | None, on_progress
+    ) -> tuple:
         with self._cond:
             while True:
                 if cancel is not None and cancel.is_set():
@@ -225,8 +173,11 @@ class RayExecutor:
                     return free.pop()
                 capacity = self._capacity(key, need)
                 if capacity == 0:
-                    raise WorkerFailure("internal", f"no node of the Ray cluster offers what lane '{lane}' needs "
-                                        f"({_fmt(need)}); the cluster has {_fmt(self.ray.cluster_resources())}")  # fmt: skip
+                    raise WorkerFailure(
+                        "internal",
+                        f"no node of the Ray cluster offers what lane '{lane}' needs "
+                        f"({_fmt(need)}); the cluster has {_fmt(self.ray.cluster_resources())}",
+                    )
                 if len(mine) < capacity and not self._room_for(need) and not mine:
                     self._reclaim_idle(need)  # e.g. a compile actor holds the CPU a cpu lane needs
                 if len(mine) < capacity and self._room_for(need):
@@ -262,11 +213,15 @@ class RayExecutor:
             node = self.ray.get(actor.ready.remote(), timeout=self.placement_timeout_s)
         except self.ray.exceptions.GetTimeoutError:
             self.ray.kill(actor)
-            raise WorkerFailure("internal", f"no Ray node took a worker for lane '{lane}' ({_fmt(need)}) within "
-                                f"{self.placement_timeout_s:g} s; are those resources held by something else?") from None  # fmt: skip
+            raise WorkerFailure(
+                "internal",
+                f"no Ray node took a worker for lane '{lane}' ({_fmt(need)}) within "
+                f"{self.placement_timeout_s:g} s; are those resources held by something else?",
+            ) from None
         except self.ray.exceptions.RayError as e:
-            raise WorkerFailure("crash", f"the Ray worker for lane '{lane}' failed to start: "
-                                f"{_first_line(e)}") from None
+            raise WorkerFailure(
+                "crash", f"the Ray worker for lane '{lane}' failed to start: {_first_line(e)}"
+            ) from None
         return actor, node
 
     def _release(self, key: tuple, slot: tuple) -> None:
@@ -300,8 +255,15 @@ class RayExecutor:
 
     # ---- jobs ----
 
-    def run(self, lane: str, kind: str, payload: dict, timeout_s: float, on_progress=None,
-            cancel: threading.Event | None = None) -> dict:  # fmt: skip
+    def run(
+        self,
+        lane: str,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        on_progress=None,
+        cancel: threading.Event | None = None,
+    ) -> dict:
         if kind == "probe":  # list_targets: what the whole cluster offers, node by node
             return {"ok": True, "value": self.probe_cluster(timeout_s)}
         key, need = self._need(lane, payload.get("target"))
@@ -325,11 +287,21 @@ class RayExecutor:
                 raise
             self._release(key, slot)
             return reply
-        raise WorkerFailure("crash", f"the job on lane '{lane}' lost its Ray worker twice, so it was not retried "
-                            f"again: {'; then '.join(lost)}")  # fmt: skip
+        raise WorkerFailure(
+            "crash",
+            f"the job on lane '{lane}' lost its Ray worker twice, so it was not retried again: {'; then '.join(lost)}",
+        )
 
-    def _run_on(self, slot: tuple, lane: str, kind: str, payload: dict, timeout_s: float, on_progress,
-                cancel: threading.Event | None) -> dict:  # fmt: skip
+    def _run_on(
+        self,
+        slot: tuple,
+        lane: str,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        on_progress,
+        cancel: threading.Event | None,
+    ) -> dict:
         ray = self.ray
         actor, node = slot
         where = f"node {node['address']} ({node['node_id'][:12]})"
@@ -347,8 +319,10 @@ class RayExecutor:
                 except ray.exceptions.RayTaskError as e:  # the actor method raised: our bug, not the node's
                     raise WorkerFailure("internal", f"{kind} on {where} failed: {_first_line(e)}") from None
                 except ray.exceptions.RayError as e:  # actor died, node died, worker crashed
-                    raise _Lost(f"the Ray worker for lane '{lane}' on {where} was lost during {kind}: "
-                                f"{type(e).__name__}: {_first_line(e)}") from None  # fmt: skip
+                    raise _Lost(
+                        f"the Ray worker for lane '{lane}' on {where} was lost during {kind}: "
+                        f"{type(e).__name__}: {_first_line(e)}"
+                    ) from None
                 log = reply.pop("progress_log", [])
                 if on_progress:
                     for line in log[seen:]:
@@ -357,8 +331,12 @@ class RayExecutor:
                 if failure:
                     if failure["reason"] == "cancelled":
                         raise JobCancelled()
-                    raise WorkerFailure(failure["reason"], f"{failure['message']} (on {where})",
-                                        failure.get("stderr_tail") or "", failure.get("line"))  # fmt: skip
+                    raise WorkerFailure(
+                        failure["reason"],
+                        f"{failure['message']} (on {where})",
+                        failure.get("stderr_tail") or "",
+                        failure.get("line"),
+                    )
                 return reply
             now = time.monotonic()
             if cancel is not None and cancel.is_set():
@@ -368,9 +346,15 @@ class RayExecutor:
                 elif now - cancelled_at > CANCEL_GRACE_S:
                     raise _killed(ray, actor, JobCancelled())
             if now > deadline:
-                raise _killed(ray, actor, WorkerFailure(
-                    "timeout", f"{kind} on {where} gave no answer within {patience:.0f} s (the job's timeout, a "
-                    "worker start and a grace period); its Ray worker was killed"))
+                raise _killed(
+                    ray,
+                    actor,
+                    WorkerFailure(
+                        "timeout",
+                        f"{kind} on {where} gave no answer within {patience:.0f} s (the job's timeout, a "
+                        "worker start and a grace period); its Ray worker was killed",
+                    ),
+                )
             if on_progress and now >= next_poll:
                 next_poll = now + PROGRESS_EVERY_S
                 try:
@@ -392,17 +376,27 @@ class RayExecutor:
 
         nodes = [n for n in self.ray.nodes() if n.get("Alive")]
         pinned = [NodeAffinitySchedulingStrategy(n["NodeID"], soft=False) for n in nodes]
-        refs = [self._probe.options(num_cpus=0, scheduling_strategy=s).remote(self.home, self.memory_limit_mb, timeout_s)
-                for s in pinned]
+        refs = [
+            self._probe.options(num_cpus=0, scheduling_strategy=s).remote(self.home, self.memory_limit_mb, timeout_s)
+            for s in pinned
+        ]
         results = []
         for n, ref in zip(nodes, refs):
             try:
                 results.append(self.ray.get(ref, timeout=timeout_s + STARTUP_TIMEOUT_S))
             except Exception as e:  # noqa: BLE001  (a lost node is reported, not fatal)
-                results.append({"node_id": n["NodeID"], "address": n.get("NodeManagerAddress"),
-                                "error": f"probe failed: {type(e).__name__}: {_first_line(e)}"})  # fmt: skip
-        return merge_probes(results, {n["NodeID"]: n.get("Resources", {}) for n in nodes},
-                            {"executor": "ray", "cpu_workers": str(self.cpu_workers)})  # fmt: skip
+                results.append(
+                    {
+                        "node_id": n["NodeID"],
+                        "address": n.get("NodeManagerAddress"),
+                        "error": f"probe failed: {type(e).__name__}: {_first_line(e)}",
+                    }
+                )
+        return merge_probes(
+            results,
+            {n["NodeID"]: n.get("Resources", {}) for n in nodes},
+            {"executor": "ray", "cpu_workers": str(self.cpu_workers)},
+        )
 
     def prewarm(self, lane: str) -> None:
         pass  # actors start on the first job; a cluster's nodes may not even be there yet
@@ -424,41 +418,6 @@ class RayExecutor:
             self.ray.shutdown()
 
 
-def merge_probes(results: list[dict], resources: dict[str, dict], host_extra: dict[str, str]) -> dict:
-    """One TargetsReport for the cluster from each node's probe."""
-    targets: dict[str, dict] = {}
-    host: dict[str, str] = {}
-    nodes = []
-    for r in results:
-        report = r.get("report") or {}
-        res = resources.get(r["node_id"], {})
-        offers = [t["name"] for t in report.get("targets", []) if t.get("available")]
-        devices = sorted({d for t in report.get("targets", []) if t.get("available") for d in t.get("devices", [])})
-        nodes.append({"node_id": r["node_id"], "address": r.get("address"), "alive": "error" not in r,
-                      "resources": {k: v for k, v in res.items() if not k.startswith(HIDDEN_RESOURCES)},
-                      "targets": offers, "devices": devices, "error": r.get("error"),
-                      "host": {k: v for k, v in report.get("host", {}).items()
-                               if k in ("python", "torch", "platform", "arch") or k.startswith("device ")}})  # fmt: skip
-        if report and (not host or ("arch" in report.get("host", {}) and "arch" not in host)):
-            host = dict(report.get("host", {}))  # a GPU node's host facts (its arch) win
-        for t in report.get("targets", []):
-            merged = targets.get(t["name"])
-            if merged is None:
-                targets[t["name"]] = dict(t, devices=list(t.get("devices", [])))
-                continue
-            if t.get("available") and not merged.get("available"):
-                merged.update({k: v for k, v in t.items() if k != "devices"}, reason=None)
-            merged["can_compile"] = merged.get("can_compile") or t.get("can_compile", False)
-            merged["devices"] += [d for d in t.get("devices", []) if d not in merged["devices"]]
-    for t in targets.values():  # GPUs first, then the CPU, as a single machine lists them
-        t["devices"].sort(key=lambda d: (d == "cpu", d))
-    host.update(host_extra, nodes=str(len(nodes)))
-    if not targets:
-        raise WorkerFailure("internal", "no node of the Ray cluster answered the probe: "
-                            + "; ".join(f"{n['address']}: {n['error']}" for n in nodes))  # fmt: skip
-    return {"targets": list(targets.values()), "host": host, "nodes": nodes}
-
-
 def _target_requires(target: str | None) -> list[str]:
     if not target:
         return []
@@ -468,29 +427,7 @@ def _target_requires(target: str | None) -> list[str]:
         t = get_target(target)
     except Exception:  # noqa: BLE001  (the engine reports unknown targets itself)
         return []
-    req = getattr(t, "requires", None) or getattr(sys.modules.get(type(t).__module__), "REQUIRES", None)
-    return [req] if isinstance(req, str) else list(req or [])
-
-
-def _killed(ray, actor, error: WorkerFailure) -> WorkerFailure:
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception:  # noqa: BLE001
-        pass
-    error.actor_killed = True
-    return error
-
-
-def _shutdown_actor(ray, actor) -> None:
-    """Stop the actor's workers, then the actor (a kill alone would leave its workers behind)."""
-    try:
-        ray.get(actor.shutdown.remote(), timeout=10)
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception:  # noqa: BLE001
-        pass
+    return [t.requires] if t.requires else []
 
 
 def _fmt(resources: dict) -> str:

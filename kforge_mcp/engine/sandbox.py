@@ -31,17 +31,16 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import glob
 import os
 import resource
 import signal
 import time
 from pathlib import Path
 
+from ..settings import Settings
+from .landlock import _landlock, _libc, writable_dirs
+
 PROTECTIONS = ("landlock", "network", "limits", "cgroup")
-DEFAULT_MAX_PROCS = 1024
-DEFAULT_NOFILE = 4096
-DEFAULT_CPU_S = 3600
 
 # The NVIDIA driver's cuInit fails under our Landlock ruleset (CUDA error 304, seen on the lent
 # H100 even with /dev/nvidia* writable), so on a machine with NVIDIA devices the filesystem
@@ -54,18 +53,8 @@ STATUS: dict[str, str] = {}
 
 
 def enabled(name: str, env: dict | None = None) -> bool:
-    env = os.environ if env is None else env
-    if env.get("KFORGE_SANDBOX", "on").strip().lower() in ("off", "0", "false", "no"):
-        return False
-    disabled = {p.strip().lower() for p in env.get("KFORGE_SANDBOX_DISABLE", "").split(",")}
-    return name not in disabled
-
-
-def _int_env(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
+    """Whether a protection is on, by KFORGE_SANDBOX and KFORGE_SANDBOX_DISABLE (of ``env`` when given)."""
+    return Settings.read(env).sandbox_enabled(name)
 
 
 # ---- pids cgroup (created and removed by the pool, joined by the worker) ----
@@ -269,14 +258,14 @@ def _set_limit(which: int, soft: int) -> None:
 
 def _apply_limits() -> list[str]:
     done = []
-    max_procs = _int_env("KFORGE_SANDBOX_MAX_PROCS", DEFAULT_MAX_PROCS)
+    max_procs = Settings.read().sandbox_max_procs
     try:
         _set_limit(resource.RLIMIT_NPROC, max_procs)
         done.append("nproc" if os.geteuid() != 0 else "nproc (rlimit not enforced for root)")
     except (ValueError, OSError):
         pass
     try:
-        _set_limit(resource.RLIMIT_NOFILE, _int_env("KFORGE_SANDBOX_NOFILE", DEFAULT_NOFILE))
+        _set_limit(resource.RLIMIT_NOFILE, Settings.read().sandbox_nofile)
         done.append("nofile")
     except (ValueError, OSError):
         pass
@@ -292,7 +281,7 @@ def reset_cpu_limit() -> bool:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     used = int(usage.ru_utime + usage.ru_stime)
     try:
-        _set_limit(resource.RLIMIT_CPU, used + _int_env("KFORGE_SANDBOX_CPU_S", DEFAULT_CPU_S))
+        _set_limit(resource.RLIMIT_CPU, used + Settings.read().sandbox_cpu_s)
         return True
     except (ValueError, OSError):
         return False
@@ -314,10 +303,6 @@ def default_sigchld() -> None:
 CLONE_NEWNET = 0x40000000
 
 
-def _libc():
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
 def _unshare_network() -> str:
     try:
         if hasattr(os, "unshare"):  # Python 3.12+
@@ -328,115 +313,6 @@ def _unshare_network() -> str:
         return "on (network namespace)"
     except OSError as e:
         return f"off (unshare failed: {e.strerror})"
-
-
-# ---- Landlock ----
-
-SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
-LANDLOCK_CREATE_RULESET_VERSION = 1
-LANDLOCK_RULE_PATH_BENEATH, LANDLOCK_RULE_NET_PORT = 1, 2
-PR_SET_NO_NEW_PRIVS = 38
-O_PATH = getattr(os, "O_PATH", 0o10000000)
-
-FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_CHAR, FS_MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
-FS_MAKE_REG, FS_MAKE_SOCK, FS_MAKE_FIFO, FS_MAKE_BLOCK, FS_MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
-FS_REFER, FS_TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
-NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
-SCOPE_SIGNAL = 1 << 1  # ABI 6
-
-READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE
-# device files a GPU stack opens read-write (created ones under /dev/shm are covered by the dir rule)
-DEVICE_GLOBS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/nvidia*",
-                "/dev/nvidia-caps/*", "/dev/dri/*", "/dev/kfd", "/dev/accel/*")
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]  # fmt: skip
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def landlock_abi() -> int:
-    libc = _libc()
-    libc.syscall.restype = ctypes.c_long
-    abi = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
-                       ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))  # fmt: skip
-    return int(abi) if abi > 0 else 0
-
-
-def writable_dirs(env: dict | None = None) -> list[str]:
-    """Where a sandboxed worker may write: its temp dir and the caches compiling needs."""
-    env = os.environ if env is None else env
-    keys = ("KFORGE_WORKER_TMP", "TMPDIR", "TRITON_CACHE_DIR", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR",
-            "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")  # fmt: skip
-    return list(dict.fromkeys(env[k] for k in keys if env.get(k)))
-
-
-def _landlock(write_dirs: list[str]) -> str:
-    abi = landlock_abi()
-    if abi < 1:
-        return "off (Landlock is not available in this kernel)"
-    libc = _libc()
-    libc.syscall.restype = ctypes.c_long
-    write = FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG | FS_MAKE_SOCK \
-        | FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM  # fmt: skip
-    if abi >= 2:
-        write |= FS_REFER
-    if abi >= 3:
-        write |= FS_TRUNCATE
-    handled = READ | write
-    attr = _RulesetAttr(handled_access_fs=handled,
-                        handled_access_net=(NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
-                        scoped=SCOPE_SIGNAL if abi >= 6 else 0)  # fmt: skip
-    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
-    ruleset = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
-    if ruleset < 0:
-        return f"off (landlock_create_ruleset: {os.strerror(ctypes.get_errno())})"
-    ruleset = int(ruleset)
-    try:
-        def allow(path: str, access: int) -> bool:
-            try:
-                fd = os.open(path, O_PATH | os.O_CLOEXEC)
-            except OSError:
-                return False
-            try:
-                if not os.path.isdir(path):
-                    access &= FILE_RIGHTS
-                rule = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
-                return libc.syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
-                                    ctypes.byref(rule), ctypes.c_uint32(0)) == 0  # fmt: skip
-            finally:
-                os.close(fd)
-
-        if not allow("/", READ):
-            return f"off (landlock_add_rule: {os.strerror(ctypes.get_errno())})"
-        allowed = []
-        for d in write_dirs:
-            try:
-                os.makedirs(d, exist_ok=True)
-            except OSError:
-                pass
-            if allow(d, READ | write):
-                allowed.append(d)
-        for pattern in DEVICE_GLOBS:
-            for dev in glob.glob(pattern):
-                allow(dev, READ | FS_WRITE_FILE | FS_TRUNCATE)
-        if os.path.isdir("/dev/shm"):
-            allow("/dev/shm", READ | write)
-        if os.geteuid() != 0 and _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return f"off (prctl(NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())})"
-        if libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
-            return f"off (landlock_restrict_self: {os.strerror(ctypes.get_errno())})"
-    finally:
-        os.close(ruleset)
-    extra = (", tcp" if abi >= 4 else "") + (", signals" if abi >= 6 else "")
-    return f"on (ABI {abi}; writes only to {len(allowed)} dirs{extra})"
 
 
 # ---- entry point ----
@@ -450,7 +326,7 @@ def apply() -> dict[str, str]:
     if not enabled("landlock") and not enabled("network") and not enabled("limits") and not enabled("cgroup"):
         STATUS.update({p: "off (disabled)" for p in PROTECTIONS})
         return STATUS
-    cgroup = os.environ.get("KFORGE_SANDBOX_CGROUP")
+    cgroup = Settings.read().sandbox_cgroup
     if not enabled("cgroup"):
         STATUS["cgroup"] = "off (disabled)"
     elif cgroup:
@@ -478,7 +354,7 @@ def apply() -> dict[str, str]:
 
 def _process_cap(cgroup_status: str) -> str:
     """Which bound on processes holds for this worker, in words."""
-    cap = _int_env("KFORGE_SANDBOX_MAX_PROCS", DEFAULT_MAX_PROCS)
+    cap = Settings.read().sandbox_max_procs
     if cgroup_status.startswith("on"):
         return f"pids cgroup ({cap} tasks)"
     if not enabled("limits"):
@@ -487,8 +363,11 @@ def _process_cap(cgroup_status: str) -> str:
     # and kills them; without this they would reparent to init and escape both
     reaper = _become_subreaper()
     parts = [] if os.geteuid() == 0 else [f"RLIMIT_NPROC {cap} (per user)"]
-    parts.append(f"server watchdog (kills the worker's process tree above {cap} tasks, checked every 50 ms"
-                 + ("" if reaper else "; not a subreaper, so orphans escape it") + ")")
+    parts.append(
+        f"server watchdog (kills the worker's process tree above {cap} tasks, checked every 50 ms"
+        + ("" if reaper else "; not a subreaper, so orphans escape it")
+        + ")"
+    )
     return " and ".join(parts)
 
 

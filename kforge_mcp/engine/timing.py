@@ -16,13 +16,11 @@ import statistics
 import time
 from typing import Callable
 
+from ..device import get_device
 from ..schemas import TimingStats
 
-L2_FLUSH_BYTES = 256 * 1024 * 1024
 BOOTSTRAP_RESAMPLES = 1000
 _perf_counter = time.perf_counter
-_flush_buffers: dict[str, object] = {}
-_device_apis: dict[str, tuple] = {}
 
 
 def summarize(samples_ms: list[float], clock: str) -> TimingStats:
@@ -49,27 +47,17 @@ def summarize(samples_ms: list[float], clock: str) -> TimingStats:
 
 def _device_api(device: str):
     """(module, Event class, synchronize) for a device, bound the first time it is asked for."""
-    import torch
-
-    kind = device.split(":")[0]
-    if kind not in _device_apis:
-        api = {"cuda": getattr(torch, "cuda", None), "xpu": getattr(torch, "xpu", None),
-               "mps": getattr(torch, "mps", None)}.get(kind)  # each has Event(enable_timing=True) and synchronize
-        _device_apis[kind] = (api, api.Event, api.synchronize) if api is not None else (None, None, None)
-    return _device_apis[kind]
+    return get_device(device).api()
 
 
 def sync_device(device: str) -> None:
     """Wait for everything queued on ``device`` (nothing to wait for on the CPU)."""
-    api, _, synchronize = _device_api(device) if device != "cpu" else (None, None, None)
-    if api is not None:
-        synchronize()
+    get_device(device).synchronize()
 
 
 def bind_device_clocks(device: str) -> None:
     """Bind the device's event class and synchronize before candidate code is imported."""
-    if device != "cpu":
-        _device_api(device)
+    get_device(device).bind_clocks()
 
 
 class Sampler:
@@ -79,19 +67,12 @@ class Sampler:
         self.fn = fn
         self.device = device
         self.samples: list[float] = []
-        api, self.event_cls, self.sync = _device_api(device)
+        dev = get_device(device)
+        api, self.event_cls, self.sync = dev.api()
         self.on_device = api is not None
+        self.clock = dev.clock()
         if self.on_device:
-            import torch
-
-            flush = _flush_buffers.get(device)
-            if flush is None:
-                flush = _flush_buffers[device] = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-            self.flush = flush
-
-    @property
-    def clock(self) -> str:
-        return f"{self.device.split(':')[0]} events, L2 flushed" if self.on_device else "host monotonic clock"
+            self.flush = dev.flush_buffer()
 
     def warm_up(self, calls: int) -> float:
         """Run ``calls`` untimed calls (compiles, caches); return the time per call after them."""
@@ -123,9 +104,15 @@ class Sampler:
         self.samples += [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def time_interleaved(fns: dict[str, Callable[[], object]], device: str, budget_s: float = 1.0, rounds: int = 5,
-                     min_calls: int = 3, max_calls: int = 1000,
-                     warmup_calls: int = 2) -> tuple[dict[str, TimingStats], dict[str, list[float]]]:  # fmt: skip
+def time_interleaved(
+    fns: dict[str, Callable[[], object]],
+    device: str,
+    budget_s: float = 1.0,
+    rounds: int = 5,
+    min_calls: int = 3,
+    max_calls: int = 1000,
+    warmup_calls: int = 2,
+) -> tuple[dict[str, TimingStats], dict[str, list[float]]]:
     """Time each callable in ``rounds`` interleaved batches; each gets about ``budget_s``.
     Returns the statistics and the raw samples (ms) per name."""
     samplers = {name: Sampler(fn, device) for name, fn in fns.items()}

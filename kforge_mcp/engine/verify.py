@@ -13,13 +13,14 @@ import gc
 from pathlib import Path
 from typing import Callable
 
+from ..device import get_device
 from ..errors import InputError
 from ..problem import Source, build_models, load_problem, seed_everything
 from ..schemas import Finding, Timing, VerifyReport
+from ..source import SourceRuntimeError, diagnostics_from_exception
 from ..targets import get_target
 from . import guards
 from .correctness import compare_outputs
-from .loader import SourceRuntimeError, diagnostics_from_exception
 from .timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device, time_interleaved
 
 CORRECTNESS_SEED_BASE = 1000
@@ -65,8 +66,9 @@ class Verifier:
         self.device = req["device"]
         self.atol, self.rtol = req.get("atol"), req.get("rtol")
         trials = int(req.get("trials", 5))
-        self.report = VerifyReport(target=self.target.name, device=self.device, trials=trials,
-                                   execution=self.target.execution(self.device))  # fmt: skip
+        self.report = VerifyReport(
+            target=self.target.name, device=self.device, trials=trials, execution=self.target.execution(self.device)
+        )
         self.trials = trials
 
     def finding(self, f: Finding | None) -> None:
@@ -83,11 +85,11 @@ class Verifier:
         """One guarded forward of ModelNew on its own copy of ``inputs``."""
         used = _clone(inputs)
         guards.poison_free_device_memory(self.device)
-        counter = getattr(self.target, "launch_counter", None)
+        counter = self.target.launch_counter() if watch else None
         with contextlib.ExitStack() as stack:
             threads = stack.enter_context(guards.ThreadWatch())
             ops = stack.enter_context(guards.TorchOpRecorder()) if watch else None
-            launches = stack.enter_context(counter()) if watch and counter else None
+            launches = stack.enter_context(counter) if counter is not None else None
             try:
                 got = self.candidate(*used)
                 sync_device(self.device)
@@ -106,8 +108,10 @@ class Verifier:
         try:
             return self.reference(*_clone(inputs))
         except Exception as e:
-            raise InputError(f"problem: Model.forward raised {type(e).__name__}: {e}",
-                             diagnostics_from_exception(e, self.problem.path, self.problem.source)) from None  # fmt: skip
+            raise InputError(
+                f"problem: Model.forward raised {type(e).__name__}: {e}",
+                diagnostics_from_exception(e, self.problem.path, self.problem.source),
+            ) from None
 
     def trial(self, label: int, inputs: list, watch: bool = False):
         """Returns (reference output on CPU, candidate output) and records any mismatch."""
@@ -147,9 +151,14 @@ class Verifier:
             return self.verdict(error=True)
         self.finding(guards.patched_timers(timers))
         if self.report.execution == "triton-interpreter" and self.report.timing:
-            self.finding(Finding(code="interpreter_timing", evidence={"execution": self.report.execution},
-                                 message="kernels ran through Triton's CPU interpreter: correctness is real, "
-                                         "the speedup says nothing about a GPU"))  # fmt: skip
+            self.finding(
+                Finding(
+                    code="interpreter_timing",
+                    evidence={"execution": self.report.execution},
+                    message="kernels ran through Triton's CPU interpreter: correctness is real, "
+                    "the speedup says nothing about a GPU",
+                )
+            )
         return self.verdict()
 
     def check_correctness(self) -> None:
@@ -183,16 +192,27 @@ class Verifier:
         again = self.run_candidate(inputs, watch=False)
         diff = compare_outputs(first, again, self.trials - 1, self.atol, self.rtol)
         if diff is not None:
-            self.finding(Finding(code="nondeterministic", severity="fail", evidence=diff.model_dump(exclude_none=True),
-                                 message="two runs of ModelNew on the same inputs differ beyond tolerance"))  # fmt: skip
+            self.finding(
+                Finding(
+                    code="nondeterministic",
+                    severity="fail",
+                    evidence=diff.model_dump(exclude_none=True),
+                    message="two runs of ModelNew on the same inputs differ beyond tolerance",
+                )
+            )
 
     def recheck_after_timing(self) -> None:
         """A candidate that is right only until it is timed (a replayed result) fails here."""
         before = len(self.report.mismatches)
         self.trial(self.trials, self.problem.make_inputs(RECHECK_SEED, self.device))
         if len(self.report.mismatches) > before:
-            self.finding(Finding(code="wrong_after_timing", severity="fail",
-                                 message="ModelNew was correct before timing and wrong after it"))  # fmt: skip
+            self.finding(
+                Finding(
+                    code="wrong_after_timing",
+                    severity="fail",
+                    message="ModelNew was correct before timing and wrong after it",
+                )
+            )
 
     def time_all(self) -> Timing:
         import torch
@@ -214,8 +234,13 @@ class Verifier:
                     self.cache.compiled[key] = compiled
                 fns["compiled"] = lambda: compiled(*inputs)
             except Exception as e:
-                self.finding(Finding(code="compiled_baseline_unavailable", evidence={"device": self.device},
-                                     message=f"torch.compile baseline could not run here: {type(e).__name__}: {str(e)[:300]}"))  # fmt: skip
+                self.finding(
+                    Finding(
+                        code="compiled_baseline_unavailable",
+                        evidence={"device": self.device},
+                        message=f"torch.compile baseline could not run here: {type(e).__name__}: {str(e)[:300]}",
+                    )
+                )
         self.progress(f"timing {', '.join(fns)} in interleaved rounds")
         try:
             stats, samples = time_interleaved(fns, self.device, budget)
@@ -233,10 +258,15 @@ class Verifier:
             self.report.device_state = device_state(self.device)
             self.speed_of_light(stats["candidate"].median_ms)
             if stats["candidate"].median_ms < HOST_BOUND_MS:
-                self.finding(Finding(code="host_bound_timing", evidence={"candidate_median_ms": stats["candidate"].median_ms},
-                                     message=f"the candidate takes under {HOST_BOUND_MS * 1e3:.0f} us a call: its time is "
-                                             "mostly the host's launch path, and the speedup can move by tens of percent "
-                                             "between runs; use larger shapes to compare kernels"))  # fmt: skip
+                self.finding(
+                    Finding(
+                        code="host_bound_timing",
+                        evidence={"candidate_median_ms": stats["candidate"].median_ms},
+                        message=f"the candidate takes under {HOST_BOUND_MS * 1e3:.0f} us a call: its time is "
+                        "mostly the host's launch path, and the speedup can move by tens of percent "
+                        "between runs; use larger shapes to compare kernels",
+                    )
+                )
         return timing
 
     def speed_of_light(self, candidate_ms: float) -> None:
@@ -245,25 +275,46 @@ class Verifier:
         from ..analysis.roofline import lookup_peaks, reference_roofline
 
         try:
-            roof = reference_roofline(self.problem, self.device, self.report.device_state.get("name"), candidate_ms,
-                                      atol=self.atol, rtol=self.rtol)  # fmt: skip
+            roof = reference_roofline(
+                self.problem,
+                self.device,
+                self.report.device_state.get("name"),
+                candidate_ms,
+                atol=self.atol,
+                rtol=self.rtol,
+            )
         except Exception as e:  # noqa: BLE001  (a reference the counter cannot run gets no bound, and says so)
             self.finding(Finding(code="no_speed_of_light", message=f"no speed-of-light bound: {type(e).__name__}: {e}"))
             return
         self.report.sol_ms, self.report.fraction_of_sol = roof.sol_ms, roof.fraction_of_sol
         self.report.sol_path = f"{roof.path} ({roof.bound}-bound on {roof.device}): {roof.path_reason}"
         if roof.below_bound:
-            self.finding(Finding(code="below_speed_of_light_model", severity="info",
-                                 evidence={"candidate_ms": candidate_ms, "sol_ms": roof.sol_ms, "path": roof.path},
-                                 message=roof.notes[-1]))  # fmt: skip
+            self.finding(
+                Finding(
+                    code="below_speed_of_light_model",
+                    severity="info",
+                    evidence={"candidate_ms": candidate_ms, "sol_ms": roof.sol_ms, "path": roof.path},
+                    message=roof.notes[-1],
+                )
+            )
         peaks, _ = lookup_peaks(self.report.device_state.get("name"))
         floor_ms = max(roof.bytes / peaks.bandwidth, roof.flops / max(peaks.flops.values())) * 1e3
         if candidate_ms < floor_ms * SOL_MARGIN:
-            self.finding(Finding(code="faster_than_light", severity="suspicious",
-                                 evidence={"candidate_ms": candidate_ms, "floor_ms": floor_ms, "bytes": roof.bytes,
-                                           "flops": roof.flops, "device": peaks.name},
-                                 message=f"{candidate_ms:.4f} ms is faster than the device allows for this problem "
-                                         f"({floor_ms:.4f} ms to move its minimum bytes and do its FLOPs)"))  # fmt: skip
+            self.finding(
+                Finding(
+                    code="faster_than_light",
+                    severity="suspicious",
+                    evidence={
+                        "candidate_ms": candidate_ms,
+                        "floor_ms": floor_ms,
+                        "bytes": roof.bytes,
+                        "flops": roof.flops,
+                        "device": peaks.name,
+                    },
+                    message=f"{candidate_ms:.4f} ms is faster than the device allows for this problem "
+                    f"({floor_ms:.4f} ms to move its minimum bytes and do its FLOPs)",
+                )
+            )
 
     def failed(self) -> bool:
         return any(f.severity == "fail" for f in self.report.findings)
@@ -282,22 +333,7 @@ class Verifier:
 
 def device_state(device: str) -> dict:
     """What is known of the device's clocks while we timed (NVML through torch when present)."""
-    import torch
-
-    state: dict = {}
-    if device.startswith("cuda"):
-        index = torch.device(device).index or 0
-        state["name"] = torch.cuda.get_device_name(index)
-        with contextlib.suppress(Exception):
-            state["sm_clock_mhz"] = torch.cuda.clock_rate(index)
-        with contextlib.suppress(Exception):
-            state["temperature_c"] = torch.cuda.temperature(index)
-    elif device.startswith("xpu"):
-        with contextlib.suppress(Exception):
-            state["name"] = torch.xpu.get_device_name(torch.device(device).index or 0)
-    elif device == "mps":
-        state["name"] = "Apple GPU (MPS)"
-    return state
+    return get_device(device).state()
 
 
 def run_verify(req: dict, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> VerifyReport:

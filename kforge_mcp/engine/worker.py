@@ -19,37 +19,15 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 
-def discover_devices() -> tuple[list[str], dict[str, str]]:
-    import torch
-
-    devices, names = [], {}
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            major, minor = torch.cuda.get_device_capability(i)
-            devices.append(f"cuda:{i}")
-            names[f"cuda:{i}"] = f"{torch.cuda.get_device_name(i)} (sm_{major}{minor})"
-    xpu = getattr(torch, "xpu", None)
-    if xpu is not None and xpu.is_available():
-        for i in range(xpu.device_count()):
-            devices.append(f"xpu:{i}")
-            names[f"xpu:{i}"] = xpu.get_device_name(i)
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():  # Apple GPU: one device, named "mps"
-        devices.append("mps")
-        names["mps"] = f"Apple GPU (MPS, {platform.machine()})"
-    devices.append("cpu")
-    names["cpu"] = platform.processor() or platform.machine()
-    return devices, names
-
-
 def handle_probe(req, progress, workdir, state) -> dict:
     import torch
 
+    from ..device import discover
     from ..schemas import TargetsReport
     from ..targets import TARGETS
     from . import sandbox
 
-    devices, names = discover_devices()
+    devices, names = discover()
     host = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
     host.update({f"device {d}": n for d, n in names.items()})
     host["sandbox"] = sandbox.describe()
@@ -105,8 +83,15 @@ def handle_roofline(req, progress, workdir, state) -> dict:
     from ..problem import Source, load_problem
 
     problem = load_problem(Source.from_wire(req["problem"]), workdir)
-    return reference_roofline(problem, "cpu", req.get("device_name"), req.get("measured_ms"), req.get("peaks"),
-                              req.get("atol"), req.get("rtol")).model_dump()  # fmt: skip
+    return reference_roofline(
+        problem,
+        "cpu",
+        req.get("device_name"),
+        req.get("measured_ms"),
+        req.get("peaks"),
+        req.get("atol"),
+        req.get("rtol"),
+    ).model_dump()
 
 
 def release_memory() -> None:
@@ -124,8 +109,13 @@ def release_memory() -> None:
 
 MAX_LEFTOVER_CHILDREN = 16  # more than a compile pool leaves: the worker is replaced (with them)
 
-HANDLERS = {"probe": handle_probe, "compile": handle_compile, "verify": handle_verify, "profile": handle_profile,
-            "roofline": handle_roofline}
+HANDLERS = {
+    "probe": handle_probe,
+    "compile": handle_compile,
+    "verify": handle_verify,
+    "profile": handle_profile,
+    "roofline": handle_roofline,
+}
 
 
 def serve(conn_in: Connection, conn_out: Connection) -> None:
@@ -141,6 +131,7 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
 
     import torch  # noqa: F401  (warm: a verify must not pay for this)
 
+    from ..settings import Settings
     from . import guards, sandbox
 
     clean_timers = guards.timer_snapshot()  # a job that patches these leaves a worker we do not reuse
@@ -152,7 +143,7 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
         except EOFError:
             return
         sandbox.reset_cpu_limit()  # a CPU-time backstop per job, not per worker life
-        workdir = Path(tempfile.mkdtemp(prefix="job-", dir=os.environ.get("KFORGE_WORKER_TMP")))
+        workdir = Path(tempfile.mkdtemp(prefix="job-", dir=Settings.read().worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
             value = HANDLERS[request["kind"]](request["payload"], progress, workdir, state)
@@ -163,11 +154,25 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
             recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
             send({"type": "result", "ok": True, "value": value, "recycle": recycle})
         except InputError as e:
-            send({"type": "result", "ok": False, "kind": "input", "message": e.message,
-                  "diagnostics": [d.model_dump() for d in e.diagnostics]})  # fmt: skip
+            send(
+                {
+                    "type": "result",
+                    "ok": False,
+                    "kind": "input",
+                    "message": e.message,
+                    "diagnostics": [d.model_dump() for d in e.diagnostics],
+                }
+            )
         except BaseException as e:  # noqa: BLE001  (a candidate may raise SystemExit; report it, keep serving)
-            send({"type": "result", "ok": False, "kind": "internal",
-                  "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]})  # fmt: skip
+            send(
+                {
+                    "type": "result",
+                    "ok": False,
+                    "kind": "internal",
+                    "message": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-4000:],
+                }
+            )
         finally:
             os.chdir(workdir.parent)
             shutil.rmtree(workdir, ignore_errors=True)

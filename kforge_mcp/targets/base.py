@@ -1,4 +1,4 @@
-"""The Target interface: the only code that knows a kernel language lives behind it.
+"""The Target contract: the only code that knows a kernel language lives behind it.
 
 ``probe`` and ``check`` run anywhere; ``compile`` and ``load`` run inside a worker only,
 because both execute candidate code.
@@ -13,12 +13,13 @@ import importlib.util
 import os
 import shutil
 import types
+from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar
 
+from ..device import get_device
 from ..problem import Source
-from ..schemas import CompileReport, Finding, TargetStatus
-
+from ..schemas import CompileReport, Diagnostic, Finding, TargetStatus
 
 BUNDLED_BY_TRITON = ("cuobjdump", "nvdisasm", "ptxas")
 
@@ -52,64 +53,63 @@ def find_tool(name: str, prefer_triton_bundle: bool = False) -> str | None:
     return shutil.which(name) or _triton_bundled(name)
 
 
-class Target(Protocol):
-    name: str
-    summary: str
+class Target(ABC):
+    """What every target implements. A subclass in a module of kforge_mcp/targets/ is found by the
+    registry (targets/__init__.py); its prompt templates live in prompts/<name>/."""
 
+    name: ClassVar[str]  # the name tools, the CLI and prompts/<name>/ use
+    summary: ClassVar[str]  # one line for list_targets
+    title: ClassVar[str]  # how prompts name the language: "CUDA C++", "Triton"
+    order: ClassVar[int] = 100  # place in list_targets (the shipped targets come first)
+    requires: ClassVar[str | None] = None  # the resource a machine must have to run it ('metal'): executors route on it
+
+    @abstractmethod
     def probe(self, devices: list[str]) -> TargetStatus:
         """Is this target usable here? ``devices`` are the torch devices the worker found."""
 
+    @abstractmethod
     def check(self, source: Source) -> list[Finding]:
         """Static checks on candidate source (no execution)."""
 
+    @abstractmethod
     def compile(self, source: Source, arch: str | None, problem: Source | None, workdir: Path) -> CompileReport:
         """Compile without running kernels. Inside a worker."""
 
+    @abstractmethod
     def load(self, source: Source, device: str, workdir: Path) -> types.ModuleType:
-        """Import the candidate so that its kernels run on ``device``. Inside a worker."""
+        """Build (or import) the candidate so that its kernels run on ``device``. Inside a worker."""
 
+    @abstractmethod
     def execution(self, device: str) -> str:
         """How kernels run on ``device``: 'cuda', 'xpu', 'triton-interpreter', ..."""
 
-    def launch_counter(self) -> contextlib.AbstractContextManager:
-        """Optional: a context whose value has ``.count``, the launches of the candidate's own
-        kernels inside it. Targets without one are not checked for 'no kernel launched'."""
+    def launch_counter(self) -> contextlib.AbstractContextManager | None:
+        """A context whose value has ``.count``, the launches of the candidate's own kernels inside
+        it; None (the default): the target is not checked for 'no kernel launched'."""
+        return None
 
+    def profile_details(self, report, module: types.ModuleType, device: str) -> None:
+        """Add what only this target knows to a profile (e.g. Triton's compiled metadata)."""
 
-class PlannedTarget:
-    """A target the project names but has not built yet: it says so instead of pretending."""
-
-    def __init__(self, name: str, summary: str, reason: str):
-        self.name = name
-        self.summary = summary
-        self.reason = reason
-
-    def probe(self, devices: list[str]) -> TargetStatus:
-        return TargetStatus(name=self.name, available=False, reason=self.reason, notes=[self.summary])
-
-    def check(self, source: Source) -> list[Finding]:
+    def static_diagnostics(self, source: Source) -> list[Diagnostic]:
+        """What can be said about a candidate without a device, for a target that cannot compile
+        here (e.g. Metal's signature checks off a Mac). Runs no submitted code."""
         return []
 
-    def _unavailable(self):
-        from ..errors import InputError
+    def prompt_facts(self, status: TargetStatus) -> list[str]:
+        """Sentences for the generation agent about how kernels run here (prompts' device facts)."""
+        return []
 
-        raise InputError(f"target '{self.name}' is not available: {self.reason}")
-
-    def compile(self, source, arch, problem, workdir):
-        self._unavailable()
-
-    def load(self, source, device, workdir):
-        self._unavailable()
-
-    def execution(self, device: str) -> str:
-        return "unavailable"
+    def cache_versions(self) -> dict[str, str]:
+        """Versions of the toolchains whose change changes this target's compile output: part of
+        the compile cache key (with torch's and kforge's)."""
+        return {}
 
 
 def device_resource(device: str | None) -> str | None:
     """The resource a device needs on the machine that runs the job: 'cuda', 'xpu', 'metal'
     (mps), or None for the CPU. Executors route on this and on a target's ``requires``."""
-    kind = (device or "cpu").split(":")[0]
-    return {"cuda": "cuda", "xpu": "xpu", "mps": "metal"}.get(kind)
+    return get_device(device).resource
 
 
 def xpu_unavailable_reason() -> str | None:

@@ -22,11 +22,12 @@ import traceback
 import types
 from pathlib import Path
 
-from ..engine.loader import SourceRuntimeError, import_source
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
-from .base import dist_version
+from ..settings import Settings
+from ..source import SourceRuntimeError, import_source
+from .base import Target, dist_version
 from .cuda import NEEDS_GPU, CudaTarget, normalize_arch
 
 DEFAULT_ARCH = "sm_90a"
@@ -41,7 +42,7 @@ def is_cpp(source: Source) -> bool:
 def dump_dir() -> Path:
     """The DSL writes PTX and cubin only into an existing dump directory; it reads the
     variable once, so one per worker process, created before each compile."""
-    root = os.environ.get("KFORGE_WORKER_TMP") or tempfile.gettempdir()  # the pool cleans its workers' tmp
+    root = Settings.read().worker_tmp or tempfile.gettempdir()  # the pool cleans its workers' tmp
     path = Path(os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(Path(root) / f"kforge-cute-{os.getpid()}")))
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -104,7 +105,9 @@ def recording_compile(arch: str, records: list):
         def __call__(self, fn, *args, options=None, **kwargs):
             dump_dir()
             compiled = real(fn, *args, options=merge_options(options, arch), **kwargs)
-            records.append((getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "jit"), compiled))
+            records.append(
+                (getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "jit"), compiled)
+            )
             return CompiledStub(compiled)
 
         def __getitem__(self, item):  # cute.compile[...] variants: same recording
@@ -130,36 +133,60 @@ def pretty_kernel(symbol: str, names: list[str]) -> str:
     return symbol
 
 
-class CuteTarget:
+class CuteTarget(Target):
     name = "cute"
-    summary = "CuTe DSL (nvidia-cutlass-dsl: @cute.kernel / @cute.jit / cute.compile) and CuTe C++ headers via load_inline"
+    summary = (
+        "CuTe DSL (nvidia-cutlass-dsl: @cute.kernel / @cute.jit / cute.compile) and CuTe C++ headers via load_inline"
+    )
+    title = "CuTe"
+    order = 1
 
     def __init__(self):
         self._cuda = CudaTarget()
+
+    def cache_versions(self) -> dict[str, str]:
+        return {d: dist_version(d) or "-" for d in ("nvidia-cutlass-dsl", "nvidia-cutlass", "triton")}
 
     def probe(self, devices: list[str]) -> TargetStatus:
         import torch
 
         dsl = dist_version("nvidia-cutlass-dsl")
-        versions = {k: v for k, v in {"nvidia-cutlass-dsl": dsl, "nvidia-cutlass": dist_version("nvidia-cutlass"),
-                                      "torch": torch.__version__}.items() if v}  # fmt: skip
+        versions = {
+            k: v
+            for k, v in {
+                "nvidia-cutlass-dsl": dsl,
+                "nvidia-cutlass": dist_version("nvidia-cutlass"),
+                "torch": torch.__version__,
+            }.items()
+            if v
+        }
         if dsl is None:
-            return TargetStatus(name=self.name, available=False, versions=versions,
-                                reason=f"nvidia-cutlass-dsl is not installed: {PIP}")  # fmt: skip
-        notes = [f"compile: cute.compile with --gpu-arch (default {DEFAULT_ARCH}) without a GPU; pass `problem` so one "
-                 "forward runs on its CPU inputs with cute.compile recorded",
-                 "the candidate calls cute.compile(launcher, ...) and then the compiled function from ModelNew.forward",
-                 "CuTe C++ (load_inline with cute/ or cutlass/ includes) compiles through the cuda target's path"]  # fmt: skip
+            return TargetStatus(
+                name=self.name, available=False, versions=versions, reason=f"nvidia-cutlass-dsl is not installed: {PIP}"
+            )
+        notes = [
+            f"compile: cute.compile with --gpu-arch (default {DEFAULT_ARCH}) without a GPU; pass `problem` so one "
+            "forward runs on its CPU inputs with cute.compile recorded",
+            "the candidate calls cute.compile(launcher, ...) and then the compiled function from ModelNew.forward",
+            "CuTe C++ (load_inline with cute/ or cutlass/ includes) compiles through the cuda target's path",
+        ]
         gpus = [d for d in devices if d.startswith("cuda")]
         if not gpus:
-            return TargetStatus(name=self.name, available=False, reason=NEEDS_GPU, can_compile=True, versions=versions,
-                                notes=notes)  # fmt: skip
-        return TargetStatus(name=self.name, available=True, devices=gpus, can_compile=True, versions=versions, notes=notes)
+            return TargetStatus(
+                name=self.name, available=False, reason=NEEDS_GPU, can_compile=True, versions=versions, notes=notes
+            )
+        return TargetStatus(
+            name=self.name, available=True, devices=gpus, can_compile=True, versions=versions, notes=notes
+        )
 
     def check(self, source: Source) -> list[Finding]:
         if is_cpp(source) or "cute" in source.text:
             return []
-        return [Finding(code="no_cute_kernel", message="the candidate uses neither the CuTe DSL (@cute.kernel) nor CuTe C++")]
+        return [
+            Finding(
+                code="no_cute_kernel", message="the candidate uses neither the CuTe DSL (@cute.kernel) nor CuTe C++"
+            )
+        ]
 
     def execution(self, device: str) -> str:
         return device.split(":")[0]
@@ -198,14 +225,25 @@ class CuteTarget:
             diags += e.diagnostics
         except Exception as e:
             path = Path(module.__file__) if module is not None else None
-            diags += exception_diagnostics(e, path, source) if path else [Diagnostic(message=f"{type(e).__name__}: {e}",
-                                                                                     file=source.name)]  # fmt: skip
+            diags += (
+                exception_diagnostics(e, path, source)
+                if path
+                else [Diagnostic(message=f"{type(e).__name__}: {e}", file=source.name)]
+            )
         if not records and not diags:
-            diags.append(Diagnostic(severity="warning" if problem is None else "error", file=source.name,
-                                    message="no cute.compile call ran" + (" while importing the candidate; pass `problem` "
-                                            "so kforge runs ModelNew.forward on its inputs" if problem is None else
-                                            " in ModelNew.forward: compile the launcher with cute.compile(...) and call "
-                                            "the compiled function")))  # fmt: skip
+            diags.append(
+                Diagnostic(
+                    severity="warning" if problem is None else "error",
+                    file=source.name,
+                    message="no cute.compile call ran"
+                    + (
+                        " while importing the candidate; pass `problem` so kforge runs ModelNew.forward on its inputs"
+                        if problem is None
+                        else " in ModelNew.forward: compile the launcher with cute.compile(...) and call "
+                        "the compiled function"
+                    ),
+                )
+            )
         names = kernel_names(module) if module is not None else []
         from .triton import cubin_resources
 
@@ -213,19 +251,29 @@ class CuteTarget:
             ptx, cubin = _artifact(compiled.__ptx__, text=True), _artifact(compiled.__cubin__, text=False)
             usage = cubin_resources(cubin) if cubin else {}
             for symbol, u in usage.items():
-                report.kernels.append(KernelResources(
-                    name=pretty_kernel(symbol, names), registers=u.get("REG"), spills=u.get("LOCAL"),
-                    shared_bytes=u.get("SHARED"), stack_bytes=u.get("STACK"),
-                    signature={"symbol": symbol, "launcher": jit_name},
-                ))  # fmt: skip
+                report.kernels.append(
+                    KernelResources(
+                        name=pretty_kernel(symbol, names),
+                        registers=u.get("REG"),
+                        spills=u.get("LOCAL"),
+                        shared_bytes=u.get("SHARED"),
+                        stack_bytes=u.get("STACK"),
+                        signature={"symbol": symbol, "launcher": jit_name},
+                    )
+                )
             if ptx:
                 report.ptx = (report.ptx or {}) | {jit_name: ptx}
             sass = _artifact(getattr(compiled, "__sass__", None), text=True)
             if sass:
                 report.sass = (report.sass or {}) | {jit_name: sass}
             if cubin is None:
-                diags.append(Diagnostic(severity="warning", file=source.name,
-                                        message=f"{jit_name}: the DSL kept no cubin, so no resource report"))  # fmt: skip
+                diags.append(
+                    Diagnostic(
+                        severity="warning",
+                        file=source.name,
+                        message=f"{jit_name}: the DSL kept no cubin, so no resource report",
+                    )
+                )
         for leftover in dump_dir().glob("*"):  # the artifacts are in the report now
             if leftover.is_file():
                 leftover.unlink(missing_ok=True)

@@ -16,13 +16,21 @@ def register(mcp: MCPServer, app: App) -> None:
     async def analyze_profile(
         ctx: Context,
         profile: Annotated[dict[str, Any] | None, Field(description="a report returned by the profile tool")] = None,
-        path: Annotated[str | None, Field(
-            description="a captured file: Nsight Compute CSV (--csv --page raw or details), .ncu-rep, "
-                        "torch.profiler chrome trace JSON, proton .hatchet, Intel unitrace chrome trace JSON or "
-                        "--metric-query CSV, or an xctrace export of metal-gpu-intervals (64 MB at most)")] = None,  # fmt: skip
-        image: Annotated[str | None, Field(description="path to a screenshot of a GUI profiler (needs an LLM that reads images)")] = None,
+        path: Annotated[
+            str | None,
+            Field(
+                description="a captured file: Nsight Compute CSV (--csv --page raw or details), .ncu-rep, "
+                "torch.profiler chrome trace JSON, proton .hatchet, Intel unitrace chrome trace JSON or "
+                "--metric-query CSV, or an xctrace export of metal-gpu-intervals (64 MB at most)"
+            ),
+        ] = None,
+        image: Annotated[
+            str | None, Field(description="path to a screenshot of a GUI profiler (needs an LLM that reads images)")
+        ] = None,
         problem: Annotated[str | None, Field(description="the reference (text or .py path): adds its roofline")] = None,
-        forwards: Annotated[int | None, Field(ge=1, description="forwards the captured file holds (default: inferred)")] = None,
+        forwards: Annotated[
+            int | None, Field(ge=1, description="forwards the captured file holds (default: inferred)")
+        ] = None,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
     ) -> AnalysisReport:
         """Read a profile and return ranked recommendations: each with a title, the evidence
@@ -31,7 +39,10 @@ def register(mcp: MCPServer, app: App) -> None:
         of profile, path or image. Runs no candidate code."""
 
         def work(progress, cancel):
-            return app.engine.analyze_profile(profile=profile, path=path, image=image, problem=problem, forwards=forwards)
+            return app.engine.analyze_profile(
+                profile=profile, path=path, image=image, problem=problem, forwards=forwards
+            )
 
-        return await run_tool_job(app, "analyze_profile", work, wait_s, ctx,
-                                  lambda job: AnalysisReport(status="running", job_id=job.id))  # fmt: skip
+        return await run_tool_job(
+            app, "analyze_profile", work, wait_s, ctx, lambda job: AnalysisReport(status="running", job_id=job.id)
+        )

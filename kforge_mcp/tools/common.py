@@ -59,8 +59,14 @@ async def wait_for(job: Job, wait_s: float, ctx: Context | None) -> bool:
         await anyio.sleep(0.01)  # a cache hit should not wait out a long poll
 
 
-async def run_tool_job(app: App, tool: str, work: Callable[..., BaseModel], wait_s: float, ctx: Context | None,
-                       running: Callable[[Job], BaseModel]) -> BaseModel:  # fmt: skip
+async def run_tool_job(
+    app: App,
+    tool: str,
+    work: Callable[..., BaseModel],
+    wait_s: float,
+    ctx: Context | None,
+    running: Callable[[Job], BaseModel],
+) -> BaseModel:
     """Run ``work(progress, cancel)`` as a job; return its result, or ``running(job)`` when
     it outlives ``wait_s``. Input errors become tool errors the model can read."""
     if wait_s < 0:

@@ -20,9 +20,11 @@ def register(mcp: MCPServer, app: App) -> None:
         arch: Annotated[str | None, Field(description="e.g. sm_90a; default: the local GPU's, else sm_90a")] = None,
         problem: Annotated[
             str | None,
-            Field(description="the reference problem (text or path): kernels are then compiled for the exact "
-                  "argument types and constexprs of a real forward, instead of types inferred from the source"),
-        ] = None,  # fmt: skip
+            Field(
+                description="the reference problem (text or path): kernels are then compiled for the exact "
+                "argument types and constexprs of a real forward, instead of types inferred from the source"
+            ),
+        ] = None,
         emit_ptx: Annotated[bool, Field(description="include each kernel's PTX in the result")] = False,
         timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
@@ -32,8 +34,22 @@ def register(mcp: MCPServer, app: App) -> None:
         registers, spills and shared memory."""
 
         def work(progress, cancel):
-            return app.engine.compile(target, source, arch=arch, problem=problem, emit_ptx=emit_ptx,
-                                      timeout_s=timeout_s, on_progress=progress, cancel=cancel)  # fmt: skip
+            return app.engine.compile(
+                target,
+                source,
+                arch=arch,
+                problem=problem,
+                emit_ptx=emit_ptx,
+                timeout_s=timeout_s,
+                on_progress=progress,
+                cancel=cancel,
+            )
 
-        return await run_tool_job(app, "compile", work, wait_s, ctx,
-                                  lambda job: CompileReport(ok=False, target=target, status="running", job_id=job.id))  # fmt: skip
+        return await run_tool_job(
+            app,
+            "compile",
+            work,
+            wait_s,
+            ctx,
+            lambda job: CompileReport(ok=False, target=target, status="running", job_id=job.id),
+        )

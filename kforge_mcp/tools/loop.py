@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from ..agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, estimate_tokens
 from ..errors import KforgeError
+from ..options import VERIFY, Baselines, Trials
 from .common import DEFAULT_WAIT_S, App, run_tool_job
 
 SAMPLING_TIMEOUT_S = 600.0
@@ -55,9 +56,11 @@ def sampling_generate(session, loop: asyncio.AbstractEventLoop, max_tokens: int)
             warnings.simplefilter("ignore")
             result = await session.create_message(
                 [types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))],
-                max_tokens=max_tokens, system_prompt="You write GPU kernels. Follow the output format exactly.",
-                include_context="none", temperature=None,
-            )  # fmt: skip
+                max_tokens=max_tokens,
+                system_prompt="You write GPU kernels. Follow the output format exactly.",
+                include_context="none",
+                temperature=None,
+            )
         if isinstance(result, types.ErrorData):
             raise RuntimeError(f"the client refused to sample: {result.message}")
         return _text(result)
@@ -86,28 +89,53 @@ def register(mcp: MCPServer, app: App) -> None:
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
         target: Annotated[str, Field(description="cuda, cute, triton or metal (with prompt templates: see prompts/)")],
         ctx: Context,
-        provider: Annotated[Literal["sampling", "anthropic", "openai"], Field(
-            description="the generation agent: 'sampling' asks your own model through MCP sampling; 'anthropic' / "
-                        "'openai' use a provider configured on the server (API key in its environment)")] = "sampling",  # fmt: skip
-        max_iterations: Annotated[int | None, Field(ge=1, le=200, description="attempts in all (default 8; when "
-                                                    "resuming, the run's own unless given)")] = None,  # fmt: skip
+        provider: Annotated[
+            Literal["sampling", "anthropic", "openai"],
+            Field(
+                description="the generation agent: 'sampling' asks your own model through MCP sampling; 'anthropic' / "
+                "'openai' use a provider configured on the server (API key in its environment)"
+            ),
+        ] = "sampling",
+        max_iterations: Annotated[
+            int | None,
+            Field(ge=1, le=200, description="attempts in all (default 8; when resuming, the run's own unless given)"),
+        ] = None,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
         max_seconds: Annotated[float | None, Field(gt=0, description="wall-time budget of the run")] = None,
         stop_at_sol: Annotated[float | None, Field(gt=0, description="stop at this fraction of speed of light")] = 0.9,
-        trials: Annotated[int, Field(ge=1, le=100)] = 5,
-        baselines: Annotated[list[Literal["eager", "compiled"]], Field(description="baselines to time")] = ["eager", "compiled"],  # noqa: B006
-        timing_budget_s: Annotated[float, Field(gt=0, le=60)] = 1.0,
+        trials: Trials = VERIFY.trials,
+        baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
+        timing_budget_s: Annotated[float, Field(gt=0, le=60)] = VERIFY.timing_budget_s,
         profile: Annotated[bool, Field(description="profile correct candidates and feed advice back")] = True,
         max_tokens: Annotated[int, Field(ge=256, le=128000, description="per generation")] = 8192,
-        run_id: Annotated[str | None, Field(description="resume this run (from kforge://runs) instead of starting "
-                                            "one; recorded attempts are kept")] = None,  # fmt: skip
-        candidates_per_round: Annotated[int | None, Field(ge=1, le=16, description=(
-            "replies asked for the same prompt each round, concurrently (separate sampling requests), checked side "
-            "by side as the server's executor allows; each counts as an attempt; the round's best drives the next "
-            "prompt (default 1)"))] = None,  # fmt: skip
-        token_budget: Annotated[int | None, Field(ge=1, description=(
-            "stop the run (stop_reason 'max_tokens') once its attempts have cost this many tokens, prompt + "
-            "completion; sampling reports no usage, so there it is estimated as len(prompt + reply) / 4"))] = None,  # fmt: skip
+        run_id: Annotated[
+            str | None,
+            Field(
+                description="resume this run (from kforge://runs) instead of starting one; recorded attempts are kept"
+            ),
+        ] = None,
+        candidates_per_round: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=16,
+                description=(
+                    "replies asked for the same prompt each round, concurrently (separate sampling requests), checked side "
+                    "by side as the server's executor allows; each counts as an attempt; the round's best drives the next "
+                    "prompt (default 1)"
+                ),
+            ),
+        ] = None,
+        token_budget: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                description=(
+                    "stop the run (stop_reason 'max_tokens') once its attempts have cost this many tokens, prompt + "
+                    "completion; sampling reports no usage, so there it is estimated as len(prompt + reply) / 4"
+                ),
+            ),
+        ] = None,
     ) -> LoopResult:
         """Run the KForge loop: a generation agent writes a kernel for the target, repairs it from
         compile errors, crashes and mismatches until it is correct, then optimizes it from the
@@ -118,9 +146,11 @@ def register(mcp: MCPServer, app: App) -> None:
         if provider == "sampling":
             caps = ctx.client_capabilities
             if caps is None or caps.sampling is None:
-                raise ToolError("this client does not offer MCP sampling, so run_loop cannot ask its model; drive the "
-                                "loop yourself with loop_start and loop_submit, or pass provider='anthropic' or "
-                                "'openai' if the server has an API key")  # fmt: skip
+                raise ToolError(
+                    "this client does not offer MCP sampling, so run_loop cannot ask its model; drive the "
+                    "loop yourself with loop_start and loop_submit, or pass provider='anthropic' or "
+                    "'openai' if the server has an API key"
+                )
             generate = sampling_generate(ctx.session, asyncio.get_running_loop(), max_tokens)
         else:
             from ..agents.providers import make_provider
@@ -136,9 +166,17 @@ def register(mcp: MCPServer, app: App) -> None:
             except KforgeError as e:
                 raise ToolError(str(e)) from None
         if run_id is None:
-            opts = _options(max_iterations=max_iterations, max_seconds=max_seconds, stop_at_sol=stop_at_sol,
-                            trials=trials, baselines=baselines, timing_budget_s=timing_budget_s, profile=profile,
-                            candidates_per_round=candidates_per_round, max_tokens=token_budget)  # fmt: skip
+            opts = _options(
+                max_iterations=max_iterations,
+                max_seconds=max_seconds,
+                stop_at_sol=stop_at_sol,
+                trials=trials,
+                baselines=baselines,
+                timing_budget_s=timing_budget_s,
+                profile=profile,
+                candidates_per_round=candidates_per_round,
+                max_tokens=token_budget,
+            )
             rid = await start(problem, target, provider, opts)
 
             def work(progress, cancel):
@@ -147,27 +185,41 @@ def register(mcp: MCPServer, app: App) -> None:
             rid = run_id
 
             def work(progress, cancel):
-                return d.resume(rid, generate, on_progress=progress, cancel=cancel, max_iterations=max_iterations,
-                                candidates_per_round=candidates_per_round, max_tokens=token_budget)  # fmt: skip
+                return d.resume(
+                    rid,
+                    generate,
+                    on_progress=progress,
+                    cancel=cancel,
+                    max_iterations=max_iterations,
+                    candidates_per_round=candidates_per_round,
+                    max_tokens=token_budget,
+                )
 
-        return await run_tool_job(app, "run_loop", work, wait_s, ctx,
-                                  lambda job: LoopResult(run_id=rid, status="running", job_id=job.id))  # fmt: skip
+        return await run_tool_job(
+            app, "run_loop", work, wait_s, ctx, lambda job: LoopResult(run_id=rid, status="running", job_id=job.id)
+        )
 
     @mcp.tool()
     async def loop_start(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
         target: Annotated[str, Field(description="cuda, cute, triton or metal")],
         max_iterations: Annotated[int, Field(ge=1, le=200, description="attempts in all")] = 8,
-        trials: Annotated[int, Field(ge=1, le=100)] = 5,
-        baselines: Annotated[list[Literal["eager", "compiled"]], Field(description="baselines to time")] = ["eager", "compiled"],  # noqa: B006
-        timing_budget_s: Annotated[float, Field(gt=0, le=60)] = 1.0,
+        trials: Trials = VERIFY.trials,
+        baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
+        timing_budget_s: Annotated[float, Field(gt=0, le=60)] = VERIFY.timing_budget_s,
         profile: Annotated[bool, Field(description="profile correct candidates and feed advice back")] = True,
         stop_at_sol: Annotated[float | None, Field(gt=0, description="stop at this fraction of speed of light")] = 0.9,
     ) -> LoopStart:
         """Start a loop you drive yourself: returns a run_id and the first prompt. Answer the prompt
         (write the kernel) and pass your reply to loop_submit; repeat with its next_prompt until done."""
-        opts = _options(max_iterations=max_iterations, trials=trials, baselines=baselines,
-                        timing_budget_s=timing_budget_s, profile=profile, stop_at_sol=stop_at_sol)  # fmt: skip
+        opts = _options(
+            max_iterations=max_iterations,
+            trials=trials,
+            baselines=baselines,
+            timing_budget_s=timing_budget_s,
+            profile=profile,
+            stop_at_sol=stop_at_sol,
+        )
         rid = await start(problem, target, "client", opts)
         pass_, prompt = await anyio.to_thread.run_sync(lambda: driver(app).next_prompt(rid))
         return LoopStart(run_id=rid, prompt=prompt, pass_=pass_)
@@ -175,8 +227,13 @@ def register(mcp: MCPServer, app: App) -> None:
     @mcp.tool()
     async def loop_submit(
         run_id: str,
-        candidate: Annotated[str, Field(description="your reply to the last prompt (a fenced python block defining "
-                                        "ModelNew), the bare code, or a .py path")],  # fmt: skip
+        candidate: Annotated[
+            str,
+            Field(
+                description="your reply to the last prompt (a fenced python block defining "
+                "ModelNew), the bare code, or a .py path"
+            ),
+        ],
         ctx: Context,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
     ) -> SubmitResult:
@@ -195,5 +252,11 @@ def register(mcp: MCPServer, app: App) -> None:
         def work(progress, cancel):
             return driver(app).submit(run_id, text, on_progress=progress, cancel=cancel)
 
-        return await run_tool_job(app, "loop_submit", work, wait_s, ctx,
-                                  lambda job: SubmitResult(run_id=run_id, status="running", job_id=job.id))  # fmt: skip
+        return await run_tool_job(
+            app,
+            "loop_submit",
+            work,
+            wait_s,
+            ctx,
+            lambda job: SubmitResult(run_id=run_id, status="running", job_id=job.id),
+        )

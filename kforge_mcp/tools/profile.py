@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from ..analysis.report import ProfileReport
+from ..options import PROFILE, Depth, Iterations, TimeoutS
 from .common import DEFAULT_WAIT_S, App, run_tool_job
 
 
@@ -17,15 +18,27 @@ def register(mcp: MCPServer, app: App) -> None:
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
         target: Annotated[str, Field(description="cuda, cute, triton or metal")],
         ctx: Context,
-        candidate: Annotated[str | None, Field(description="source defining class ModelNew (text or .py path); "
-                                               "omit to profile the PyTorch reference")] = None,  # fmt: skip
+        candidate: Annotated[
+            str | None,
+            Field(
+                description="source defining class ModelNew (text or .py path); omit to profile the PyTorch reference"
+            ),
+        ] = None,
         device: Annotated[str | None, Field(description="e.g. cuda:0 or cpu; default: the best one here")] = None,
-        depth: Annotated[Literal["timeline", "metrics"], Field(
-            description="timeline: torch.profiler kernels and launches; metrics: also Nsight Compute metrics "
-                        "(occupancy, throughput, coalescing, stalls) when ncu is on PATH")] = "timeline",  # fmt: skip
-        iterations: Annotated[int, Field(ge=1, le=100, description="profiled forwards (after 2 warm-up forwards)")] = 5,
-        proton: Annotated[bool, Field(description="also run Triton's proton profiler (separate process)")] = False,
-        timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0,
+        depth: Annotated[
+            Depth,
+            Field(
+                description="timeline: torch.profiler kernels and launches; metrics: also Nsight Compute metrics "
+                "(occupancy, throughput, coalescing, stalls) when ncu is on PATH"
+            ),
+        ] = PROFILE.depth,
+        iterations: Annotated[
+            Iterations, Field(description="profiled forwards (after 2 warm-up forwards)")
+        ] = PROFILE.iterations,
+        proton: Annotated[
+            bool, Field(description="also run Triton's proton profiler (separate process)")
+        ] = PROFILE.proton,
+        timeout_s: TimeoutS = PROFILE.timeout_s,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
     ) -> ProfileReport:
         """Profile a candidate (or the reference) in an isolated worker: per-kernel launches, device
@@ -34,9 +47,19 @@ def register(mcp: MCPServer, app: App) -> None:
         T_SOL, fraction of speed of light). Pass the result to analyze_profile for advice."""
 
         def work(progress, cancel):
-            return app.engine.profile(problem, candidate, target=target, device=device, depth=depth,
-                                      iterations=iterations, proton=proton, timeout_s=timeout_s,
-                                      on_progress=progress, cancel=cancel)  # fmt: skip
+            return app.engine.profile(
+                problem,
+                candidate,
+                target=target,
+                device=device,
+                depth=depth,
+                iterations=iterations,
+                proton=proton,
+                timeout_s=timeout_s,
+                on_progress=progress,
+                cancel=cancel,
+            )
 
-        return await run_tool_job(app, "profile", work, wait_s, ctx,
-                                  lambda job: ProfileReport(status="running", job_id=job.id, target=target))  # fmt: skip
+        return await run_tool_job(
+            app, "profile", work, wait_s, ctx, lambda job: ProfileReport(status="running", job_id=job.id, target=target)
+        )

@@ -34,9 +34,14 @@ def register(mcp: MCPServer, app: App) -> None:
         s = store()
         r = s.get_run(run_id)
         attempts = s.attempts(run_id)
-        return json.dumps({**r.model_dump(mode="json"),
-                           "summary": [summarize(a).model_dump(mode="json", by_alias=True) for a in attempts],
-                           "attempts": [a.model_dump(mode="json", by_alias=True) for a in attempts]}, indent=1)  # fmt: skip
+        return json.dumps(
+            {
+                **r.model_dump(mode="json"),
+                "summary": [summarize(a).model_dump(mode="json", by_alias=True) for a in attempts],
+                "attempts": [a.model_dump(mode="json", by_alias=True) for a in attempts],
+            },
+            indent=1,
+        )
 
     @mcp.resource("kforge://runs/{run_id}/best", name="best candidate", mime_type="text/x-python")
     def best(run_id: str) -> str:

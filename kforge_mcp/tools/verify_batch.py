@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel, Field
 
+from ..options import VERIFY, Baselines, TimeoutS, Tolerance, Trials
 from ..schemas import VerifyBatchReport, summarize_batch
 from .common import DEFAULT_WAIT_S, App, run_tool_job
 
@@ -24,16 +25,20 @@ class BatchItem(BaseModel):
 def register(mcp: MCPServer, app: App) -> None:
     @mcp.tool()
     async def verify_batch(
-        items: Annotated[list[BatchItem], Field(min_length=1, max_length=MAX_ITEMS, description="the candidates to verify")],
+        items: Annotated[
+            list[BatchItem], Field(min_length=1, max_length=MAX_ITEMS, description="the candidates to verify")
+        ],
         ctx: Context,
         target: Annotated[str, Field(description="cuda, cute, triton or metal (an item may override it)")] = "triton",
         device: Annotated[str | None, Field(description="e.g. cuda:0 or cpu; default: the best one here")] = None,
-        trials: Annotated[int, Field(ge=1, le=100, description="correctness trials per candidate")] = 5,
-        atol: Annotated[float | None, Field(ge=0, description="default per dtype")] = None,
-        rtol: Annotated[float | None, Field(ge=0, description="default per dtype")] = None,
-        timeout_s: Annotated[float, Field(gt=0, le=3600, description="per candidate: its worker is killed after this")] = 300.0,
+        trials: Annotated[Trials, Field(description="correctness trials per candidate")] = VERIFY.trials,
+        atol: Annotated[Tolerance, Field(description="default per dtype")] = VERIFY.atol,
+        rtol: Annotated[Tolerance, Field(description="default per dtype")] = VERIFY.rtol,
+        timeout_s: Annotated[
+            TimeoutS, Field(description="per candidate: its worker is killed after this")
+        ] = VERIFY.timeout_s,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
-        baselines: Annotated[list[Literal["eager", "compiled"]], Field(description="baselines to time")] = ["eager", "compiled"],  # noqa: B006
+        baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
     ) -> VerifyBatchReport:
         """Verify many candidates (e.g. several variants of one kernel) at once, as many side by
         side as the executor has workers for (several nodes with the Ray executor). Progress
@@ -42,10 +47,20 @@ def register(mcp: MCPServer, app: App) -> None:
 
         def work(progress, cancel):
             started = time.perf_counter()
-            reports = app.engine.verify_batch([i.model_dump(exclude_none=True) for i in items], on_progress=progress,
-                                              cancel=cancel, target=target, device=device, trials=trials, atol=atol,
-                                              rtol=rtol, timeout_s=timeout_s, baselines=baselines)  # fmt: skip
+            reports = app.engine.verify_batch(
+                [i.model_dump(exclude_none=True) for i in items],
+                on_progress=progress,
+                cancel=cancel,
+                target=target,
+                device=device,
+                trials=trials,
+                atol=atol,
+                rtol=rtol,
+                timeout_s=timeout_s,
+                baselines=baselines,
+            )
             return VerifyBatchReport(reports=reports, summary=summarize_batch(reports, time.perf_counter() - started))
 
-        return await run_tool_job(app, "verify_batch", work, wait_s, ctx,
-                                  lambda job: VerifyBatchReport(status="running", job_id=job.id))  # fmt: skip
+        return await run_tool_job(
+            app, "verify_batch", work, wait_s, ctx, lambda job: VerifyBatchReport(status="running", job_id=job.id)
+        )

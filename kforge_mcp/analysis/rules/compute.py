@@ -31,7 +31,9 @@ def is_limited(k, frac: float | None) -> bool:
     if frac is None:
         return saturated
     # a saturated unit needs ~75% of the bound, a busy one (>= 80%) needs 80%, and 90% of the bound is enough alone
-    return (saturated and frac >= SATURATED_FRACTION) or (busy >= LIMIT_UNIT_PCT and frac >= LIMIT_FRACTION) or frac >= 0.9
+    return (
+        (saturated and frac >= SATURATED_FRACTION) or (busy >= LIMIT_UNIT_PCT and frac >= LIMIT_FRACTION) or frac >= 0.9
+    )
 
 
 @rule
@@ -179,17 +181,23 @@ def feed_tensor_pipe(report: ProfileReport) -> list[Recommendation]:
             continue
         hits.append(k.name)
         paths.add(k.compute_path or "")
-        evidence.append(ev(f"{pipe or 'tensor'} pipe busy", pct(busy) if pipe else None, f">= {FED_TENSOR_PCT:g}%", k.name))
+        evidence.append(
+            ev(f"{pipe or 'tensor'} pipe busy", pct(busy) if pipe else None, f">= {FED_TENSOR_PCT:g}%", k.name)
+        )
         evidence.append(ev("compute path", f"{k.compute_path} (told by {k.kind_basis})", kernel=k.name))
         if k.registers is not None:
             evidence.append(ev("registers per thread", k.registers, "168-255 is normal for a Hopper GEMM", k.name))
         if k.achieved_occupancy_pct is not None:
-            evidence.append(ev("achieved occupancy", pct(k.achieved_occupancy_pct), "low is normal (1-2 CTAs/SM)", k.name))
+            evidence.append(
+                ev("achieved occupancy", pct(k.achieved_occupancy_pct), "low is normal (1-2 CTAs/SM)", k.name)
+            )
         if k.top_stalls:
             s = k.top_stalls[0]
             evidence.append(ev(f"top stall: {s.reason}", s.cycles_per_issue, kernel=k.name))
         if k.waves_per_sm is not None:
-            evidence.append(ev("waves per SM", round(k.waves_per_sm, 2), "many, or exactly 1 with a persistent grid", k.name))
+            evidence.append(
+                ev("waves per SM", round(k.waves_per_sm, 2), "many, or exactly 1 with a persistent grid", k.name)
+            )
     if not hits:
         return []
     hmma = any(p.startswith("hmma") for p in paths)

@@ -27,28 +27,35 @@ def fuse_launches(report: ProfileReport) -> list[Recommendation]:
     total = sum(times.values())
     longest = max(times.values())
     gain = 1 - longest / total if total > 0 else 0.0
-    ev = [Evidence(metric="launches per forward", value=round(per_fwd, 2), good="1 (one fused kernel)"),
-          Evidence(metric="distinct kernels", value=len(ks), good="1"),
-          Evidence(metric="device ms per forward", value=round(total, 5))]  # fmt: skip
+    ev = [
+        Evidence(metric="launches per forward", value=round(per_fwd, 2), good="1 (one fused kernel)"),
+        Evidence(metric="distinct kernels", value=len(ks), good="1"),
+        Evidence(metric="device ms per forward", value=round(total, 5)),
+    ]
     ev += [Evidence(metric="mean ms per launch", value=round(k.mean_ms, 5), kernel=k.name) for k in ks[:6]]
     if report.host_overhead_ms is not None:
-        ev.append(Evidence(metric="host ms launching kernels per forward", value=round(report.host_overhead_ms, 4),
-                           good="well under the device time"))  # fmt: skip
-    return [recommendation(
-        rule="fuse_launches",
-        title=f"Fuse the {len(ks)} kernels of each forward into one",
-        evidence=ev,
-        action="Write one kernel for the whole forward: load each input once, keep intermediates in registers "
-               "(e.g. x + bias -> gelu -> * scale, or a row's max, sum of exp and normalized output from one load "
-               "with the row held in a block), and store only the final output. Each extra launch costs a launch "
-               "latency plus a full write and re-read of the intermediate tensor in global memory.",
-        expected_gain=gain,
-        gain_basis=f"a fused memory-bound kernel takes about as long as the longest current kernel: "
-                   f"1 - {longest:.4g} / {total:.4g} ms per forward (host launch time saved comes on top)",
-        kernels=[k.name for k in ks],
-    )]  # fmt: skip
-
-
+        ev.append(
+            Evidence(
+                metric="host ms launching kernels per forward",
+                value=round(report.host_overhead_ms, 4),
+                good="well under the device time",
+            )
+        )
+    return [
+        recommendation(
+            rule="fuse_launches",
+            title=f"Fuse the {len(ks)} kernels of each forward into one",
+            evidence=ev,
+            action="Write one kernel for the whole forward: load each input once, keep intermediates in registers "
+            "(e.g. x + bias -> gelu -> * scale, or a row's max, sum of exp and normalized output from one load "
+            "with the row held in a block), and store only the final output. Each extra launch costs a launch "
+            "latency plus a full write and re-read of the intermediate tensor in global memory.",
+            expected_gain=gain,
+            gain_basis=f"a fused memory-bound kernel takes about as long as the longest current kernel: "
+            f"1 - {longest:.4g} / {total:.4g} ms per forward (host launch time saved comes on top)",
+            kernels=[k.name for k in ks],
+        )
+    ]
 
 
 def specific_cause(k) -> bool:
@@ -96,8 +103,14 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
         if k.achieved_occupancy_pct is not None:
             evidence.append(ev("achieved occupancy", _pct(k.achieved_occupancy_pct), ">= 25%", k.name))
         if k.theoretical_occupancy_pct is not None and k.theoretical_occupancy_pct < 100:
-            evidence.append(ev("theoretical occupancy", _pct(k.theoretical_occupancy_pct),
-                               f"limited by {k.occupancy_limiter or '?'}", k.name))  # fmt: skip
+            evidence.append(
+                ev(
+                    "theoretical occupancy",
+                    _pct(k.theoretical_occupancy_pct),
+                    f"limited by {k.occupancy_limiter or '?'}",
+                    k.name,
+                )
+            )
         if k.top_stalls:
             s = k.top_stalls[0]
             evidence.append(ev(f"top stall: {s.reason}", s.cycles_per_issue, "few cycles per issue", k.name))
@@ -136,27 +149,33 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
 def grid_too_small(report: ProfileReport) -> list[Recommendation]:
     sms = report.sm_count or DEFAULT_SM_COUNT
     share = shares(report)
-    hits = [k for k in report.device_kernels() if k.blocks is not None and k.blocks < sms and share.get(k.name, 0) >= 0.05
-            and k.mean_ms >= MIN_KERNEL_MS]  # under ~10 us a launch costs the same whatever the grid  # fmt: skip
+    hits = [
+        k
+        for k in report.device_kernels()
+        if k.blocks is not None and k.blocks < sms and share.get(k.name, 0) >= 0.05 and k.mean_ms >= MIN_KERNEL_MS
+    ]  # under ~10 us a launch costs the same whatever the grid
     if not hits:
         return []
     gain = sum(share[k.name] * (1 - k.blocks / sms) * 0.75 for k in hits)
-    ev = [Evidence(metric="blocks in the grid", value=k.blocks, good=f">= {sms} (one per SM)", kernel=k.name) for k in hits]
+    ev = [
+        Evidence(metric="blocks in the grid", value=k.blocks, good=f">= {sms} (one per SM)", kernel=k.name)
+        for k in hits
+    ]
     ev.append(Evidence(metric="SMs", value=sms, good="" if report.sm_count else "assumed (H100)"))
-    return [recommendation(
-        rule="grid_too_small",
-        title="Launch enough programs to use every SM",
-        evidence=ev,
-        action="Split the work into at least one program per SM: smaller output tiles (e.g. BLOCK_M/BLOCK_N 32-64 "
-               "for a GEMM), split-K with a second reduction pass or atomics, or more rows per grid dimension. "
-               "Idle SMs contribute nothing to bandwidth or FLOPs.",
-        expected_gain=gain,
-        gain_basis="time share x (1 - blocks / SMs) x 0.75: time scales with the SMs in use, discounted for the "
-                   "data reuse smaller tiles give up",
-        kernels=[k.name for k in hits],
-    )]  # fmt: skip
-
-
+    return [
+        recommendation(
+            rule="grid_too_small",
+            title="Launch enough programs to use every SM",
+            evidence=ev,
+            action="Split the work into at least one program per SM: smaller output tiles (e.g. BLOCK_M/BLOCK_N 32-64 "
+            "for a GEMM), split-K with a second reduction pass or atomics, or more rows per grid dimension. "
+            "Idle SMs contribute nothing to bandwidth or FLOPs.",
+            expected_gain=gain,
+            gain_basis="time share x (1 - blocks / SMs) x 0.75: time scales with the SMs in use, discounted for the "
+            "data reuse smaller tiles give up",
+            kernels=[k.name for k in hits],
+        )
+    ]
 
 
 @rule
@@ -173,13 +192,21 @@ def ncu_own_rules(report: ProfileReport, top: int = 3) -> list[Recommendation]:
             best[r.rule] = (gain, r)
     out = []
     for gain, r in sorted(best.values(), key=lambda x: -x[0])[:top]:
-        out.append(recommendation(
-            rule=f"ncu:{r.rule}", title=f"Nsight Compute: {r.rule} ({r.section})",
-            evidence=[Evidence(metric="ncu estimated speedup", value=f"{r.speedup_pct:.1f}% ({r.speedup_type})", kernel=r.kernel)],
-            action=r.description, expected_gain=gain,
-            gain_basis="ncu's estimated speedup x the kernel's time share x 0.5 (ncu estimates overlap)",
-            kernels=[r.kernel],
-        ))  # fmt: skip
+        out.append(
+            recommendation(
+                rule=f"ncu:{r.rule}",
+                title=f"Nsight Compute: {r.rule} ({r.section})",
+                evidence=[
+                    Evidence(
+                        metric="ncu estimated speedup",
+                        value=f"{r.speedup_pct:.1f}% ({r.speedup_type})",
+                        kernel=r.kernel,
+                    )
+                ],
+                action=r.description,
+                expected_gain=gain,
+                gain_basis="ncu's estimated speedup x the kernel's time share x 0.5 (ncu estimates overlap)",
+                kernels=[r.kernel],
+            )
+        )
     return out
-
-

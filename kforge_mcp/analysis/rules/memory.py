@@ -91,8 +91,14 @@ def shared_bank_conflicts(report: ProfileReport) -> list[Recommendation]:
             ev("wavefronts per conflict-free wavefront", round(ways, 1), "1 (conflict-free)", k.name),
         ]
         if k.shared_instructions:
-            evidence.append(ev("shared wavefronts per instruction", round(wavefronts / k.shared_instructions, 2),
-                               "1 for 4-byte accesses", k.name))  # fmt: skip
+            evidence.append(
+                ev(
+                    "shared wavefronts per instruction",
+                    round(wavefronts / k.shared_instructions, 2),
+                    "1 for 4-byte accesses",
+                    k.name,
+                )
+            )
         if k.top_stalls:
             evidence.append(ev(f"top stall: {k.top_stalls[0].reason}", k.top_stalls[0].cycles_per_issue, kernel=k.name))
     if not hits:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 
+from ..options import BASELINES, VERIFY
+from .console import EXIT_INPUT, EXIT_OK, VERDICT_STYLE, err, fmt, open_engine, out, print_json
+
 LAYOUT = """Layout: every *.py in --problems is a problem (a KernelBench level1/ folder works as it is). Its
 candidates are --candidates/<problem stem>/*.py, or flat --candidates/<problem stem>.py. A candidate file
 named after a target (triton.py, triton_naive.py, cuda-v2.py, cute.py) is judged only under that target;
@@ -19,27 +22,50 @@ def _baselines(values: list[str]) -> list[str]:
 def add_parser(sub, parents, add_executor_options) -> None:
     import argparse
 
-    p = sub.add_parser("bench", parents=parents, help="judge a suite of problems and candidates (KernelBench layout): "
-                       "summary.json, a table, bench.png and bench.html", description=LAYOUT,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "bench",
+        parents=parents,
+        help="judge a suite of problems and candidates (KernelBench layout): "
+        "summary.json, a table, bench.png and bench.html",
+        description=LAYOUT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--problems", required=True, metavar="DIR", help="folder of problems (KernelBench form)")
     p.add_argument("--candidates", metavar="DIR", help="folder of candidates: <problem stem>/*.py or <problem stem>.py")
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="where results.jsonl, summary.json, bench.png, bench.html go")  # fmt: skip
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="where results.jsonl, summary.json, bench.png, bench.html go"
+    )
     p.add_argument("--generate", action="store_true", help="write the candidates with the loop and --provider instead")
     p.add_argument("--provider", choices=("anthropic", "openai"), help="LLM provider for --generate")
     p.add_argument("--model", help="model name (default: $KFORGE_MODEL or the provider's default)")
     p.add_argument("--base-url", help="an API-compatible endpoint for the provider")
     p.add_argument("--iterations", type=int, default=8, help="loop attempts per problem with --generate (default 8)")
     p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
-    p.add_argument("--trials", type=int, default=5, help="correctness trials per candidate (default 5)")
-    p.add_argument("--timeout-s", type=float, default=300.0, metavar="S",
-                   help="per candidate: kill its worker after S s (default 300)")  # fmt: skip
-    p.add_argument("--timing-budget-s", type=float, default=1.0, metavar="S",
-                   help="timing budget per candidate (default 1)")  # fmt: skip
-    p.add_argument("--baselines", nargs="+", default=["eager", "compiled"], metavar="B",
-                   help="baselines to time: eager compiled (default both; commas work too)")  # fmt: skip
+    p.add_argument(
+        "--trials", type=int, default=VERIFY.trials, help=f"correctness trials per candidate (default {VERIFY.trials})"
+    )
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=VERIFY.timeout_s,
+        metavar="S",
+        help=f"per candidate: kill its worker after S s (default {VERIFY.timeout_s:g})",
+    )
+    p.add_argument(
+        "--timing-budget-s",
+        type=float,
+        default=VERIFY.timing_budget_s,
+        metavar="S",
+        help=f"timing budget per candidate (default {VERIFY.timing_budget_s:g})",
+    )
+    p.add_argument(
+        "--baselines",
+        nargs="+",
+        default=list(BASELINES),
+        metavar="B",
+        help="baselines to time: eager compiled (default both; commas work too)",
+    )
     p.add_argument("--no-plot", action="store_true", help="skip bench.png and bench.html")
     add_executor_options(p)
     p.set_defaults(handler=cmd_bench)
@@ -50,9 +76,8 @@ def cmd_bench(args) -> int:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .cli import EXIT_INPUT, EXIT_OK, err, open_engine, print_json
-    from .problem import default_allowed_roots
-    from .suite import discover, run_bench
+    from ..problem import default_allowed_roots
+    from ..suite import discover, run_bench
 
     if args.generate == bool(args.candidates):
         err.print("bench needs --candidates DIR, or --generate with --provider (not both)")
@@ -64,10 +89,17 @@ def cmd_bench(args) -> int:
     discover(args.problems, args.candidates, args.target)  # bad folders fail here, before any worker starts
     roots = default_allowed_roots() + [Path(d).resolve() for d in (args.problems, args.candidates, args.out) if d]
     result, failure, cancel = {}, [], threading.Event()
-    columns = (TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.description}"))  # fmt: skip
-    with open_engine(args.home, allow_dirs=[str(r) for r in roots], args=args) as engine, \
-            Progress(*columns, console=err, transient=False) as bar:  # fmt: skip
+    columns = (
+        TextColumn("[bold]bench"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with (
+        open_engine(args.home, allow_dirs=[str(r) for r in roots], args=args) as engine,
+        Progress(*columns, console=err, transient=False) as bar,
+    ):
         task = bar.add_task("discovering", total=None)
 
         def on_progress(done: int, total: int, message: str) -> None:
@@ -76,11 +108,24 @@ def cmd_bench(args) -> int:
         def work() -> None:
             try:
                 result["summary"] = run_bench(
-                    args.problems, args.candidates, args.target, args.out, engine=engine,
-                    provider=args.provider if args.generate else None, model=args.model, base_url=args.base_url,
-                    iterations=args.iterations, device=args.device, trials=args.trials, timeout_s=args.timeout_s,
-                    baselines=baselines, timing_budget_s=args.timing_budget_s, plot=not args.no_plot,
-                    on_progress=on_progress, cancel=cancel)  # fmt: skip
+                    args.problems,
+                    args.candidates,
+                    args.target,
+                    args.out,
+                    engine=engine,
+                    provider=args.provider if args.generate else None,
+                    model=args.model,
+                    base_url=args.base_url,
+                    iterations=args.iterations,
+                    device=args.device,
+                    trials=args.trials,
+                    timeout_s=args.timeout_s,
+                    baselines=baselines,
+                    timing_budget_s=args.timing_budget_s,
+                    plot=not args.no_plot,
+                    on_progress=on_progress,
+                    cancel=cancel,
+                )
             except BaseException as e:  # noqa: BLE001  (re-raised on the main thread)
                 failure.append(e)
 
@@ -110,11 +155,11 @@ def print_summary(summary) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from .cli import VERDICT_STYLE, fmt, out
-
     wide = out.width >= 120  # narrower: findings and errors go below the table, one line per problem
-    table = Table(title=f"kforge bench: {summary.target}, {summary.suite.problems} problems "
-                        f"({summary.device or '-'}, {summary.execution or '-'})")  # fmt: skip
+    table = Table(
+        title=f"kforge bench: {summary.target}, {summary.suite.problems} problems "
+        f"({summary.device or '-'}, {summary.execution or '-'})"
+    )
     cols = ("problem", "best", "candidate", "speedup", "vs eager", "vs compile", "SOL")
     cols += ("findings / error",) if wide else ()
     for col in cols:
@@ -126,9 +171,15 @@ def print_summary(summary) -> None:
         if not r.correct and not r.error:
             bad = next((c for c in r.candidates if c.candidate == r.best_candidate), None)
             notes = (bad.error if bad and bad.error else "") or notes
-        row = [r.problem, Text(r.best_verdict or "none", style=VERDICT_STYLE.get(r.best_verdict, "bold red")),
-               Path(r.best_candidate).name if r.best_candidate else "-", fmt(r.speedup, ".3g"),
-               fmt(r.speedup_eager, ".3g"), fmt(r.speedup_compiled, ".3g"), fmt(sol, ".0f")]  # fmt: skip
+        row = [
+            r.problem,
+            Text(r.best_verdict or "none", style=VERDICT_STYLE.get(r.best_verdict, "bold red")),
+            Path(r.best_candidate).name if r.best_candidate else "-",
+            fmt(r.speedup, ".3g"),
+            fmt(r.speedup_eager, ".3g"),
+            fmt(r.speedup_compiled, ".3g"),
+            fmt(sol, ".0f"),
+        ]
         table.add_row(*row, *([Text(notes[:70])] if wide else []))
         if notes and not wide:
             below.append(f"  {r.problem}: {notes}")
@@ -137,10 +188,14 @@ def print_summary(summary) -> None:
         out.print(Text(line), soft_wrap=True)
     s = summary.suite
     fast = "  ".join(f"fast_{p} {v:.0%}" for p, v in s.fast_p.items())
-    out.print(f"correct {s.correct}/{s.problems} ({s.correctness_rate:.0%}); "
-              f"geomean speedup {fmt(s.geomean_speedup, '.3g')}x "
-              f"over {s.correct} correct problems, {fmt(s.geomean_speedup_all, '.3g')}x with failures as 1.0x; {fast}")
-    out.print(f"{summary.judged_now} judged now, {summary.reused} reused, {summary.seconds:.0f} s; "
-              + "; ".join(f"{k}: {v}" for k, v in summary.files.items() if k != "results"))
+    out.print(
+        f"correct {s.correct}/{s.problems} ({s.correctness_rate:.0%}); "
+        f"geomean speedup {fmt(s.geomean_speedup, '.3g')}x "
+        f"over {s.correct} correct problems, {fmt(s.geomean_speedup_all, '.3g')}x with failures as 1.0x; {fast}"
+    )
+    out.print(
+        f"{summary.judged_now} judged now, {summary.reused} reused, {summary.seconds:.0f} s; "
+        + "; ".join(f"{k}: {v}" for k, v in summary.files.items() if k != "results")
+    )
     for note in summary.notes:
         out.print(Text(f"note: {note}", style="yellow"))

@@ -3,27 +3,53 @@
 
 from __future__ import annotations
 
+from ..errors import InputError
+from ..home import default_home
+from ..options import BASELINES, VERIFY
+from ..store import RunStore
+from .console import EXIT_NOT_OK, EXIT_OK, comma_list, err, open_engine, out, print_json
+
 
 def add_parser(sub, parents) -> None:
     p = sub.add_parser("run-loop", parents=parents, help="generate, repair and optimize a kernel with an LLM provider")
     p.add_argument("problem", nargs="?", help="reference in KernelBench form (.py); not with --resume")
     p.add_argument("--target", help="triton, cuda or cute (targets with prompt templates)")
-    p.add_argument("--provider", choices=("anthropic", "openai"), default=None,
-                   help="LLM provider (key from ANTHROPIC_API_KEY / OPENAI_API_KEY); with --resume, default: the run's")  # fmt: skip
+    p.add_argument(
+        "--provider",
+        choices=("anthropic", "openai"),
+        default=None,
+        help="LLM provider (key from ANTHROPIC_API_KEY / OPENAI_API_KEY); with --resume, default: the run's",
+    )
     p.add_argument("--model", help="model name (default: $KFORGE_MODEL or the provider's default)")
     p.add_argument("--base-url", help="an API-compatible endpoint for the provider")
     p.add_argument("--max-iterations", type=int, help="attempts in all (default 8; with --resume, the run's)")
     p.add_argument("--max-seconds", type=float, help="wall-time budget")
-    p.add_argument("--max-tokens", type=int, help="token budget of the run (prompt + completion, all attempts, as the "
-                   "provider reports them); stops with max_tokens")  # fmt: skip
-    p.add_argument("--candidates-per-round", type=int, metavar="N",
-                   help="ask for N replies to each prompt at once and check them side by side (default 1; each "
-                        "counts toward --max-iterations)")  # fmt: skip
-    p.add_argument("--trials", type=int, help="correctness trials per attempt (default 5)")
-    p.add_argument("--baselines", type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
-                   help="comma-separated baselines (default eager,compiled)")  # fmt: skip
-    p.add_argument("--no-profile", dest="profile", action="store_false", default=None,
-                   help="do not profile correct candidates (no analysis-agent advice)")  # fmt: skip
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        help="token budget of the run (prompt + completion, all attempts, as the "
+        "provider reports them); stops with max_tokens",
+    )
+    p.add_argument(
+        "--candidates-per-round",
+        type=int,
+        metavar="N",
+        help="ask for N replies to each prompt at once and check them side by side (default 1; each "
+        "counts toward --max-iterations)",
+    )
+    p.add_argument("--trials", type=int, help=f"correctness trials per attempt (default {VERIFY.trials})")
+    p.add_argument(
+        "--baselines",
+        type=comma_list,
+        help=f"comma-separated baselines (default {','.join(BASELINES)})",
+    )
+    p.add_argument(
+        "--no-profile",
+        dest="profile",
+        action="store_false",
+        default=None,
+        help="do not profile correct candidates (no analysis-agent advice)",
+    )
     p.add_argument("--resume", metavar="RUN_ID", help="continue this run from its last attempt instead of starting one")
     p.add_argument("--output", "-o", help="write the best candidate here")
     p.set_defaults(handler=cmd_run_loop)
@@ -35,16 +61,18 @@ def add_parser(sub, parents) -> None:
 
 
 def cmd_run_loop(args) -> int:
-    from ..api import default_home
-    from ..cli import EXIT_NOT_OK, EXIT_OK, err, open_engine, out, print_json
-    from ..errors import InputError
-    from ..store import RunStore
-    from .loop import LoopDriver
-    from .providers import PROVIDERS, make_provider
+    from ..agents.loop import LoopDriver
+    from ..agents.providers import PROVIDERS, make_provider
 
-    opts = {"max_iterations": args.max_iterations, "max_seconds": args.max_seconds, "trials": args.trials,
-            "baselines": args.baselines, "profile": args.profile, "max_tokens": args.max_tokens,
-            "candidates_per_round": args.candidates_per_round}  # fmt: skip
+    opts = {
+        "max_iterations": args.max_iterations,
+        "max_seconds": args.max_seconds,
+        "trials": args.trials,
+        "baselines": args.baselines,
+        "profile": args.profile,
+        "max_tokens": args.max_tokens,
+        "candidates_per_round": args.candidates_per_round,
+    }
     opts = {k: v for k, v in opts.items() if v is not None}
     store = None  # the engine's, unless resuming (read before any engine starts)
     provider, model, base_url = args.provider, args.model, args.base_url
@@ -58,8 +86,9 @@ def cmd_run_loop(args) -> int:
             model = model or run.options.get("provider_model")
             base_url = base_url or run.options.get("provider_base_url")
         if provider not in PROVIDERS:
-            raise InputError(f"run '{run.id}' was driven by '{run.provider}'; pass --provider anthropic or openai "
-                             "to resume it here")  # fmt: skip
+            raise InputError(
+                f"run '{run.id}' was driven by '{run.provider}'; pass --provider anthropic or openai to resume it here"
+            )
     elif not (args.problem and args.target and provider):
         raise InputError("run-loop needs a problem, --target and --provider anthropic or openai (or --resume RUN_ID)")
     generate = make_provider(provider, model=model, base_url=base_url)  # a missing key fails before any work
@@ -81,8 +110,10 @@ def cmd_run_loop(args) -> int:
         for a in result.attempts:
             out.print(f"  {a.index} {a.pass_:<10} {a.verdict or '-':<14} speedup {a.speedup if a.speedup else '-'}")
         if result.best:
-            out.print(f"best: attempt {result.best.index}, speedup {result.best.speedup}"
-                      + (f", written to {args.output}" if args.output else ""))  # fmt: skip
+            out.print(
+                f"best: attempt {result.best.index}, speedup {result.best.speedup}"
+                + (f", written to {args.output}" if args.output else "")
+            )
         if result.tokens:
             out.print(f"tokens: {result.tokens}")
         if result.report:
@@ -91,10 +122,7 @@ def cmd_run_loop(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from ..api import default_home
-    from ..cli import EXIT_OK, out, print_json
     from ..run_report import write_report
-    from ..store import RunStore
 
     files = write_report(RunStore.for_home(args.home or default_home()), args.run_id, args.out)
     if getattr(args, "json", False):

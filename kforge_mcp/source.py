@@ -1,4 +1,6 @@
-"""Import submitted source as a module inside a worker, and turn failures into diagnostics.
+"""Submitted Python source (a problem or a candidate): its text and name, importing it as a module
+inside a worker, and failures turned into diagnostics. Below problem.py and the targets, which
+both import sources.
 
 The source is written to a real file first: Triton's JIT reads kernel source through
 ``inspect``, and tracebacks then carry line numbers of the submitted text.
@@ -6,18 +8,38 @@ The source is written to a real file first: Triton's JIT reads kernel source thr
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import itertools
 import sys
 import traceback
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
-from ..problem import Source
-from ..schemas import Diagnostic
+from .errors import InputError
+from .schemas import Diagnostic
 
 _counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class Source:
+    """Python source text plus the name diagnostics should use for it."""
+
+    text: str
+    name: str  # the submitted path, or "<problem>" / "<candidate>"
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+    def to_wire(self) -> dict:
+        return {"text": self.text, "name": self.name}
+
+    @classmethod
+    def from_wire(cls, d: dict) -> "Source":
+        return cls(text=d["text"], name=d["name"])
 
 
 class SourceRuntimeError(Exception):

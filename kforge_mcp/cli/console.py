@@ -1,0 +1,140 @@
+"""What every ``kforge`` command shares: the consoles (reports to stdout, progress and errors to
+stderr), exit codes, styles, a spinner, and opening an engine from the options."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from rich.console import Console
+from rich.text import Text
+
+from ..settings import Settings
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+EXIT_OK, EXIT_NOT_OK, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "suspicious": "bold yellow", "error": "bold red"}
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "note": "bold cyan"}
+PRIORITY_STYLE = {"high": "bold red", "medium": "bold yellow", "low": "dim"}
+
+
+@contextmanager
+def open_engine(home: str | None, allow_dirs: list[str] | None = None, args=None) -> Iterator:
+    from ..api import Engine
+
+    engine = Engine(home=home, allow_dirs=allow_dirs, executor=executor_from(args, home) if args else None)
+    try:
+        yield engine
+    finally:
+        engine.close()  # kills the workers, whatever happened
+
+
+def executor_from(args, home: str | None):
+    """The executor the options (or $KFORGE_EXECUTOR) ask for; None: the engine's local default."""
+    name = getattr(args, "executor", None) or Settings.read().executor
+    cpu_workers = getattr(args, "cpu_workers", None)
+    if not name and not cpu_workers:
+        return None
+    from ..engine.executor import make_executor
+
+    options = {"accelerator_type": args.ray_accelerator_type} if getattr(args, "ray_accelerator_type", None) else {}
+    if name == "ray":
+        err.print(
+            Text(
+                "starting Ray"
+                + (
+                    f" (cluster {args.ray_address})"
+                    if getattr(args, "ray_address", None)
+                    else " (a local Ray: no --ray-address)"
+                ),
+                style="dim",
+            )
+        )
+    return make_executor(
+        name, home=home, ray_address=getattr(args, "ray_address", None), cpu_workers=cpu_workers, **options
+    )
+
+
+def add_executor_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        help="where jobs run: this machine's workers (local, the "
+        "default) or a Ray cluster (ray); default $KFORGE_EXECUTOR",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster to join (default $KFORGE_RAY_ADDRESS; none: start a local Ray)",
+    )
+    p.add_argument(
+        "--cpu-workers",
+        type=int,
+        metavar="N",
+        help="workers for CPU-only jobs (compile, the Triton "
+        "interpreter): local default $KFORGE_CPU_WORKERS or 1; Ray default half the cluster's CPUs",
+    )
+    p.add_argument(
+        "--ray-accelerator-type",
+        metavar="TYPE",
+        help="GPU jobs only on Ray nodes with this accelerator type (e.g. H100)",
+    )
+
+
+def add_home_option(p: argparse.ArgumentParser, default=None) -> None:
+    p.add_argument(
+        "--home",
+        default=default,
+        metavar="DIR",
+        help="engine home: caches, worker state (default $KFORGE_HOME or ~/.kforge)",
+    )
+
+
+def with_status(label: str, call: Callable[[Callable[[str], None]], object]):
+    """Run ``call(on_progress)`` under a spinner on stderr fed by the engine's progress lines
+    (sent from the engine's worker-monitoring code, possibly on another thread)."""
+    with err.status(Text(label)) as status:
+        return call(lambda message: status.update(Text(f"{label}: {message}")))
+
+
+def print_json(report) -> None:
+    sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def fmt(value, spec: str = "") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_diagnostics(diagnostics, fallback_file: str) -> None:
+    """``file:line:col: severity: message``, then the source line and a caret, like a compiler."""
+    for d in diagnostics:
+        where = d.file or fallback_file
+        if d.line:
+            where += f":{d.line}" + (f":{d.column}" if d.column else "")
+        line = Text(f"{where}: ", style="bold")
+        line.append(f"{d.severity}: ", style=SEVERITY_STYLE.get(d.severity, "bold"))
+        line.append(d.message)
+        out.print(line, soft_wrap=True)
+        source_line = read_line(d.file or fallback_file, d.line)
+        if source_line is not None:
+            out.print(Text(source_line), soft_wrap=True)
+            if d.column:
+                out.print(Text(" " * (d.column - 1) + "^", style="bold green"))
+
+
+def read_line(path: str, line: int | None) -> str | None:
+    try:
+        return Path(path).read_text().splitlines()[line - 1] if line and line > 0 else None
+    except (OSError, UnicodeDecodeError, IndexError):
+        return None
+
+
+def comma_list(text: str) -> list[str]:
+    """'eager, compiled' -> ['eager', 'compiled'] (an option's comma-separated values)."""
+    return [b.strip() for b in text.split(",") if b.strip()]

@@ -1,0 +1,150 @@
+"""The ``kforge`` command line and the ``kforge-mcp`` server entry: the parsers and ``run``.
+
+Reports go to stdout (``--json``: the report's JSON and nothing else); progress, banners and
+errors go to stderr. Exit codes: 0 ok / pass, 1 compile failed / verdict not pass, 2 bad input,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from rich.text import Text
+
+from .. import __version__
+from ..errors import KforgeError
+from ..options import BASELINES, PROFILE, VERIFY
+from . import bench, run_loop
+from .commands import cmd_analyze, cmd_compile, cmd_profile, cmd_targets, cmd_verify, cmd_verify_batch
+from .console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, comma_list, err
+from .serve import add_serve_options
+
+
+def add_verify_options(p: argparse.ArgumentParser, trials_help: str, timeout_help: str) -> None:
+    """--trials, --timeout and --baselines of verify and verify-batch, with the library's defaults."""
+    p.add_argument("--trials", type=int, default=VERIFY.trials, help=f"{trials_help} (default {VERIFY.trials})")
+    p.add_argument("--timeout", type=float, default=VERIFY.timeout_s, metavar="S", help=timeout_help)
+    p.add_argument(
+        "--baselines",
+        type=comma_list,
+        default=list(BASELINES),
+        help=f"comma-separated baselines to time (default {','.join(BASELINES)})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kforge",
+        description="Write, compile and verify GPU kernels against PyTorch references; serve the same tools over MCP.",
+    )
+    parser.add_argument("--version", action="version", version=f"kforge {__version__}")
+    add_home_option(parser)
+    common = argparse.ArgumentParser(add_help=False)  # --home after the subcommand too
+    add_home_option(common, default=argparse.SUPPRESS)
+    report = argparse.ArgumentParser(add_help=False, parents=[common])
+    report.add_argument("--json", action="store_true", help="print the report as JSON, nothing else on stdout")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("targets", parents=[report], help="which targets work here, and why not")
+    p.add_argument("--refresh", action="store_true", help="probe again instead of using the cached probe")
+    p.set_defaults(handler=cmd_targets)
+
+    p = sub.add_parser("compile", parents=[report], help="compile a candidate without running it")
+    p.add_argument("file", help="candidate source (.py)")
+    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
+    p.add_argument("--arch", help="e.g. sm_90a (default: this GPU's, or the target's default)")
+    p.add_argument("--problem", help="problem file: trace the real launches for exact kernel signatures")
+    p.add_argument("--ptx", action="store_true", help="also print the PTX of each kernel")
+    p.set_defaults(handler=cmd_compile)
+
+    p = sub.add_parser("verify", parents=[report], help="check a candidate against its reference and time it")
+    p.add_argument("problem", help="reference in KernelBench form (.py)")
+    p.add_argument("candidate", help="source defining class ModelNew (.py)")
+    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
+    p.add_argument("--device", help="e.g. cuda:0, xpu:0 or cpu (default: the best one here)")
+    add_verify_options(p, "correctness trials, each on fresh inputs", "kill the worker after S seconds")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype)")
+    add_executor_options(p)
+    p.set_defaults(handler=cmd_verify)
+
+    p = sub.add_parser("verify-batch", parents=[report], help="verify many candidates of one problem at once")
+    p.add_argument("problem", help="reference in KernelBench form (.py)")
+    p.add_argument("candidates", nargs="+", help="sources defining class ModelNew (.py)")
+    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
+    p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
+    add_verify_options(p, "correctness trials per candidate", "per candidate: kill its worker after S seconds")
+    add_executor_options(p)
+    p.set_defaults(handler=cmd_verify_batch)
+
+    p = sub.add_parser("profile", parents=[report], help="profile a candidate (or the reference): kernels and roofline")
+    p.add_argument("problem", help="reference in KernelBench form (.py)")
+    p.add_argument("candidate", nargs="?", help="source defining class ModelNew (.py); omit to profile the reference")
+    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
+    p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
+    p.add_argument(
+        "--depth",
+        choices=("timeline", "metrics"),
+        default=PROFILE.depth,
+        help="timeline: torch.profiler; metrics: also Nsight Compute when ncu is on PATH",
+    )
+    p.add_argument(
+        "--iterations", type=int, default=PROFILE.iterations, help=f"profiled forwards (default {PROFILE.iterations})"
+    )
+    p.add_argument("--proton", action="store_true", help="also run Triton's proton profiler")
+    p.add_argument("--advise", action="store_true", help="also print the analysis agent's recommendations")
+    p.add_argument(
+        "--timeout", type=float, default=PROFILE.timeout_s, metavar="S", help="kill the worker after S seconds"
+    )
+    p.set_defaults(handler=cmd_profile)
+
+    p = sub.add_parser(
+        "analyze",
+        parents=[report],
+        help="recommendations from a captured profile (ncu CSV, torch.profiler trace, proton .hatchet) or a screenshot",
+    )
+    p.add_argument("file", help="the captured profile")
+    p.add_argument("--problem", help="the reference (.py): adds its roofline")
+    p.add_argument("--forwards", type=int, help="forwards the file holds (default: inferred from launch counts)")
+    p.set_defaults(handler=cmd_analyze)
+
+    run_loop.add_parser(sub, [report])
+    bench.add_parser(sub, [report], add_executor_options)
+
+    p = sub.add_parser("serve", parents=[common], help="run the MCP server (stdio or streamable HTTP)")
+    add_serve_options(p)
+    return parser
+
+
+def build_server_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kforge-mcp", description="The kforge MCP server.")
+    parser.add_argument("--version", action="version", version=f"kforge-mcp {__version__}")
+    add_home_option(parser)
+    add_serve_options(parser)
+    return parser
+
+
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt  # unwinds through the engine's `finally`, which kills the workers
+
+
+def run(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return args.handler(args)
+    except (KforgeError, OSError) as e:  # bad input, or e.g. an unusable --home
+        err.print(Text(f"error: {e}", style="red"), soft_wrap=True)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        err.print(Text("interrupted", style="yellow"))
+        return EXIT_INTERRUPTED
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run(build_parser().parse_args(argv)))
+
+
+def server_main(argv: list[str] | None = None) -> None:
+    sys.exit(run(build_server_parser().parse_args(argv)))

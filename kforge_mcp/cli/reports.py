@@ -1,0 +1,200 @@
+"""Reports as people read them: tables and coloured lines on stdout (``--json`` skips all of this)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from .console import PRIORITY_STYLE, VERDICT_STYLE, fmt, out, print_diagnostics
+
+
+def print_compile(report, file: str) -> None:
+    status = Text("ok", style="bold green") if report.ok else Text("failed", style="bold red")
+    out.print(
+        Text.assemble(
+            "compile ",
+            status,
+            f"  target {report.target}, arch {report.arch or 'default'}, "
+            f"{report.seconds:.2f} s{', cached' if report.cached else ''}",
+        )
+    )
+    print_diagnostics(report.diagnostics, file)
+    if report.kernels:
+        table = Table(title=f"kernels (signature {report.signature_source or 'unknown'})")
+        for column in ("kernel", "registers", "spills (B)", "shared (B)", "warps", "stages"):
+            table.add_column(column, justify="left" if column == "kernel" else "right")
+        for k in report.kernels:
+            table.add_row(k.name, *(fmt(v) for v in (k.registers, k.spills, k.shared_bytes, k.num_warps, k.num_stages)))
+        out.print(table)
+    for name, ptx in (report.ptx or {}).items():
+        out.rule(f"PTX {name}")
+        out.print(Text(ptx), soft_wrap=True)
+
+
+def print_batch(report, candidates: list[str]) -> None:
+    table = Table(title=f"{report.summary.total} candidates")
+    for column in ("#", "candidate", "verdict", "speedup", "candidate ms", "seconds", "node / note"):
+        table.add_column(column, justify="right" if column in ("#", "speedup", "candidate ms", "seconds") else "left")
+    for i, (r, c) in enumerate(zip(report.reports, candidates)):
+        ms = r.timing.candidate.median_ms if r.timing and r.timing.candidate else None
+        note = next((e for e in r.errors if e), "")[:80] or (r.node or "")[:12]
+        table.add_row(
+            str(i),
+            c,
+            Text(r.verdict or "?", style=VERDICT_STYLE.get(r.verdict, "")),
+            fmt(r.speedup, ".3g"),
+            fmt(ms, ".4f"),
+            fmt(r.seconds, ".1f"),
+            Text(note),
+        )
+    out.print(table)
+    s = report.summary
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(s.verdicts.items()))
+    best = f"; best: #{s.best_index} at {s.best_speedup:.3g}x" if s.best_index is not None else ""
+    out.print(f"{counts}{best}; {s.seconds:.1f} s, {fmt(s.candidates_per_minute, '.1f')} candidates per minute")
+
+
+def print_verify(report, candidate: str) -> None:
+    verdict = report.verdict or "unknown"
+    out.print(
+        Text.assemble(
+            "verdict ",
+            Text(verdict.upper(), style=VERDICT_STYLE.get(verdict, "bold")),
+            f"  target {report.target} on {report.device} ({report.execution or '?'}), "
+            f"{fmt(report.trials)} trials, {fmt(report.seconds, '.1f')} s",
+        )
+    )
+    if report.speedup is not None:
+        style = "green" if report.speedup >= 1 else "yellow"
+        out.print(
+            Text.assemble(
+                "speedup ",
+                Text(f"{report.speedup:.3g}x", style=f"bold {style}"),
+                f" over {report.speedup_over or 'the baseline'}",
+            )
+        )
+    print_timing(report.timing)
+    for f in report.findings:
+        out.print(Text.assemble(Text(f"{f.code}: ", style="bold yellow"), f.message), soft_wrap=True)
+    print_mismatches(report.mismatches)
+    for e in report.errors:
+        if e:
+            out.print(Text(e, style="red"), soft_wrap=True)
+    print_diagnostics(report.diagnostics, candidate)
+
+
+def print_timing(timing) -> None:
+    rows = [(name, getattr(timing, name)) for name in ("candidate", "eager", "compiled")] if timing else []
+    rows = [(name, stats) for name, stats in rows if stats is not None]
+    if not rows:
+        return
+    table = Table(title="timing")
+    for column in ("", "median ms", "spread", "samples", "clock"):
+        table.add_column(column, justify="right" if column in ("median ms", "spread", "samples") else "left")
+    for name, s in rows:
+        table.add_row(name, f"{s.median_ms:.4f}", f"{s.spread:.1%}", str(s.samples), s.clock)
+    out.print(table)
+
+
+def print_mismatches(mismatches) -> None:
+    """One line per mismatch: they carry too many numbers for an 80-column table."""
+    for m in mismatches:
+        line = Text(f"mismatch in trial {m.trial}, output {m.output_index}: ", style="bold red")
+        line.append(m.reason)
+        if m.max_abs_error is not None or m.max_rel_error is not None:
+            line.append(f"; max abs error {fmt(m.max_abs_error, '.3g')}, max rel error {fmt(m.max_rel_error, '.3g')}")
+        if m.mismatched_fraction is not None:
+            line.append(f", {m.mismatched_fraction:.2%} of elements")
+        if m.first_mismatch_index is not None:
+            line.append(
+                f"; first at ({', '.join(map(str, m.first_mismatch_index))}): "
+                f"expected {fmt(m.expected, '.6g')}, got {fmt(m.got, '.6g')}"
+            )
+        if m.atol is not None or m.rtol is not None:
+            line.append(f" (atol {fmt(m.atol, 'g')}, rtol {fmt(m.rtol, 'g')})", style="dim")
+        out.print(line, soft_wrap=True)
+
+
+def print_profile(report) -> None:
+    out.print(
+        Text.assemble(
+            Text("profile ", style="bold"),
+            f"{report.source or '-'} on {report.device or '?'} "
+            f"({report.device_name or '?'}), {fmt(report.forwards)} forwards, "
+            f"{fmt(report.launches_per_forward, 'g')} launches per forward",
+        )
+    )
+    if report.kernels:
+        table = Table(title="kernels" if report.device_kernels() else "CPU ops (no device kernels)")
+        for column in (
+            "name",
+            "launches",
+            "total ms",
+            "mean us",
+            "grid",
+            "block",
+            "regs",
+            "occupancy %",
+            "sm %",
+            "mem %",
+        ):
+            table.add_column(column, justify="left" if column == "name" else "right")
+        for k in report.kernels:
+            name = k.name if len(k.name) <= 60 else k.name[:57] + "..."
+            table.add_row(
+                Text(name),
+                str(k.launches),
+                f"{k.device_ms:.4f}",
+                f"{k.mean_ms * 1e3:.2f}",
+                "x".join(map(str, k.grid)) if k.grid else "-",
+                "x".join(map(str, k.block)) if k.block else "-",
+                fmt(k.registers),
+                fmt(k.achieved_occupancy_pct, ".1f"),
+                fmt(k.sm_throughput_pct, ".1f"),
+                fmt(k.memory_throughput_pct, ".1f"),
+            )
+        out.print(table)
+    if report.host_overhead_ms is not None:
+        out.print(f"host launch time per forward: {report.host_overhead_ms * 1e3:.1f} us")
+    r = report.roofline
+    if r is not None:
+        out.print(
+            Text.assemble(
+                Text("roofline ", style="bold"),
+                f"{r.device} {r.dtype}: {r.flops:.3g} FLOPs, "
+                f"{r.bytes:.3g} bytes, T_SOL {r.sol_ms * 1e3:.2f} us, {r.bound}-bound, fraction of SOL "
+                f"{fmt(r.fraction_of_sol, '.1%')}",
+            )
+        )
+    for n in report.notes:
+        out.print(Text(n, style="dim"), soft_wrap=True)
+    for e in report.errors:
+        if e:
+            out.print(Text(e, style="red"), soft_wrap=True)
+
+
+def print_analysis(report) -> None:
+    out.print(Text(report.summary), soft_wrap=True)
+    if report.recommendations:
+        table = Table(title="recommendations")
+        for column in ("#", "priority", "gain", "title", "evidence", "action"):
+            table.add_column(column, justify="right" if column in ("#", "gain") else "left")
+        for i, rec in enumerate(report.recommendations, 1):
+            evidence = "\n".join(
+                f"{e.metric}{f' [{e.kernel[:24]}]' if e.kernel else ''}: {e.value}"
+                + (f" (good: {e.good})" if e.good else "")
+                for e in rec.evidence[:5]
+            )
+            table.add_row(
+                str(i),
+                Text(rec.priority, style=PRIORITY_STYLE.get(rec.priority, "")),
+                f"{rec.expected_gain:.0%}",
+                Text(rec.title),
+                Text(evidence),
+                Text(rec.action),
+            )
+        out.print(table)
+    if report.narrative:
+        out.print(Text(report.narrative), soft_wrap=True)
+    for n in report.notes:
+        out.print(Text(n, style="dim"), soft_wrap=True)

@@ -1,0 +1,179 @@
+"""``kforge serve`` and ``kforge-mcp``: the MCP server over stdio or streamable HTTP, with the
+host checks that keep a remote bind from running code for anyone."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import sys
+
+from rich.text import Text
+
+from .. import __version__
+from ..errors import KforgeError
+from ..settings import Settings
+from .console import EXIT_OK, add_executor_options, err, open_engine, with_status
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+WILDCARD_HOSTS = ("0.0.0.0", "::")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def transport_security(host: str):
+    """DNS-rebinding protection stays on in every case (the SDK turns it off for any host but
+    127.0.0.1 / localhost / ::1). Accepted Host headers: the loopback names, the bound host, and
+    for a remote bind this machine's names and addresses."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    names = list(LOOPBACK_NAMES)
+    wildcard = host in WILDCARD_HOSTS
+    if not wildcard:
+        names.append(url_host(host))
+    if not is_loopback(host):
+        names += [socket.gethostname(), socket.getfqdn()]
+        if wildcard:
+            try:
+                names += [url_host(a[4][0]) for a in socket.getaddrinfo(socket.gethostname(), None)]
+            except OSError:
+                pass
+    names = list(dict.fromkeys(names))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{n}:*" for n in names],
+        allowed_origins=[f"http://{n}:*" for n in names],
+    )
+
+
+def banner(args, engine) -> None:
+    name = Text("kforge", style="bold magenta")
+    lines = [Text.assemble(name, f" {__version__}  MCP server, transport {args.transport}")]
+    if args.transport == "stdio":
+        command = "kforge-mcp" + (f" --home {args.home}" if args.home else "")
+        lines.append(Text(f"connect: configure your MCP client to launch the command: {command}"))
+    else:
+        url = f"http://{url_host(args.host)}:{args.port}/mcp"
+        lines.append(Text.assemble("url:     ", Text(url, style="bold"), "  (streamable HTTP)"))
+        reachable = socket.gethostname() if args.host in WILDCARD_HOSTS else url_host(args.host)
+        lines.append(Text(f"connect: point your MCP client at http://{reachable}:{args.port}/mcp"))
+        lines.append(targets_line(engine))
+        if args.token:
+            lines.append(Text("auth:    bearer token required (Authorization: Bearer <token>)"))
+        if not is_loopback(args.host):
+            lines.append(
+                Text(
+                    f"warning: listening on {args.host}: anyone with the token can run code on this machine",
+                    style="bold yellow",
+                )
+            )
+    lines.append(
+        Text(
+            f"paths:   problems and candidates given as paths must lie under {', '.join(map(str, engine.allow_dirs))}",
+            style="dim",
+        )
+    )
+    sandbox = engine.list_targets().host.get("sandbox") if engine._targets is not None else None
+    if sandbox:
+        lines.append(Text(f"sandbox: {sandbox}", style="dim"))
+    lines.append(Text(f"home:    {engine.home}", style="dim"))
+    for line in lines:
+        err.print(line, soft_wrap=True)
+
+
+def targets_line(engine) -> Text:
+    try:
+        report = with_status("probing targets", lambda p: engine.list_targets(on_progress=p))
+    except KforgeError as e:
+        return Text(f"targets: probe failed: {e}", style="yellow")
+    parts = [f"{t.name} ({', '.join(t.devices)})" for t in report.targets if t.available]
+    parts += [f"{t.name} (compile only)" for t in report.targets if not t.available and t.can_compile]
+    return Text(f"targets: {', '.join(parts) or 'none available here'}")
+
+
+def cmd_serve(args) -> int:
+    from ..http_transport import TOKEN_ENV
+
+    args.token = args.token or Settings.read().http_token
+    if args.transport == "http" and not is_loopback(args.host) and not args.token:
+        raise KforgeError(
+            f"refusing to listen on non-loopback host '{args.host}' without authentication: the server "
+            f"runs submitted code; set a bearer token with --token or ${TOKEN_ENV}"
+        )
+    from ..server import build_server
+
+    interrupted = False
+    with open_engine(args.home, args.allow_dir or [os.getcwd()], args=args) as engine:
+        server = build_server(engine)
+        banner(args, engine)
+        try:
+            if args.transport == "stdio":
+                engine.executor.prewarm("compile")
+                server.run("stdio")
+            else:
+                from .. import http_transport
+
+                http_transport.serve(
+                    server,
+                    args.host,
+                    args.port,
+                    transport_security(args.host),
+                    token=args.token,
+                    max_request_bytes=int(args.max_request_mb * 2**20),
+                )
+        except KeyboardInterrupt:
+            interrupted = True
+    err.print(Text("kforge: server stopped", style="dim"))
+    if interrupted and args.transport == "stdio":
+        # anyio's stdin reader is a non-daemon thread blocked in read(): it would hold the exit
+        # until the client closes stdin. The workers are already gone; leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_OK)
+    return EXIT_OK
+
+
+def port_number(value: str) -> int:
+    port = int(value)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be between 1 and 65535, got {port}")
+    return port
+
+
+def add_serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default; the client launches the server) or streamable HTTP",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=8765, help="HTTP port (default 8765)")
+    p.add_argument(
+        "--token",
+        help="HTTP bearer token clients must send (default $KFORGE_HTTP_TOKEN); required for a non-loopback --host",
+    )
+    p.add_argument(
+        "--max-request-mb", type=float, default=4.0, metavar="MB", help="largest HTTP request body accepted (default 4)"
+    )
+    p.add_argument(
+        "--allow-dir",
+        action="append",
+        metavar="DIR",
+        help="problems and candidates given as paths must lie under one of these (repeatable; "
+        "default: the working directory)",
+    )
+    add_executor_options(p)
+    p.set_defaults(handler=cmd_serve)

@@ -1,0 +1,237 @@
+"""One torch device kind (cuda, xpu, mps, cpu) and everything the engine needs to know of it:
+waiting for its work, its timing events and clock, poisoning freed memory, flushing its cache,
+which profiler sees its kernels, its name and state, and what a machine needs to run it.
+Timing, verify, profile, guards and the executors ask a Device instead of branching on names.
+
+torch is imported only when a device is used. The event class and synchronize of a kind are
+bound the first time they are asked for (``bind_clocks``: before any candidate is imported), so a
+candidate that patches ``torch.cuda.Event.record`` or ``synchronize`` cannot change what we read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+from typing import Any, ClassVar
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+_bound: dict[str, tuple] = {}  # kind -> (torch module, Event class, synchronize), bound once
+_flush_buffers: dict[str, Any] = {}
+
+
+class Device:
+    """The CPU, and the defaults of a device without events (the host monotonic clock)."""
+
+    kind: ClassVar[str] = "cpu"
+    resource: ClassVar[str | None] = None  # what a machine must have to run jobs here ('cuda', 'xpu', 'metal')
+    # the profilers that see this device's kernels: the timeline's, then depth 'metrics' ('ncu',
+    # 'xctrace'), then 'proton' (Triton's, on NVIDIA and Intel GPUs)
+    profilers: ClassVar[tuple[str, ...]] = ("torch.profiler",)
+    is_gpu: ClassVar[bool] = False
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Device({self.name!r})"
+
+    # ---- waiting and timing ----
+
+    def api(self) -> tuple:
+        """(torch module, Event class, synchronize) of this kind, bound once; Nones for the CPU."""
+        return None, None, None
+
+    def bind_clocks(self) -> None:
+        """Bind the event class and synchronize now, before candidate code is imported."""
+        self.api()
+
+    def synchronize(self) -> None:
+        """Wait for everything queued here (nothing to wait for on the CPU)."""
+        _, _, synchronize = self.api()
+        if synchronize is not None:
+            synchronize()
+
+    @property
+    def has_events(self) -> bool:
+        return self.api()[0] is not None
+
+    def clock(self) -> str:
+        return f"{self.kind} events, L2 flushed" if self.has_events else "host monotonic clock"
+
+    def flush_buffer(self):
+        """A buffer of L2_FLUSH_BYTES to write before each timed call (evicts the inputs from L2)."""
+        import torch
+
+        buf = _flush_buffers.get(self.name)
+        if buf is None:
+            buf = _flush_buffers[self.name] = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.name)
+        return buf
+
+    # ---- guards ----
+
+    def poison_free_memory(self) -> None:
+        """Fill memory the allocator holds free with NaN, so an output never written cannot pass by luck."""
+
+    @property
+    def checks_streams(self) -> bool:
+        """Whether work on another stream can be told apart (by the profiler) here."""
+        return False
+
+    # ---- profiling ----
+
+    def profiler_activities(self) -> list:
+        """torch.profiler activities that see this device's kernels (the CPU's always)."""
+        from torch.profiler import ProfilerActivity
+
+        return [ProfilerActivity.CPU]
+
+    def display_name(self) -> str:
+        return self.name
+
+    def sm_count(self) -> int | None:
+        return None
+
+    def state(self) -> dict:
+        """What is known of the device's clocks while we timed."""
+        return {}
+
+
+class _EventDevice(Device):
+    """A GPU whose torch module has Event(enable_timing=True) and synchronize."""
+
+    is_gpu = True
+
+    def api(self) -> tuple:
+        if self.kind not in _bound:
+            import torch
+
+            module = getattr(torch, self.kind, None)
+            _bound[self.kind] = (module, module.Event, module.synchronize) if module is not None else (None,) * 3
+        return _bound[self.kind]
+
+    def state(self) -> dict:
+        return {"name": self.display_name()}
+
+
+class CudaDevice(_EventDevice):
+    kind = "cuda"
+    resource = "cuda"
+    profilers = ("torch.profiler", "ncu", "proton")
+
+    def _index(self) -> int:
+        import torch
+
+        return torch.device(self.name).index or 0
+
+    def poison_free_memory(self) -> None:
+        """Best effort: the candidate running before the reference in each trial is the main defence."""
+        import torch
+
+        free = torch.cuda.memory_reserved(self.name) - torch.cuda.memory_allocated(self.name)
+        if free < 4 or free > torch.cuda.mem_get_info(self.name)[0] // 2:
+            return
+        try:
+            block = torch.empty(free // 4, dtype=torch.float32, device=self.name)
+            block.fill_(float("nan"))
+            del block
+        except torch.cuda.OutOfMemoryError:
+            pass
+        torch.cuda.empty_cache()  # or the cache grows by what we just took, call after call
+
+    @property
+    def checks_streams(self) -> bool:
+        return True
+
+    def profiler_activities(self) -> list:
+        from torch.profiler import ProfilerActivity
+
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
+    def display_name(self) -> str:
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(self.name))
+
+    def sm_count(self) -> int | None:
+        import torch
+
+        return torch.cuda.get_device_properties(torch.device(self.name)).multi_processor_count
+
+    def state(self) -> dict:
+        """NVML through torch when present."""
+        import torch
+
+        index = self._index()
+        state: dict = {"name": torch.cuda.get_device_name(index)}
+        with contextlib.suppress(Exception):
+            state["sm_clock_mhz"] = torch.cuda.clock_rate(index)
+        with contextlib.suppress(Exception):
+            state["temperature_c"] = torch.cuda.temperature(index)
+        return state
+
+
+class XpuDevice(_EventDevice):
+    kind = "xpu"
+    resource = "xpu"
+    profilers = ("torch.profiler", "proton")
+
+    def profiler_activities(self) -> list:
+        from torch.profiler import ProfilerActivity
+
+        extra = [ProfilerActivity.XPU] if hasattr(ProfilerActivity, "XPU") else []
+        return [ProfilerActivity.CPU, *extra]
+
+    def display_name(self) -> str:
+        import torch
+
+        return torch.xpu.get_device_name(torch.device(self.name))
+
+    def state(self) -> dict:
+        import torch
+
+        state: dict = {}
+        with contextlib.suppress(Exception):
+            state["name"] = torch.xpu.get_device_name(torch.device(self.name).index or 0)
+        return state
+
+
+class MpsDevice(_EventDevice):
+    kind = "mps"
+    resource = "metal"
+    profilers = ("mps events", "xctrace")  # torch.profiler does not see Metal kernels
+
+    def display_name(self) -> str:
+        return "Apple GPU (MPS)"
+
+
+KINDS: dict[str, type[Device]] = {d.kind: d for d in (CudaDevice, XpuDevice, MpsDevice, Device)}
+
+
+def get_device(name: str | None) -> Device:
+    """The Device for a torch device name ('cuda:1', 'xpu:0', 'mps', 'cpu'; None: the CPU)."""
+    name = name or "cpu"
+    return KINDS.get(name.split(":")[0], Device)(name)
+
+
+def discover() -> tuple[list[str], dict[str, str]]:
+    """The devices torch finds here (the CPU last) and a name for each."""
+    import torch
+
+    devices, names = [], {}
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(i)
+            devices.append(f"cuda:{i}")
+            names[f"cuda:{i}"] = f"{torch.cuda.get_device_name(i)} (sm_{major}{minor})"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        for i in range(xpu.device_count()):
+            devices.append(f"xpu:{i}")
+            names[f"xpu:{i}"] = xpu.get_device_name(i)
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():  # Apple GPU: one device, named "mps"
+        devices.append("mps")
+        names["mps"] = f"Apple GPU (MPS, {platform.machine()})"
+    devices.append("cpu")
+    names["cpu"] = platform.processor() or platform.machine()
+    return devices, names
