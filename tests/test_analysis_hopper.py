@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kforge_mcp.analysis import agent, ncu
+from kforge_mcp.analysis import agent, ncu_rep
 from kforge_mcp.analysis.kinds import classify, name_path
 from kforge_mcp.analysis.loader import load_profile
 from kforge_mcp.analysis.ncu import ProfileParseError
@@ -271,7 +271,7 @@ def test_an_ncu_rep_the_module_cannot_open_names_the_file(tmp_path, monkeypatch)
         def load_report(path):
             raise RuntimeError("Unsupported report version 12 (newest supported: 11)")
 
-    monkeypatch.setattr(ncu, "import_ncu_report", lambda: NewerReport)
+    monkeypatch.setattr(ncu_rep, "import_ncu_report", lambda: NewerReport)
     rep = tmp_path / "gemm.ncu-rep"
     rep.write_bytes(b"NVIDIA Nsight Compute report")
     with pytest.raises(ProfileParseError) as e:

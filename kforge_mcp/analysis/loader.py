@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import ncu, proton, torch_trace, unitrace, xctrace
+from . import ncu, ncu_rep, proton, torch_trace, unitrace, xctrace
 from .ncu import ProfileParseError
 from .report import ProfileReport
 
@@ -47,7 +47,7 @@ def load_profile(path: str | Path, forwards: int | None = None, max_bytes: int =
             "profile; export fewer kernels or a CSV page"
         )
     if p.suffix == ".ncu-rep":
-        return ncu.report_from_ncu_rep(p, forwards)
+        return ncu_rep.report_from_ncu_rep(p, forwards)
     raw = p.read_bytes()
     try:
         text = raw.decode("utf-8")
