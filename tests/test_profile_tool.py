@@ -25,6 +25,7 @@ async def test_profile_gemm_on_cpu_has_roofline_and_cpu_ops(server):
             "problem": problem("gemm_bias_relu"),
             "target": "triton",
             "candidate": example("gemm_bias_relu", "triton"),
+            "device": "cpu",  # the interpreter's path, also on a GPU machine
             "iterations": 1,
             "depth": "metrics",
         },
@@ -45,7 +46,8 @@ async def test_profile_gemm_on_cpu_has_roofline_and_cpu_ops(server):
 
 
 async def test_profile_reference_without_candidate(server):
-    result = await call(server, "profile", {"problem": problem("row_softmax"), "target": "triton", "iterations": 2})
+    args = {"problem": problem("row_softmax"), "target": "triton", "device": "cpu", "iterations": 2}
+    result = await call(server, "profile", args)  # CPU ops of the reference, also on a GPU machine
     r = result.structured_content
     assert not result.is_error and r["target"] == "reference" and r["roofline"]["bound"] == "memory"
     assert any(k["name"] == "aten::softmax" for k in r["kernels"])
