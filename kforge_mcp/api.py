@@ -354,14 +354,8 @@ class Engine:
         from .analysis.report import Roofline
 
         prob = self.resolve_source(problem, "problem")
-        payload = {
-            "problem": prob.to_wire(),
-            "device_name": device_name,
-            "measured_ms": measured_ms,
-            "peaks": peaks,
-            "atol": atol,
-            "rtol": rtol,
-        }
+        payload = {"problem": prob.to_wire(), "device_name": device_name, "measured_ms": measured_ms, "peaks": peaks}
+        payload |= {"atol": atol, "rtol": rtol}  # the tolerance picks the roofline's compute path
         try:
             reply = self.executor.run("compile", "roofline", payload, timeout_s)
         except WorkerFailure as e:
