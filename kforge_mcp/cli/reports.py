@@ -161,9 +161,13 @@ def print_profile(report) -> None:
         out.print(
             Text.assemble(
                 Text("roofline ", style="bold"),
-                f"{r.device} {r.dtype}: {r.flops:.3g} FLOPs, "
+                f"{r.device} {r.dtype} (bound on the {r.path} path): {r.flops:.3g} FLOPs, "
                 f"{r.bytes:.3g} bytes, T_SOL {r.sol_ms * 1e3:.2f} us, {r.bound}-bound, fraction of SOL "
-                f"{fmt(r.fraction_of_sol, '.1%')}",
+                + (
+                    "none: measured below the bound, the model is wrong"
+                    if r.below_bound
+                    else fmt(r.fraction_of_sol, ".1%")
+                ),
             )
         )
     for n in report.notes:
