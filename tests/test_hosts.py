@@ -1,0 +1,76 @@
+"""The server as MCP hosts start it: the README's snippets exactly as written, the spec's error
+codes for unknown names, tool annotations, and nothing left behind in /tmp."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, example, problem
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+
+pytestmark = pytest.mark.anyio
+
+KFORGE_MCP = Path(sys.executable).parent / "kforge-mcp"  # the venv's, as `pip install` puts it on PATH
+PLACEHOLDERS = ("/absolute/path/to/your/kernels", "${workspaceFolder}", "$PWD")
+
+
+def client_snippets() -> list[tuple[str, str]]:
+    """(language, text) of every fenced block under README's "Connecting a client"."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Connecting a client", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+
+
+def snippet_argv(language: str, text: str, folder: Path) -> list[str]:
+    """The command line a host runs for this snippet, with the kernels' folder put in."""
+    for placeholder in PLACEHOLDERS:
+        text = text.replace(placeholder, str(folder))
+    if language == "json":
+        config = json.loads(text)
+        servers = config.get("mcpServers") or config["servers"]  # Claude Desktop, Cursor / VS Code
+        entry = servers["kforge"]
+        if "servers" in config:
+            assert entry["type"] == "stdio"
+        return [entry["command"], *entry["args"]]
+    assert language == "bash", f"a snippet in {language} that no host reads"
+    words = shlex.split(text.strip())
+    assert words[:4] == ["claude", "mcp", "add", "kforge"] and "--" in words, text
+    return words[words.index("--") + 1 :]
+
+
+async def test_every_readme_snippet_starts_a_server_that_reads_the_kernels_folder(tmp_path):
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    shutil.copy(problem("row_softmax"), kernels / "row_softmax.py")
+    shutil.copy(example("row_softmax", "triton"), kernels / "triton.py")
+    elsewhere = tmp_path / "host-cwd"  # hosts start the server in a folder of their own
+    elsewhere.mkdir()
+    snippets = client_snippets()
+    assert len(snippets) == 4, snippets  # Claude Desktop, Claude Code, Cursor, VS Code
+    argvs = [snippet_argv(language, text, kernels) for language, text in snippets]
+    for argv in argvs:
+        assert argv[0] == "kforge-mcp" and str(kernels) in argv, argv
+    for argv in {tuple(a) for a in argvs}:  # identical command lines need one run
+        params = StdioServerParameters(
+            command=str(KFORGE_MCP),
+            args=list(argv[1:]),
+            env={**os.environ, "KFORGE_HOME": str(tmp_path / "home")},
+            cwd=str(elsewhere),
+        )
+        async with Client(params, mode="legacy") as client:
+            result = await client.call_tool(
+                "compile", {"target": "triton", "source": str(kernels / "triton.py"), "wait_s": 600}
+            )
+            assert not result.is_error, result.content
+            assert result.structured_content["ok"], result.structured_content
