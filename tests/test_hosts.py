@@ -9,7 +9,6 @@ import re
 import shlex
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -74,3 +73,30 @@ async def test_every_readme_snippet_starts_a_server_that_reads_the_kernels_folde
             )
             assert not result.is_error, result.content
             assert result.structured_content["ok"], result.structured_content
+
+
+def stdio_params(tmp_path: Path, **env: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=str(KFORGE_MCP),
+        args=["--allow-dir", str(ROOT)],
+        env={**os.environ, "KFORGE_HOME": str(tmp_path / "home"), **env},
+        cwd=str(tmp_path),
+    )
+
+
+async def test_unknown_prompt_or_resource_is_invalid_params_and_the_server_serves_on(tmp_path):
+    log = tmp_path / "server.log"
+    with log.open("w") as errlog:
+        async with Client(stdio_client(stdio_params(tmp_path), errlog=errlog), mode="legacy") as client:
+            for ask in (
+                lambda: client.get_prompt("no_such_prompt", {}),
+                lambda: client.read_resource("kforge://no/such/thing"),
+                lambda: client.read_resource("kforge://runs/no-such-run"),
+            ):
+                with pytest.raises(MCPError) as raised:
+                    await ask()
+                assert raised.value.code == INVALID_PARAMS, raised.value.error
+            assert len((await client.list_tools()).tools) == 12  # still serving
+    text = log.read_text()
+    assert "Traceback" not in text and "ERROR" not in text, text
+    assert "no_such_prompt" in text and "no-such-run" in text  # one line each, for whoever reads the log
