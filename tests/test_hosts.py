@@ -100,3 +100,18 @@ async def test_unknown_prompt_or_resource_is_invalid_params_and_the_server_serve
     text = log.read_text()
     assert "Traceback" not in text and "ERROR" not in text, text
     assert "no_such_prompt" in text and "no-such-run" in text  # one line each, for whoever reads the log
+
+
+async def test_every_tool_carries_annotations(server):
+    async with Client(server) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    for tool in tools.values():
+        a = tool.annotations
+        assert a is not None, tool.name
+        hints = (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint)
+        assert None not in hints, (tool.name, a)
+    for name in ("list_targets", "compile", "analyze_profile", "job_status", "job_result"):
+        assert tools[name].annotations.read_only_hint and tools[name].annotations.idempotent_hint, name
+    for name in ("verify", "profile", "verify_batch"):
+        assert not tools[name].annotations.read_only_hint and not tools[name].annotations.destructive_hint, name
+    assert tools["job_cancel"].annotations.destructive_hint
