@@ -115,3 +115,14 @@ async def test_every_tool_carries_annotations(server):
     for name in ("verify", "profile", "verify_batch"):
         assert not tools[name].annotations.read_only_hint and not tools[name].annotations.destructive_hint, name
     assert tools["job_cancel"].annotations.destructive_hint
+
+
+@pytest.mark.parametrize("calls", [0, 1], ids=["hung-up-at-once", "list-tools"])
+async def test_a_stdio_session_without_jobs_leaves_no_temp_folder(tmp_path, calls):
+    own_tmp = tmp_path / "tmp"  # the server's temp dir, so other processes' folders do not count
+    own_tmp.mkdir()
+    async with Client(stdio_params(tmp_path, TMPDIR=str(own_tmp)), mode="legacy") as client:
+        if calls:
+            await client.list_tools()
+    left = list(own_tmp.glob("kforge-workers-*"))
+    assert not left, [sorted(p.rglob("*")) for p in left]
