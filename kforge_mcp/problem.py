@@ -20,8 +20,8 @@ REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
 
 def default_allowed_roots() -> list[Path]:
-    """Where the library and the CLI verbs read paths from by default: the working directory
-    and the system temp dir (``kforge serve`` allows only its working directory unless told)."""
+    """Where the library reads paths from by default: the working directory and the system temp
+    dir (``kforge serve`` allows only its working directory unless told; the CLI verbs, anywhere)."""
     return [Path.cwd(), Path(tempfile.gettempdir())]
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from . import __version__
 from .api import Engine
@@ -24,9 +29,32 @@ with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://run
 TOOL_MODULES = (list_targets, compile_tool, verify, jobs, profile, analyze_profile, loop, prompts, runs, verify_batch)
 
 
+logger = logging.getLogger("kforge_mcp.server")
+
+
+def invalid_params(message: str) -> MCPError:
+    """A name the client got wrong is invalid params (-32602), not a server fault: one line at
+    WARNING, no traceback (the SDK answers an unknown prompt as an internal error)."""
+    logger.warning("%s", message)
+    return MCPError(code=INVALID_PARAMS, message=message)
+
+
+class KforgeServer(MCPServer):
+    async def get_prompt(self, name, arguments=None, context=None):
+        if name not in {p.name for p in await self.list_prompts()}:
+            raise invalid_params(f"Unknown prompt: {name}")
+        return await super().get_prompt(name, arguments, context)
+
+    async def read_resource(self, uri, context=None):
+        try:
+            return await super().read_resource(uri, context)
+        except ResourceNotFoundError as e:  # no such URI, or no such run (tools/runs.py)
+            raise invalid_params(str(e)) from None
+
+
 def build_server(engine: Engine | None = None) -> MCPServer:
     app = App(engine=engine or Engine())
-    mcp = MCPServer("kforge", instructions=INSTRUCTIONS, version=__version__)
+    mcp = KforgeServer("kforge", instructions=INSTRUCTIONS, version=__version__)
     for module in TOOL_MODULES:
         module.register(mcp, app)
     mcp.kforge_app = app  # the CLI and tests reach the engine through this

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -161,3 +162,15 @@ async def test_kforge_mcp_over_http(env, tmp_path):
         banner = (tmp_path / "stderr").read_text()
     assert f"http://127.0.0.1:{port}/mcp" in banner and "kforge" in banner
     assert "kforge 0.1.0" not in (tmp_path / "stdout").read_text()  # the banner never goes to stdout
+
+
+def test_cli_verbs_read_any_path_the_user_names(env):
+    """A local command acts for its user: a candidate outside the working folder and the temp dir
+    compiles (only the server keeps an allow-list)."""
+    with tempfile.TemporaryDirectory(dir=Path.home(), prefix=".kforge-cli-test-") as folder:
+        outside = Path(folder) / "triton.py"
+        assert not outside.is_relative_to(ROOT) and not outside.is_relative_to(tempfile.gettempdir())
+        shutil.copy(example("row_softmax", "triton"), outside)
+        proc = kforge(env, "compile", str(outside), "--target", "triton", "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["ok"] is True

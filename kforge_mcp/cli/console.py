@@ -25,8 +25,11 @@ PRIORITY_STYLE = {"high": "bold red", "medium": "bold yellow", "low": "dim"}
 
 @contextmanager
 def open_engine(home: str | None, allow_dirs: list[str] | None = None, args=None) -> Iterator:
+    """An engine that reads paths under ``allow_dirs``; by default anywhere: a local command acts
+    for the user who typed the paths (``kforge serve`` passes its --allow-dir list)."""
     from ..api import Engine
 
+    allow_dirs = allow_dirs if allow_dirs is not None else [Path(Path.cwd().anchor)]
     engine = Engine(home=home, allow_dirs=allow_dirs, executor=executor_from(args, home) if args else None)
     try:
         yield engine

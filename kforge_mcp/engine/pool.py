@@ -257,9 +257,18 @@ class WorkerPool:
         self.memory_limit = memory_limit_mb * 2**20 if memory_limit_mb else None
         self.max_jobs_per_worker = max_jobs_per_worker
         self.base_env = base_env  # the environment workers are scrubbed from (default: this process's)
-        self.tmp = Path(tempfile.mkdtemp(prefix="kforge-workers-"))
+        self._tmp: Path | None = None  # made by the first worker start: a session without one leaves no folder
         self._lanes: dict[str, Lane] = {}
         self._lanes_lock = threading.Lock()
+        self._workers: set[Worker] = set()  # every worker spawned and not yet reaped
+        self._closed = False
+
+    @property
+    def tmp(self) -> Path:
+        with self._lanes_lock:
+            if self._tmp is None:
+                self._tmp = Path(tempfile.mkdtemp(prefix="kforge-workers-"))
+            return self._tmp
 
     def _lane(self, name: str) -> Lane:
         with self._lanes_lock:
@@ -276,6 +285,14 @@ class WorkerPool:
         if sandbox.watchdog_applies(cgroup is not None):  # no pids cgroup here: count the tree ourselves
             max_tasks = Settings.read().sandbox_max_procs
         worker = Worker(lane, env, cgroup, max_tasks)
+        with self._lanes_lock:
+            closed = self._closed
+            if not closed:  # shutdown kills it even before it is ready or handed to its lane
+                self._workers = {w for w in self._workers if w.proc.poll() is None} | {worker}
+        if closed:  # shut down while it spawned (a prewarm when the host hung up at once)
+            worker.kill()
+            self._remove_tmp()
+            raise WorkerFailure("cancelled", "the worker pool is shut down")
         try:
             worker.wait_ready(self.memory_limit)
         except WorkerFailure as e:
@@ -333,9 +350,16 @@ class WorkerPool:
 
     def shutdown(self) -> None:
         with self._lanes_lock:
+            self._closed = True
             lanes = list(self._lanes.values())
+            workers = list(self._workers)
         for lane in lanes:
-            if lane.worker is not None:
-                lane.worker.kill()
-                lane.worker = None
-        shutil.rmtree(self.tmp, ignore_errors=True)
+            lane.worker = None
+        for worker in workers:
+            if worker.proc.poll() is None:  # a reaped worker's pid may be someone else's by now
+                worker.kill()
+        self._remove_tmp()
+
+    def _remove_tmp(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)

@@ -8,11 +8,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from ..analysis.report import AnalysisReport
-from .common import DEFAULT_WAIT_S, App, run_tool_job
+from .common import DEFAULT_WAIT_S, READ_ONLY, App, run_tool_job
 
 
 def register(mcp: MCPServer, app: App) -> None:
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     async def analyze_profile(
         ctx: Context,
         profile: Annotated[dict[str, Any] | None, Field(description="a report returned by the profile tool")] = None,

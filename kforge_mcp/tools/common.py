@@ -10,6 +10,7 @@ from typing import Callable
 import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
 from pydantic import BaseModel
 
 from ..api import Engine
@@ -19,6 +20,20 @@ from ..errors import KforgeError
 # Claude Desktop and the TypeScript SDK cut a call off at about 60 s: answer before that.
 DEFAULT_WAIT_S = 50.0
 HEARTBEAT_S = 5.0  # progress at least this often, so hosts see the call is alive
+
+
+def hints(read_only: bool, idempotent: bool = True, destructive: bool = False, open_world: bool = False):
+    """MCP tool annotations, for hosts that choose which calls to confirm with the user. Closed
+    world unless said: the tools act on this machine (or its own Ray cluster), not the internet."""
+    return ToolAnnotations(
+        read_only_hint=read_only, destructive_hint=destructive, idempotent_hint=idempotent, open_world_hint=open_world
+    )
+
+
+# reports only: compile builds in a sandboxed worker and changes nothing the user sees but caches
+READ_ONLY = hints(read_only=True)
+# runs the submitted code on the device (sandboxed): not read-only, though it destroys nothing
+RUNS_CODE = hints(read_only=False)
 
 
 @dataclass

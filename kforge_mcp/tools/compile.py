@@ -8,11 +8,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from ..schemas import CompileReport
-from .common import DEFAULT_WAIT_S, App, run_tool_job
+from .common import DEFAULT_WAIT_S, READ_ONLY, App, run_tool_job
 
 
 def register(mcp: MCPServer, app: App) -> None:
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     async def compile(
         target: Annotated[str, Field(description="cuda, cute, triton or metal")],
         source: Annotated[str, Field(description="candidate source text, or a path to a .py file")],

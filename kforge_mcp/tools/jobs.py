@@ -10,7 +10,7 @@ from pydantic import Field
 
 from ..errors import KforgeError
 from ..schemas import JobInfo
-from .common import App, wait_for
+from .common import READ_ONLY, App, hints, wait_for
 
 
 def register(mcp: MCPServer, app: App) -> None:
@@ -20,12 +20,12 @@ def register(mcp: MCPServer, app: App) -> None:
         except KforgeError as e:
             raise ToolError(str(e)) from None
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     async def job_status(job_id: str) -> JobInfo:
         """Status of a job (queued, running, done, failed, cancelled) and its latest progress."""
         return find(job_id).info()
 
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     async def job_result(
         job_id: str,
         ctx: Context,
@@ -36,7 +36,8 @@ def register(mcp: MCPServer, app: App) -> None:
         await wait_for(job, wait_s, ctx)
         return job.info(with_result=True)
 
-    @mcp.tool()
+    # destructive: the job's worker is killed and its unfinished work lost
+    @mcp.tool(annotations=hints(read_only=False, destructive=True))
     async def job_cancel(job_id: str) -> JobInfo:
         """Cancel a job: its worker is killed and replaced; the server keeps serving."""
         job = find(job_id)

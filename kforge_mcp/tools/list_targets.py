@@ -6,11 +6,11 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 
 from ..schemas import TargetsReport
-from .common import App
+from .common import READ_ONLY, App
 
 
 def register(mcp: MCPServer, app: App) -> None:
-    @mcp.tool()
+    @mcp.tool(annotations=READ_ONLY)
     async def list_targets(refresh: bool = False) -> TargetsReport:
         """List the kernel targets (cuda, cute, triton, metal): which are available on this
         machine, why not when they are not, the devices each can run on and toolchain versions."""

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from ..agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, estimate_tokens
 from ..errors import KforgeError
 from ..options import VERIFY, Baselines, Trials
-from .common import DEFAULT_WAIT_S, App, run_tool_job
+from .common import DEFAULT_WAIT_S, App, hints, run_tool_job
 
 SAMPLING_TIMEOUT_S = 600.0
 
@@ -84,7 +84,8 @@ def register(mcp: MCPServer, app: App) -> None:
             raise ToolError(str(e)) from None
         return run.id
 
-    @mcp.tool()
+    # a new run each call; open world: the attempts come from the client's model (sampling)
+    @mcp.tool(annotations=hints(read_only=False, idempotent=False, open_world=True))
     async def run_loop(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
         target: Annotated[str, Field(description="cuda, cute, triton or metal (with prompt templates: see prompts/)")],
@@ -199,7 +200,8 @@ def register(mcp: MCPServer, app: App) -> None:
             app, "run_loop", work, wait_s, ctx, lambda job: LoopResult(run_id=rid, status="running", job_id=job.id)
         )
 
-    @mcp.tool()
+    # a new run in the store each call
+    @mcp.tool(annotations=hints(read_only=False, idempotent=False))
     async def loop_start(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
         target: Annotated[str, Field(description="cuda, cute, triton or metal")],
@@ -224,7 +226,8 @@ def register(mcp: MCPServer, app: App) -> None:
         pass_, prompt = await anyio.to_thread.run_sync(lambda: driver(app).next_prompt(rid))
         return LoopStart(run_id=rid, prompt=prompt, pass_=pass_)
 
-    @mcp.tool()
+    # each call records another attempt
+    @mcp.tool(annotations=hints(read_only=False, idempotent=False))
     async def loop_submit(
         run_id: str,
         candidate: Annotated[

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
 from ..agents.loop import summarize
-from ..errors import KforgeError
+from ..errors import InputError, KforgeError
 from ..store import RunStore
 from .common import App
 
@@ -17,6 +18,13 @@ from .common import App
 def register(mcp: MCPServer, app: App) -> None:
     def store() -> RunStore:
         return RunStore.for_home(app.engine.home)
+
+    def get_run(run_id: str):
+        """The run, or not found (-32602): an unknown run_id is the client's mistake, not a crash."""
+        try:
+            return store().get_run(run_id)
+        except InputError as e:
+            raise ResourceNotFoundError(str(e)) from None
 
     try:  # runs left 'running' by a server or CLI that died read as interrupted (resumable)
         store().reap()
@@ -31,9 +39,8 @@ def register(mcp: MCPServer, app: App) -> None:
     @mcp.resource("kforge://runs/{run_id}", name="run", mime_type="application/json")
     def run(run_id: str) -> str:
         """One run: its options, status and every attempt (pass, verdict, speedup, reports, recommendations)."""
-        s = store()
-        r = s.get_run(run_id)
-        attempts = s.attempts(run_id)
+        r = get_run(run_id)
+        attempts = store().attempts(run_id)
         return json.dumps(
             {
                 **r.model_dump(mode="json"),
@@ -46,6 +53,7 @@ def register(mcp: MCPServer, app: App) -> None:
     @mcp.resource("kforge://runs/{run_id}/best", name="best candidate", mime_type="text/x-python")
     def best(run_id: str) -> str:
         """The best correct candidate of a run (source text), by speedup."""
+        get_run(run_id)
         a = store().best(run_id)
         if a is None:
             raise ValueError(f"run '{run_id}' has no correct candidate yet")
@@ -57,4 +65,5 @@ def register(mcp: MCPServer, app: App) -> None:
         Also written to <home>/reports/{run_id}/report.html."""
         from ..run_report import write_report
 
+        get_run(run_id)
         return Path(write_report(store(), run_id).html).read_text()

@@ -9,11 +9,11 @@ from pydantic import Field
 
 from ..options import VERIFY, Baselines, TimeoutS, Tolerance, Trials
 from ..schemas import VerifyReport
-from .common import DEFAULT_WAIT_S, App, run_tool_job
+from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job
 
 
 def register(mcp: MCPServer, app: App) -> None:
-    @mcp.tool()
+    @mcp.tool(annotations=RUNS_CODE)
     async def verify(
         problem: Annotated[
             str,

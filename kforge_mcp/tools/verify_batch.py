@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from ..options import VERIFY, Baselines, TimeoutS, Tolerance, Trials
 from ..schemas import VerifyBatchReport, summarize_batch
-from .common import DEFAULT_WAIT_S, App, run_tool_job
+from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job
 
 MAX_ITEMS = 256
 
@@ -23,7 +23,7 @@ class BatchItem(BaseModel):
 
 
 def register(mcp: MCPServer, app: App) -> None:
-    @mcp.tool()
+    @mcp.tool(annotations=RUNS_CODE)
     async def verify_batch(
         items: Annotated[
             list[BatchItem], Field(min_length=1, max_length=MAX_ITEMS, description="the candidates to verify")
