@@ -10,6 +10,16 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 BASELINES = ("eager", "compiled")
+# KernelBench's fp32 tolerance; half precision gets the looser one harnesses use for it. The verdict
+# (engine/correctness.py) and the roofline's choice of compute path (analysis/roofline.py) both read it.
+DEFAULT_TOLERANCE = {"float32": 1e-4, "float64": 1e-6, "float16": 1e-2, "bfloat16": 1e-2}
+FALLBACK_TOLERANCE = 1e-4
+
+
+def default_tolerance(dtype) -> float:
+    """atol and rtol when none is given, for a torch dtype (or its name)."""
+    return DEFAULT_TOLERANCE.get(str(dtype).removeprefix("torch."), FALLBACK_TOLERANCE)
+
 
 Trials = Annotated[int, Field(ge=1, le=100)]
 Tolerance = Annotated[float | None, Field(ge=0)]

@@ -11,6 +11,8 @@ from typing import Callable
 
 from .report import AnalysisReport, ProfileReport, Recommendation
 from .rules import run_rules
+from .rules.base import busiest_unit
+from .rules.launch import MIN_KERNEL_MS
 
 Narrator = Callable[[ProfileReport, list[Recommendation]], str]
 ImageReader = Callable[[bytes, str], AnalysisReport]
@@ -46,38 +48,37 @@ def summarize(report: ProfileReport, recs: list[Recommendation]) -> str:
     r = report.roofline
     if r is not None:
         if r.below_bound:
-            frac = f", measured below the bound: the model is wrong for this kernel (see the roofline notes)"
+            frac = ", measured below the bound: the model is wrong for this kernel (see the roofline notes)"
         else:
             frac = f", {r.fraction_of_sol:.0%} of speed of light" if r.fraction_of_sol is not None else ""
         parts.append(
             f"Roofline ({r.device}, {r.dtype} problem, bound on the {r.path} path): {r.bound}-bound, "
             f"T_SOL {r.sol_ms * 1e3:.2f} us{frac}."
         )
-    if recs and recs[0].stop:
+    stopped = bool(recs and recs[0].stop)
+    if stopped:
         parts.append(f"{recs[0].title}: the time is in kernels at their limit; further rounds are unlikely to pay off.")
         recs = recs[1:]
     if recs:
         top = recs[0]
         parts.append(
-            f"{'Top recommendation' if not parts[-1].startswith('At the limit') else 'If you go on'}: "
+            f"{'If you go on' if stopped else 'Top recommendation'}: "
             f"{top.title} (expected to save ~{top.expected_gain:.0%} of device time; {top.priority} priority)."
         )
         if len(recs) > 1:
             parts.append("Then: " + "; ".join(f"{x.title} (~{x.expected_gain:.0%})" for x in recs[1:4]) + ".")
-    elif dev and not parts[-1].startswith("At the limit"):
+    elif dev and not stopped:
         parts.append("No rule fired: " + quiet_reason(report))
     return " ".join(parts)
 
 
 def quiet_reason(report: ProfileReport) -> str:
     """Why nothing fired, in the profile's own numbers: what it measured and what it lacked."""
-    from .rules.base import busiest_unit
-
     ks = sorted(report.device_kernels(), key=lambda k: -k.device_ms)
     if not ks:
         return "no device kernels."
     k = ks[0]
-    if k.mean_ms < 0.01:
+    if k.mean_ms < MIN_KERNEL_MS:
         return (
             f"the longest kernel ({k.name[:60]}) takes {k.mean_ms * 1e3:.1f} us a launch: at that size launch "
             "latency, ramp-up and tail dominate, and its utilisation says little; profile a larger shape."

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..options import default_tolerance
 from .report import ComputePath, Roofline
 
 
@@ -184,7 +185,12 @@ PATHS_FOR = {
     "fp16": ("fp16", "fp8"),
     "fp8": ("fp8",),
 }
-DEFAULT_TOLERANCE = {"fp64": 1e-4, "fp32": 1e-4, "bf16": 1e-2, "fp16": 1e-2, "fp8": 1e-1}  # KernelBench's
+TORCH_DTYPE = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def path_tolerance(dtype: str, atol: float | None, rtol: float | None) -> float:
+    """The tolerance a compute path must meet: the looser of atol and rtol, else verify's default for the dtype."""
+    return max(t for t in (atol, rtol, 0.0) if t is not None) or default_tolerance(TORCH_DTYPE.get(dtype, dtype))
 
 
 def lookup_peaks(device_name: str | None) -> tuple[Peaks, str | None]:
@@ -216,7 +222,7 @@ def path_peak(peaks: Peaks, path: str) -> float | None:
 
 def compute_paths(peaks: Peaks, dtype: str, atol: float | None, rtol: float | None) -> list[ComputePath]:
     """Every path open to the dtype on this device, each marked feasible or not for the tolerance."""
-    tol = max(t for t in (atol, rtol, 0.0) if t is not None) or DEFAULT_TOLERANCE.get(dtype, 1e-4)
+    tol = path_tolerance(dtype, atol, rtol)
     out = []
     for path in PATHS_FOR.get(dtype, (dtype,)):
         peak = path_peak(peaks, path)
@@ -269,7 +275,7 @@ def make_roofline(
         notes.append("peaks overridden by the caller")
     if peaks.note:
         notes.append(f"{peaks.name}: {peaks.note}")
-    tol = max(t for t in (atol, rtol, 0.0) if t is not None) or DEFAULT_TOLERANCE.get(dtype, 1e-4)
+    tol = path_tolerance(dtype, atol, rtol)
     too_coarse = [p.path for p in paths if not p.feasible]
     reason = f"{path} at {pf / 1e12:.4g} TFLOP/s: the fastest path that meets the tolerance {tol:g}" + (
         f" ({', '.join(too_coarse)} round too coarsely for it; see paths)" if too_coarse else ""

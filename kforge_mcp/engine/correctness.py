@@ -3,15 +3,12 @@ then closeness with per-dtype tolerances. A failure says where and by how much."
 
 from __future__ import annotations
 
+from ..options import default_tolerance
 from ..schemas import Mismatch
-
-# KernelBench's fp32 tolerance; half precision gets the looser one harnesses use for it.
-DEFAULT_TOLERANCE = {"float32": 1e-4, "float64": 1e-6, "float16": 1e-2, "bfloat16": 1e-2}
-FALLBACK_TOLERANCE = 1e-4
 
 
 def tolerance_for(dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:
-    default = DEFAULT_TOLERANCE.get(str(dtype).removeprefix("torch."), FALLBACK_TOLERANCE)
+    default = default_tolerance(dtype)
     return (default if atol is None else atol, default if rtol is None else rtol)
 
 

@@ -118,9 +118,7 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
     progress("computing the roofline")
     measured = report.device_ms_per_forward if report.device_kernels() else wall_ms
     try:
-        report.roofline = reference_roofline(
-            problem, device, name, measured, req.get("peaks"), req.get("atol"), req.get("rtol")
-        )
+        report.roofline = reference_roofline(problem, device, name, measured, req.get("peaks"))
         if not report.device_kernels():
             report.roofline.notes.append("measured_ms is host wall time per forward (no device kernels)")
     except Exception as e:  # noqa: BLE001

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..kinds import classify
+from ..kinds import TENSOR_PIPES, classify
 from ..report import Evidence, KernelProfile, ProfileReport, Recommendation
 
 Rule = Callable[[ProfileReport], list[Recommendation]]
@@ -59,9 +59,9 @@ def ev(metric: str, value, good: str = "", kernel: str | None = None) -> Evidenc
 def busiest_unit(k: KernelProfile, count_fma: bool = True) -> tuple[str, float]:
     """The kernel's busiest unit and its % of peak: DRAM, a tensor pipe, or (outside GEMMs) the FMA/ALU pipes."""
     units = {"DRAM": k.dram_throughput_pct}
-    for p in ("tensor_op_gmma", "tensor_op_hmma", "tensor_op_imma"):
+    for p in TENSOR_PIPES:
         units[f"{p} pipe"] = k.pipes.get(p)
-    if k.tensor_pipe_pct is not None and not any(k.pipes.get(p) for p in ("tensor_op_gmma", "tensor_op_hmma")):
+    if k.tensor_pipe_pct is not None and not any(k.pipes.get(p) for p in TENSOR_PIPES):
         units["tensor pipe"] = k.tensor_pipe_pct
     if count_fma:
         units["FMA pipe"] = k.fma_pipe_pct

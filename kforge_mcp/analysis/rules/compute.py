@@ -9,8 +9,8 @@ from __future__ import annotations
 from ..kinds import busiest_tensor_pipe, is_fma_gemm, is_tensor_gemm
 from ..report import ProfileReport, Recommendation
 from ..roofline import compute_paths, lookup_peaks
-from .base import busiest_unit, ev, hot_kernels, pct, recommendation, rule
-from .memory import wasted_sectors
+from .base import DEFAULT_SM_COUNT, busiest_unit, ev, hot_kernels, pct, recommendation, rule
+from .memory import WASTED_MIN, wasted_fraction
 
 LIMIT_UNIT_PCT = 80.0  # ncu's guided analysis calls a unit above 80% of peak well utilized
 LIMIT_UNIT_NO_BOUND_PCT = 90.0  # without a roofline the unit alone must be at ~90%
@@ -21,19 +21,22 @@ TENSOR_EFFICIENCY = 0.5  # fraction of a path's peak a first tensor-core GEMM re
 FED_TENSOR_PCT = 90.0  # a well-fed Hopper GEMM keeps its tensor pipe ~90-97% busy (cuBLAS bf16: 97%)
 
 
-def is_limited(k, frac: float | None) -> bool:
-    """The kernel's busiest unit is saturated (and, with a roofline, the forward is near the true bound)."""
+def limiting_unit(k, frac: float | None) -> tuple[str, float] | None:
+    """The kernel's busiest unit and its % busy when it is saturated (and, with a roofline, the forward is
+    near the true bound); None when the kernel is not at its limit."""
     unit, busy = busiest_unit(k, count_fma=k.category not in ("gemm", "conv"))
-    total, wasted = wasted_sectors(k)
-    if unit == "DRAM" and total and wasted / total >= 0.2:
-        return False  # DRAM busy moving wasted sectors is not a limit: uncoalesced_access speaks
+    if unit == "DRAM" and wasted_fraction(k) >= WASTED_MIN:
+        return None  # DRAM busy moving wasted sectors is not a limit: uncoalesced_access speaks
     saturated = busy >= LIMIT_UNIT_NO_BOUND_PCT
     if frac is None:
-        return saturated
-    # a saturated unit needs ~75% of the bound, a busy one (>= 80%) needs 80%, and 90% of the bound is enough alone
-    return (
-        (saturated and frac >= SATURATED_FRACTION) or (busy >= LIMIT_UNIT_PCT and frac >= LIMIT_FRACTION) or frac >= 0.9
-    )
+        limited = saturated
+    else:  # a saturated unit needs ~75% of the bound, a busy one (>= 80%) needs 80%; 90% of the bound alone is enough
+        limited = (
+            (saturated and frac >= SATURATED_FRACTION)
+            or (busy >= LIMIT_UNIT_PCT and frac >= LIMIT_FRACTION)
+            or frac >= 0.9
+        )
+    return (unit, busy) if limited else None
 
 
 @rule
@@ -42,8 +45,9 @@ def at_the_limit(report: ProfileReport) -> list[Recommendation]:
     frac = r.fraction_of_sol if r is not None else None
     hits, evidence, covered = [], [], 0.0
     for k, share in hot_kernels(report):
-        unit, busy = busiest_unit(k, count_fma=k.category not in ("gemm", "conv"))
-        if is_limited(k, frac):
+        limit = limiting_unit(k, frac)
+        if limit is not None:
+            unit, busy = limit
             hits.append(k.name)
             covered += share
             if unit:
@@ -117,7 +121,7 @@ def use_tensor_cores(report: ProfileReport) -> list[Recommendation]:
         if r is not None and r.flops > 0 and total_ms > 0:
             # the problem's FLOPs (split by time among its GEMMs) at the faster path's peak x a first tensor-core
             # kernel's efficiency, on the SMs the grid can use
-            sms = report.sm_count or 132
+            sms = report.sm_count or DEFAULT_SM_COUNT
             used = min(1.0, (k.blocks or sms) / sms)
             k_ms = share * total_ms
             after = r.flops * (share / gemm_share) / (best.peak_flops * TENSOR_EFFICIENCY * used) * 1e3
@@ -167,7 +171,7 @@ def feed_tensor_pipe(report: ProfileReport) -> list[Recommendation]:
     hits, gain, evidence, paths = [], 0.0, [], set()
     for k, share in hot_kernels(report):
         frac = r.fraction_of_sol if r is not None else None
-        if not is_tensor_gemm(k) or is_limited(k, frac):
+        if not is_tensor_gemm(k) or limiting_unit(k, frac) is not None:
             continue
         pipe, busy = busiest_tensor_pipe(k)
         if pipe is not None and k.pipes and busy < LIMIT_UNIT_PCT:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..report import Evidence, ProfileReport, Recommendation
 from .base import DEFAULT_SM_COUNT, ev, hot_kernels, recommendation, rule, shares
 from .base import pct as _pct
+from .memory import memory_pathology
 
 LATENCY_ISSUE_PCT = 60.0  # issue slots busy below this, with warps stalled: latency-bound
 BUSY_UNIT_PCT = 60.0  # ... and neither memory nor SM throughput above this
@@ -58,19 +59,6 @@ def fuse_launches(report: ProfileReport) -> list[Recommendation]:
     ]
 
 
-def specific_cause(k) -> bool:
-    """A memory pathology the memory rules name (the stalls follow from it; occupancy is not the lever)."""
-    from .memory import wasted_sectors
-
-    total, wasted = wasted_sectors(k)
-    return bool(
-        (k.atomic_instructions and k.instructions and k.atomic_instructions / k.instructions >= 0.01)
-        or (k.local_sectors and k.local_sectors > 0.05 * ((k.global_load_sectors or 0) + (k.global_store_sectors or 0)))
-        or (k.shared_bank_conflicts and k.shared_wavefronts and k.shared_bank_conflicts / k.shared_wavefronts >= 0.2)
-        or (total > 0 and wasted / total >= 0.2)
-    )
-
-
 @rule
 def latency_bound(report: ProfileReport) -> list[Recommendation]:
     hits, gain, evidence, causes = [], 0.0, [], []
@@ -80,7 +68,7 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
             continue  # a tensor-core GEMM at low occupancy is normal
         if k.blocks is not None and k.blocks < sms:
             continue  # idle SMs, not latency: grid_too_small speaks for it
-        if specific_cause(k):
+        if memory_pathology(k):
             continue  # atomics, spills, bank conflicts or wasted sectors cause the stalls: their rules speak
         warps = k.warps_per_block
         busy = max(k.memory_throughput_pct or 0.0, k.sm_throughput_pct or 0.0)

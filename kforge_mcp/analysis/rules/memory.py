@@ -32,22 +32,60 @@ def wasted_sectors(k: KernelProfile) -> tuple[float, float]:
     return total, wasted
 
 
+# What each memory rule fires on, one definition shared with the rules that must defer to them
+# (latency_bound: the stalls follow from the pathology; at_the_limit: DRAM busy with waste is no limit).
+WASTED_MIN, CONFLICT_MIN, LOCAL_MIN, ATOMIC_MIN = 0.2, 0.2, 0.05, 0.01
+
+
+def wasted_fraction(k: KernelProfile) -> float:
+    total, wasted = wasted_sectors(k)
+    return wasted / total if total > 0 else 0.0
+
+
+def conflict_fraction(k: KernelProfile) -> float:
+    """Bank-conflict wavefronts over all shared wavefronts."""
+    if not k.shared_bank_conflicts or not k.shared_wavefronts:
+        return 0.0
+    return min(k.shared_bank_conflicts / k.shared_wavefronts, 1.0)
+
+
+def local_fraction(k: KernelProfile) -> float:
+    """Local-memory sectors over all LSU sectors (local + global)."""
+    local = k.local_sectors or 0.0
+    moved = local + (k.global_load_sectors or 0.0) + (k.global_store_sectors or 0.0)
+    return local / moved if moved > 0 else 0.0
+
+
+def atomic_fraction(k: KernelProfile) -> float:
+    return (k.atomic_instructions or 0.0) / k.instructions if k.instructions else 0.0
+
+
+def memory_pathology(k: KernelProfile) -> bool:
+    """A pattern one of the memory rules names: wasted sectors, bank conflicts, spills or atomics."""
+    return (
+        wasted_fraction(k) >= WASTED_MIN
+        or conflict_fraction(k) >= CONFLICT_MIN
+        or local_fraction(k) >= LOCAL_MIN
+        or atomic_fraction(k) >= ATOMIC_MIN
+    )
+
+
 @rule
 def uncoalesced_access(report: ProfileReport) -> list[Recommendation]:
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
-        total, wasted = wasted_sectors(k)
-        if total <= 0 or wasted / total < 0.2:
+        waste = wasted_fraction(k)
+        if waste < WASTED_MIN:
             continue
         mem_bound = (k.memory_throughput_pct or 0) >= (k.sm_throughput_pct or 0)
-        gain += share * (wasted / total) * (1.0 if mem_bound else 0.5)
+        gain += share * waste * (1.0 if mem_bound else 0.5)
         hits.append(k.name)
         evidence += [
             ev("sectors per request (loads)", _r(k.global_load_sectors_per_request), "4 for 4-byte elements", k.name),
             ev("sectors per request (stores)", _r(k.global_store_sectors_per_request), "4 for 4-byte elements", k.name),
             ev("useful bytes per 32-byte sector (loads)", k.global_load_bytes_per_sector, "32", k.name),
             ev("useful bytes per 32-byte sector (stores)", k.global_store_bytes_per_sector, "32", k.name),
-            ev("wasted sector fraction", round(wasted / total, 3), "0", k.name),
+            ev("wasted sector fraction", round(waste, 3), "0", k.name),
         ]
         if k.dram_throughput_pct is not None:
             evidence.append(ev("DRAM throughput", pct(k.dram_throughput_pct), "most of it useful", k.name))
@@ -78,10 +116,10 @@ def _r(v: float | None) -> float | None:
 def shared_bank_conflicts(report: ProfileReport) -> list[Recommendation]:
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
-        conflicts, wavefronts = k.shared_bank_conflicts, k.shared_wavefronts
-        if not conflicts or not wavefronts or conflicts / wavefronts < 0.2:
+        frac = conflict_fraction(k)
+        if frac < CONFLICT_MIN:
             continue
-        frac = min(conflicts / wavefronts, 1.0)
+        conflicts, wavefronts = k.shared_bank_conflicts, k.shared_wavefronts
         stalled = bool(k.top_stalls and k.top_stalls[0].reason in ("mio_throttle", "short_scoreboard", "barrier"))
         gain += share * frac * (0.6 if stalled else 0.3)
         hits.append(k.name)
@@ -124,10 +162,8 @@ def shared_bank_conflicts(report: ProfileReport) -> list[Recommendation]:
 def register_spills(report: ProfileReport) -> list[Recommendation]:
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
-        local = k.local_sectors or 0.0
-        glob = (k.global_load_sectors or 0.0) + (k.global_store_sectors or 0.0)
-        frac = local / (local + glob) if local + glob > 0 else 0.0
-        if local > 0 and frac >= 0.05:
+        local, frac = k.local_sectors or 0.0, local_fraction(k)
+        if frac >= LOCAL_MIN:
             gain += share * frac * 0.8
             evidence += [
                 ev("local-memory sectors", local, "0", k.name),
@@ -165,7 +201,7 @@ def atomic_contention(report: ProfileReport) -> list[Recommendation]:
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
         atoms = k.atomic_instructions or 0.0
-        if atoms <= 0 or not k.instructions or atoms / k.instructions < 0.01:
+        if atomic_fraction(k) < ATOMIC_MIN:
             continue
         busy = max(k.dram_throughput_pct or 0.0, k.memory_throughput_pct or 0.0)
         if busy >= 80:
@@ -174,7 +210,7 @@ def atomic_contention(report: ProfileReport) -> list[Recommendation]:
         hits.append(k.name)
         evidence += [
             ev("global atomic instructions", atoms, "one per block per bin", k.name),
-            ev("atomics per instruction", round(atoms / k.instructions, 3), "< 0.01", k.name),
+            ev("atomics per instruction", round(atomic_fraction(k), 3), f"< {ATOMIC_MIN}", k.name),
             ev("memory throughput", pct(busy), "~80% once atomics no longer serialize", k.name),
         ]
         if k.top_stalls:
