@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     sandbox_nofile: int = Field(4096, description="open files a worker may have")
     sandbox_cpu_s: int = Field(3600, description="CPU seconds per job")
     sandbox_cgroup: str | None = Field(None, description="set by the pool: the worker's pids cgroup")
+    cuda_build: str = Field("split", description="CUDA load_inline builds: 'split' (reused parts, seconds) or 'stock'")
+    cuda_pch: str = Field("on", description="precompile torch's headers for split CUDA builds: on or off")
     worker_lane: str | None = Field(None, description="set by the pool: the worker's lane")
     worker_tmp: str | None = Field(None, description="set by the pool: the worker's temp dir")
 

@@ -135,6 +135,7 @@ class Verifier:
         self.progress("loading candidate")
         try:
             self.module = self.target.load(candidate_source, self.device, self.workdir)
+            self.report.findings += self.target.load_findings()
             self.reference, self.candidate = build_models(self.problem, self.module, self.device)
         except SourceRuntimeError as e:
             self.report.errors.append(str(e))

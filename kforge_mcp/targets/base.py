@@ -79,6 +79,10 @@ class Target(ABC):
     def load(self, source: Source, device: str, workdir: Path) -> types.ModuleType:
         """Build (or import) the candidate so that its kernels run on ``device``. Inside a worker."""
 
+    def load_findings(self) -> list[Finding]:
+        """What the last ``load`` wants the report to say about how it built (e.g. the CUDA build path)."""
+        return []
+
     @abstractmethod
     def execution(self, device: str) -> str:
         """How kernels run on ``device``: 'cuda', 'xpu', 'triton-interpreter', ..."""

@@ -27,20 +27,24 @@ import json
 import os
 import re
 import sysconfig
+import threading
 import time
 import types
 from pathlib import Path
 
 from ..errors import InputError
 from ..problem import Source
+from ..settings import OFF, Settings
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
 from ..source import SourceRuntimeError, import_source
 from .base import Target, dist_version, find_tool
 from .cuda_build import InlineBuild, _as_list, capture_builds, extension_cache_dir, patched_load_inline
 from .cuda_lean_header import TORCH_LEAN_H
 from .cuda_source import Piece, map_pieces, top_level_blocks
+from .cuda_fast_build import BuildInfo, FastBuildError, candidate_errors, load_split, prewarm_pch, torch_versions
 from .nvcc import (
     NvccRun,
+    build_errors,
     binding_diagnostics,
     cubin_sass,
     demangle,
@@ -142,6 +146,10 @@ class CudaTarget(Target):
                 notes=notes,
                 reason="this torch build has no CUDA support; install a CUDA build of torch",
             )
+        settings = Settings.read()
+        if settings.cuda_build.strip().lower() == "split" and settings.cuda_pch.strip().lower() not in OFF:
+            # torch's headers precompiled while the host starts up, before the first build needs them
+            threading.Thread(target=prewarm_pch, args=(extension_cache_dir(),), daemon=True).start()
         return TargetStatus(
             name=self.name, available=True, devices=gpus, can_compile=True, versions=versions, notes=notes
         )
@@ -281,6 +289,60 @@ class CudaTarget(Target):
 
     # ---- load (GPU) ----
 
+    def _split_build(self, real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir):
+        """The split build (cuda_fast_build.py) when it applies; (None, info) sends the caller to the stock build.
+        A device-unit error located in the candidate's kernels is the candidate's: it is raised at once."""
+        settings = Settings.read()
+        info = BuildInfo(path="stock")
+        self.builds.append(info)
+        if settings.cuda_build.strip().lower() != "split" or args or not kwargs.get("is_python_module", True):
+            info.fallback = (
+                "split builds are off"
+                if settings.cuda_build.strip().lower() != "split"
+                else "load_inline arguments the split build does not take"
+            )
+            return None, info
+        bind_key = hashlib.sha256(
+            json.dumps([cpp_src, functions, kwargs, torch_versions()], sort_keys=True, default=str).encode()
+        ).hexdigest()[:16]
+        try:
+            module, built = load_split(
+                real,
+                f"{name}_{bind_key}",
+                cpp_src,
+                cuda_src,
+                functions,
+                kwargs,
+                build_dir,
+                settings.cuda_pch not in OFF,
+            )
+        except FastBuildError as e:
+            if e.unit == "device" and candidate_errors(e.output, self.source_name):
+                raise
+            info.fallback = f"the split {e.unit} unit failed: " + next(
+                (ln for ln in e.output.splitlines() if "error" in ln), e.output.strip()[:300]
+            )
+            return None, info
+        except Exception as e:  # planning the build (torch's internals) is not the candidate's business
+            info.fallback = f"split build could not start: {type(e).__name__}: {e}"
+            return None, info
+        self.builds[-1] = built
+        return module, built
+
+    def load_findings(self) -> list[Finding]:
+        found = [
+            Finding(
+                code="cuda_build",
+                message=f"load_inline built by the {b.path} path in {b.seconds:.1f} s"
+                + (f" (reused: {', '.join(b.reused)})" if b.reused else "")
+                + (f"; stock because {b.fallback}" if b.fallback else ""),
+                evidence={k: v for k, v in vars(b).items() if v not in (None, [], {})},
+            )
+            for b in self.builds
+        ]
+        self.builds = []
+        return found
+
     def load(self, source: Source, device: str, workdir: Path) -> types.ModuleType:
         import torch
 
@@ -289,6 +351,8 @@ class CudaTarget(Target):
         major, minor = torch.cuda.get_device_capability(torch.device(device))
         arch = f"sm_{major}{minor}"
         errors: list[Diagnostic] = []
+        self.builds: list[BuildInfo] = []
+        self.source_name = source.name
 
         def building(real, name, cpp_sources=None, cuda_sources=None, functions=None, *args, **kwargs):
             cuda = map_pieces(_as_list(cuda_sources), source.text, "cuda_sources")
@@ -328,10 +392,14 @@ class CudaTarget(Target):
 
             env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
             os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}{'a' if major >= 9 else ''}"
+            started = time.perf_counter()
             try:
                 with FileLock(str(build_dir) + ".lock", timeout=1800):
+                    module, info = self._split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir)
+                    if module is not None:
+                        return module
                     # keywords only: load_inline's positional order differs across torch versions (sycl_sources)
-                    return real(
+                    module = real(
                         f"{name}_{key}",
                         cpp_src,
                         *args,
@@ -340,20 +408,10 @@ class CudaTarget(Target):
                         build_directory=str(build_dir),
                         **kwargs,
                     )
+                    info.seconds = round(time.perf_counter() - started, 2)
+                    return module
             except Exception as e:
-                text = str(e)
-                raw = parse_compiler_output(text)
-                errors.extend(
-                    Diagnostic(
-                        line=r.line if r.file == source.name else None,
-                        column=r.column if r.file == source.name else None,
-                        severity=r.severity,
-                        message=r.message if r.file == source.name else f"{r.file}:{r.line}: {r.message}",
-                        file=source.name,
-                    )
-                    for r in raw
-                    if r.severity == "error"
-                )
+                errors.extend(build_errors(str(getattr(e, "output", "")) or str(e), source.name))
                 raise
             finally:
                 if env_arch is None:

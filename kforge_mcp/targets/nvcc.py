@@ -284,3 +284,18 @@ def binding_diagnostics(build: InlineBuild, source: Source) -> list[Diagnostic]:
                 )
             )
     return diags
+
+
+def build_errors(text: str, file: str) -> list[Diagnostic]:
+    """The errors in a build log, at lines of the candidate's file where they point there."""
+    return [
+        Diagnostic(
+            line=r.line if r.file == file else None,
+            column=r.column if r.file == file else None,
+            severity=r.severity,
+            message=r.message if r.file == file else f"{r.file}:{r.line}: {r.message}",
+            file=file,
+        )
+        for r in parse_compiler_output(text)
+        if r.severity == "error"
+    ]

@@ -1,0 +1,123 @@
+"""An agent's feedback loop, timed through MCP: the real server over stdio, the SDK's client.
+
+For each setting (``--settings before,after``: ``before`` runs CUDA builds the stock way,
+``KFORGE_CUDA_BUILD=stock``; ``after`` is the default), a fresh server on a fresh home:
+
+    connect + list_targets, CUDA verify (cold build, same source again, after a one-character
+    kernel edit, after a host edit), compile of the edited source, Triton verify (first, warm)
+
+Wall seconds per call as the client sees them (a call that outlives its wait_s is followed with
+job_result until done). Prints a markdown table and writes JSON.
+
+    python bench/feedback_latency.py --out bench/results/feedback-latency-h100.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mcp import Client, StdioServerParameters
+
+ROOT = Path(__file__).resolve().parents[1]
+EX = ROOT / "examples"
+KERNEL_EDIT = ("0.5f * v * (1.0f", "0.5f * v * (1.00f")
+HOST_EDIT = ("const int threads = 256;", "const int threads = 128;")
+
+
+async def call(client: Client, tool: str, args: dict) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    res = await client.call_tool(tool, args)
+    out = res.structured_content or {}
+    while out.get("job_id") and out.get("status") in ("running", "queued"):
+        res = await client.call_tool("job_result", {"job_id": out["job_id"], "wait_s": 50})
+        info = res.structured_content or {}
+        if info.get("status") not in ("running", "queued"):
+            out = info.get("result") or info
+            break
+    return time.perf_counter() - t0, out
+
+
+def summary(out: dict) -> str:
+    build = next((f for f in out.get("findings", []) if f.get("code") == "cuda_build"), None)
+    text = out.get("verdict", "ok" if out.get("ok") else "?")
+    if build:
+        ev = build.get("evidence", {})
+        text += f" ({ev.get('path')} build {ev.get('seconds', 0):.1f} s"
+        text += f", reused {'+'.join(ev['reused'])})" if ev.get("reused") else ")"
+    return text
+
+
+async def one_setting(name: str, extra_env: dict) -> list[dict]:
+    home = tempfile.mkdtemp(prefix=f"kforge-latency-{name}-")
+    env = {**os.environ, "KFORGE_HOME": home, **extra_env}
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "kforge_mcp.cli", "serve", "--allow-dir", str(ROOT)], env=env, cwd=str(ROOT)
+    )
+    problem = str(EX / "problems/fused_bias_gelu.py")
+    cuda = (EX / "candidates/fused_bias_gelu/cuda.py").read_text()
+    rows = []
+    t0 = time.perf_counter()
+    async with Client(params, mode="legacy") as client:
+        _, targets = await call(client, "list_targets", {})
+        rows.append({"step": "connect + list_targets", "seconds": time.perf_counter() - t0, "result": "ok"})
+        has_gpu = any(t["name"] == "cuda" and t["available"] for t in targets.get("targets", []))
+        steps = []
+        if has_gpu:
+            kernel = cuda.replace(*KERNEL_EDIT)
+            host = kernel.replace(*HOST_EDIT)
+            steps += [
+                ("CUDA verify, cold build", "verify", {"candidate": cuda, "target": "cuda"}),
+                ("CUDA verify, same source again", "verify", {"candidate": cuda, "target": "cuda"}),
+                ("CUDA verify after a one-character kernel edit", "verify", {"candidate": kernel, "target": "cuda"}),
+                ("CUDA verify after a host (launch) edit", "verify", {"candidate": host, "target": "cuda"}),
+                ("compile of the edited source", "compile", {"candidate": host, "target": "cuda", "arch": "sm_90a"}),
+            ]
+        triton = str(EX / "candidates/fused_bias_gelu/triton.py")
+        steps += [
+            ("Triton verify, first", "verify", {"candidate": triton, "target": "triton"}),
+            ("Triton verify, warm", "verify", {"candidate": triton, "target": "triton"}),
+        ]
+        for label, tool, args in steps:
+            if tool == "verify":
+                args = {"problem": problem, **args}
+            seconds, out = await call(client, tool, args)
+            rows.append({"step": label, "seconds": seconds, "result": summary(out)})
+            print(f"[{name}] {label}: {seconds:.2f} s  {summary(out)}", flush=True)
+    return rows
+
+
+def table(results: dict) -> str:
+    names = list(results)
+    steps = [r["step"] for r in results[names[0]]]
+    lines = ["| step | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for i, step in enumerate(steps):
+        cells = []
+        for n in names:
+            r = results[n][i] if i < len(results[n]) else None
+            cells.append(f"{r['seconds']:.2f} s: {r['result']}" if r else "-")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--settings", default="before,after")
+    args = ap.parse_args()
+    envs = {"before": {"KFORGE_CUDA_BUILD": "stock"}, "after": {}}
+    results = {}
+    for name in args.settings.split(","):
+        results[name] = asyncio.run(one_setting(name, envs[name]))
+        Path(args.out).write_text(json.dumps(results, indent=1))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+"""A load_inline build in seconds: torch plans it, kforge builds it from reusable parts.
+
+torch writes the build it would run (build.ninja, main.cpp, cuda.cu: its flags for this torch,
+toolkit and arch); nothing is compiled by torch. kforge then compiles three objects side by side
+and links them as torch would:
+
+- ``main.o``, the Python bindings: depends only on ``cpp_sources`` and ``functions`` (the module
+  name is a hash of those), so kernel and host edits reuse it;
+- ``host.o``, the host functions (cuda_split.py) by the C++ compiler with torch's headers,
+  through a precompiled header where one is ready;
+- ``device.o``, the kernels by nvcc without torch's headers (seconds).
+
+Objects are cached by content, flags and toolchain versions under the extension cache, written
+atomically with a checksum beside them; one that fails its checksum is rebuilt. When the source
+cannot be split, or a unit fails in a way the stock build might not, the caller runs the stock
+build, so the verdict never depends on this path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cuda_split import CannotSplit, split
+
+PRELUDE = """// kforge: what the host unit needs before the candidate's own text (precompiled when ready)
+#pragma once
+#include <torch/types.h>
+#include <torch/extension.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+// how nvcc lowers k<<<grid, block, smem, stream>>>(args): push the configuration, call k's stub
+extern "C" unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim = 1, size_t sharedMem = 0,
+                                                struct CUstream_st *stream = 0);
+// nvcc's C++ overloads that take a kernel; a plain C++ compiler sees only the const void* forms
+template <class T> inline cudaError_t cudaFuncSetAttribute(T *entry, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute((const void *)entry, attr, value);
+}
+template <class T> inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, T *entry) {
+  return ::cudaFuncGetAttributes(attr, (const void *)entry);
+}
+template <class T>
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, T *func, int block, size_t smem) {
+  return ::cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, (const void *)func, block, smem);
+}
+"""
+
+
+class FastBuildError(Exception):
+    """A unit failed to compile; ``output`` is the compiler's text."""
+
+    def __init__(self, unit: str, output: str):
+        super().__init__(f"{unit} failed")
+        self.unit, self.output = unit, output
+
+
+@dataclass
+class Plan:
+    """What torch would run, read from the build.ninja it wrote."""
+
+    cxx: list[str]
+    nvcc: list[str]
+    cflags: list[str]
+    post_cflags: list[str]
+    cuda_cflags: list[str]
+    cuda_post_cflags: list[str]
+    ldflags: list[str]
+    main_cpp: str
+    cuda_cu: str
+
+    @property
+    def host_cflags(self) -> list[str]:
+        # the module name matters to main.cpp only; leaving it out keeps the precompiled header valid
+        return [f for f in self.cflags if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+
+
+@dataclass
+class BuildInfo:
+    """How one extension was built: what compiled, what was reused, and how long it took."""
+
+    path: str = "split"
+    seconds: float = 0.0
+    compiled: dict[str, float] = field(default_factory=dict)
+    reused: list[str] = field(default_factory=list)
+    pch: str = "none"
+    fallback: str | None = None
+
+
+def plan_build(real_load_inline, module_name: str, cpp_src, cuda_src, functions, kwargs: dict, where: Path) -> Plan:
+    """Let torch write its build (flags for this torch, toolkit and arch) without running it."""
+    import torch.utils.cpp_extension as ce
+
+    where.mkdir(parents=True, exist_ok=True)
+    saved = (ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER)
+    ce._run_ninja_build = lambda *a, **k: None
+    ce._import_module_from_library = lambda *a, **k: None
+    ce.JIT_EXTENSION_VERSIONER = ce.ExtensionVersioner()  # a fresh one: torch keeps the name as given
+    try:
+        real_load_inline(
+            module_name, cpp_src, cuda_sources=cuda_src, functions=functions, build_directory=str(where), **kwargs
+        )
+    finally:
+        ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER = saved
+    ninja = (where / "build.ninja").read_text()
+    var = {m.group(1): m.group(2) for m in re.finditer(r"^(\w+) = (.*)$", ninja, re.M)}
+    return Plan(
+        cxx=shlex.split(var.get("cxx", "c++")),
+        nvcc=shlex.split(var["nvcc"]),
+        cflags=shlex.split(var.get("cflags", "")),
+        post_cflags=shlex.split(var.get("post_cflags", "")),
+        cuda_cflags=shlex.split(var.get("cuda_cflags", "")),
+        cuda_post_cflags=shlex.split(var.get("cuda_post_cflags", "")),
+        ldflags=shlex.split(var.get("ldflags", "")),
+        main_cpp=(where / "main.cpp").read_text(),
+        cuda_cu=(where / "cuda.cu").read_text(),
+    )
+
+
+def _digest(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(repr(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def _file_sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class ObjectCache:
+    """Objects by key; each with a ``.sha256`` beside it, written last, checked on every reuse."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def get(self, key: str) -> Path | None:
+        obj, check = self.root / f"{key}.o", self.root / f"{key}.o.sha256"
+        try:
+            if check.read_text().strip() == _file_sha(obj):
+                return obj
+        except OSError:
+            return None
+        with contextlib.suppress(OSError):  # corrupt or half-written by a crashed build: never trusted
+            obj.unlink()
+            check.unlink()
+        return None
+
+    def put(self, key: str, built: Path) -> Path:
+        obj = self.root / f"{key}.o"
+        tmp = self.root / f".{key}.{os.getpid()}.o"
+        tmp.write_bytes(built.read_bytes())
+        os.replace(tmp, obj)  # two servers sharing a home: each writes whole files, the last one wins
+        sums = self.root / f".{key}.{os.getpid()}.sha256"
+        sums.write_text(_file_sha(obj))
+        os.replace(sums, self.root / f"{key}.o.sha256")
+        return obj
+
+
+def toolchain_id(plan: Plan) -> tuple[str, str]:
+    def first_line(cmd):
+        try:
+            return subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "?"
+
+    return first_line(plan.cxx), first_line(plan.nvcc)
+
+
+class Pch:
+    """torch's headers precompiled once per toolchain and flags; built in the background."""
+
+    def __init__(self, root: Path, plan: Plan, versions: tuple):
+        self.dir = root / f"pch-{_digest(plan.cxx, plan.host_cflags, versions, PRELUDE)}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.header = self.dir / "kforge_cuda_host.h"
+        if not self.header.exists():
+            tmp = self.dir / f".h.{os.getpid()}"
+            tmp.write_text(PRELUDE)
+            os.replace(tmp, self.header)
+        self.gch = self.dir / "kforge_cuda_host.h.gch"
+        self.ok = self.dir / "kforge_cuda_host.h.gch.ok"
+        self.cmd = [*plan.cxx, *plan.host_cflags, "-x", "c++-header", str(self.header)]
+
+    @property
+    def ready(self) -> bool:
+        return self.ok.exists() and self.gch.exists()
+
+    def start_build(self) -> None:
+        """Start building the header in a detached process, unless one is built or building."""
+        marker = self.dir / "building"
+        with contextlib.suppress(OSError):
+            if time.time() - marker.stat().st_mtime > 900:
+                marker.unlink()  # a build that died long ago
+        if self.ready:
+            return
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.close(fd)
+        tmp = self.dir / f".gch.{os.getpid()}"
+        script = (
+            f"{shlex.join([*self.cmd, '-o', str(tmp)])} && mv -f {shlex.quote(str(tmp))} {shlex.quote(str(self.gch))}"
+            f" && touch {shlex.quote(str(self.ok))}; rm -f {shlex.quote(str(marker))} {shlex.quote(str(tmp))}"
+        )
+        subprocess.Popen(
+            ["sh", "-c", script],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # outlives the worker that started it
+        )
+
+
+def _compile(cmd: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch: bool = True) -> BuildInfo:
+    """Compile what the caches lack, side by side, and link ``out_dir/<module_name>.so``."""
+    started = time.perf_counter()
+    info = BuildInfo()
+    try:
+        units = split(plan.cuda_cu)
+    except CannotSplit as e:
+        info.path, info.fallback = "stock", str(e)
+        return info
+    versions = toolchain_id(plan)
+    objects = ObjectCache(cache_root / "objects")
+    pch = Pch(cache_root, plan, versions) if use_pch else None
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=out_dir))
+    host_flags = [*plan.host_cflags]
+    if pch is not None:
+        info.pch = "used" if pch.ready else "building"
+        host_flags += ["-Winvalid-pch", "-include", str(pch.header)]
+    else:
+        prelude = work / "kforge_cuda_host.h"
+        prelude.write_text(PRELUDE)
+        host_flags += ["-include", str(prelude)]
+    # main.cpp starts with torch/extension.h: the same precompiled header serves it once built
+    main_pch = ["-Winvalid-pch", "-include", str(pch.header)] if pch is not None and pch.ready else []
+    (work / "main.cpp").write_text(plan.main_cpp)
+    (work / "host.cpp").write_text(units.host)
+    (work / "device.cu").write_text(units.device)
+    jobs = {
+        "main": (
+            _digest("main", plan.main_cpp, plan.cxx, plan.cflags, plan.post_cflags, versions),
+            [*plan.cxx, *plan.cflags, *main_pch, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags],
+        ),
+        "host": (
+            _digest("host", units.host, plan.cxx, plan.host_cflags, plan.post_cflags, versions, PRELUDE),
+            [*plan.cxx, *host_flags, "-x", "c++", "-c", "host.cpp", "-o", "host.o", *plan.post_cflags],
+        ),
+        "device": (
+            _digest("device", units.device, plan.nvcc, plan.cuda_cflags, plan.cuda_post_cflags, versions),
+            [*plan.nvcc, *plan.cuda_cflags, "-c", "device.cu", "-o", "device.o", *plan.cuda_post_cflags],
+        ),
+    }
+    found, running = {}, {}
+    for unit, (key, cmd) in jobs.items():
+        hit = objects.get(key)
+        if hit is not None:
+            found[unit] = hit
+            info.reused.append(unit)
+        else:
+            running[unit] = (_compile(cmd, work), time.perf_counter())
+    failed = None
+    for unit, (proc, t0) in running.items():
+        out, _ = proc.communicate()
+        info.compiled[unit] = round(time.perf_counter() - t0, 2)
+        if proc.returncode != 0:
+            failed = failed or FastBuildError(unit, out)
+            continue
+        found[unit] = objects.put(jobs[unit][0], work / f"{unit}.o")
+    if pch is not None and not pch.ready:
+        pch.start_build()  # the next host build parses torch's headers from it
+    if failed is not None:
+        raise failed
+    link = subprocess.run(
+        [*plan.cxx, str(found["main"]), str(found["host"]), str(found["device"]), *plan.ldflags, "-o", "ext.so"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
+    if link.returncode != 0:
+        raise FastBuildError("link", link.stdout + link.stderr)
+    os.replace(work / "ext.so", out_dir / f"{module_name}.so")
+    shutil.rmtree(work, ignore_errors=True)
+    info.seconds = round(time.perf_counter() - started, 2)
+    return info
+
+
+def _so_valid(so: Path) -> bool:
+    try:
+        return (so.parent / (so.name + ".sha256")).read_text().strip() == _file_sha(so)
+    except OSError:
+        return False
+
+
+def load_split(
+    real_load_inline, module_name: str, cpp_src, cuda_src, functions, kwargs: dict, build_dir: Path, pch: bool
+):
+    """The extension from the split build: (module, info), or (None, info) when the stock build must run.
+    Raises FastBuildError when a unit fails (the caller decides whether that is the candidate's error)."""
+    from torch.utils.cpp_extension import _import_module_from_library
+
+    so = build_dir / f"{module_name}.so"
+    if _so_valid(so):
+        return _import_module_from_library(module_name, str(build_dir), True), BuildInfo(reused=["extension"])
+    started = time.perf_counter()
+    plan = plan_build(real_load_inline, module_name, cpp_src, cuda_src, functions, kwargs, build_dir / "plan")
+    info = build(plan, module_name, build_dir, build_dir.parent, use_pch=pch)
+    if info.path != "split":
+        return None, info
+    sums = build_dir / f".{module_name}.{os.getpid()}.sha256"
+    sums.write_text(_file_sha(so))
+    os.replace(sums, build_dir / f"{module_name}.so.sha256")
+    info.seconds = round(time.perf_counter() - started, 2)
+    return _import_module_from_library(module_name, str(build_dir), True), info
+
+
+# names the device unit lacks (torch's headers are left out of it): an error about them may be the split's
+NOT_IN_DEVICE_UNIT = re.compile(r"\b(torch|at|c10|TORCH_\w*|AT_\w*|C10_\w*|Tensor|pybind11|py)\b")
+
+
+def candidate_errors(output: str, file: str) -> bool:
+    """Whether a failed device unit failed on the candidate's own code: every error is at a line of the
+    candidate's file and none names something only torch's headers declare."""
+    from .nvcc import parse_compiler_output
+
+    errors = [r for r in parse_compiler_output(output) if r.severity == "error"]
+    return bool(errors) and all(r.file == file and not NOT_IN_DEVICE_UNIT.search(r.message) for r in errors)
+
+
+def torch_versions() -> list:
+    import torch
+
+    return [torch.__version__, torch.version.cuda]
+
+
+def prewarm_pch(cache_root: Path) -> None:
+    """Start precompiling torch's headers (a GPU machine's first host build then uses them)."""
+    import torch.utils.cpp_extension as ce
+
+    where = Path(tempfile.mkdtemp(prefix="kforge-pch-plan-"))
+    try:
+        plan = plan_build(ce.load_inline, "kforge_pch_plan", "", "__global__ void k() {}", [], {}, where)
+        Pch(cache_root, plan, toolchain_id(plan)).start_build()
+    except Exception:  # noqa: BLE001  (a head start only: the first build precompiles it otherwise)
+        pass
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

@@ -1,0 +1,310 @@
+"""A load_inline CUDA source cut in two, so that a kernel edit rebuilds in seconds.
+
+Nearly all of a stock ``load_inline`` build is torch's headers parsed three times by nvcc
+(cudafe++, cicc and the host compiler), about 60 s on an H100 host. Here the same text becomes:
+
+- a device unit: kernels, ``__device__`` functions, types and macros, without torch's headers,
+  compiled by nvcc (it also emits each kernel's host stub, the function a launch calls);
+- a host unit: the host functions with torch's real headers, compiled by the C++ compiler
+  (which can use a precompiled header) with each kernel reduced to a declaration of its stub
+  and each ``k<<<g, b, s, st>>>(args)`` written the way nvcc lowers it:
+  ``(__cudaPushCallConfiguration(g, b, s, st) ? (void)0 : k(args))``.
+
+Both keep the source's line count, so ``#line`` directives still point at the Python file.
+Anything this cannot cut faithfully (template kernels, device variables used by host code, a
+module defined in the CUDA source) is refused with a reason; the caller then runs the stock build.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch/|ATen/|c10/|pybind11/|THC/|Python\.h)')
+# headers only nvcc can read: the host unit leaves them out
+DEVICE_ONLY_INCLUDE = re.compile(
+    r"(mma|cooperative_groups|cuda_pipeline|cuda_awbarrier|sm_\d+_intrinsics)|cub/|cute/|cutlass/|cuda/"
+)
+DEVICE_NAMESPACES = re.compile(r"\b(nvcuda|cooperative_groups|cute|cutlass|cub)\b")
+TORCH_NAMES = re.compile(r"\b(torch|at|c10|py|pybind11)\s*::|\bTORCH_|\bAT_|\bC10_|\bnamespace\s+(torch|at|c10)\b")
+
+
+class CannotSplit(Exception):
+    """The source uses something the split build does not reproduce faithfully."""
+
+
+@dataclass
+class Item:
+    kind: str  # pp, kernel, device_fn, both_fn, host_fn, type, statement, open, close
+    start: int
+    end: int  # exclusive character offsets
+    header: str = ""
+
+
+def _skip_literal(code: str, i: int) -> int:
+    q, j = code[i], i + 1
+    while j < len(code) and code[j] != q and code[j] != "\n":
+        j += 2 if code[j] == "\\" else 1
+    return j + 1
+
+
+def _skip_comment(code: str, i: int) -> int | None:
+    if code.startswith("//", i):
+        j = code.find("\n", i)
+        return len(code) if j < 0 else j
+    if code.startswith("/*", i):
+        j = code.find("*/", i + 2)
+        return len(code) if j < 0 else j + 2
+    return None
+
+
+def _match_brace(code: str, i: int) -> int:
+    """Offset just past the ``}`` matching the ``{`` at ``i``."""
+    depth = 0
+    while i < len(code):
+        skip = _skip_comment(code, i)
+        if skip is not None:
+            i = skip
+            continue
+        c = code[i]
+        if c in "\"'":
+            i = _skip_literal(code, i)
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise CannotSplit("unbalanced braces")
+
+
+def _kind(header: str) -> str:
+    h = " ".join(header.split())
+    if re.match(r"^(typedef\s+)?(template\s*<.*>\s*)?(struct|class|union|enum)\b", h) and "(" not in h.split("{")[0]:
+        return "type"
+    if "=" in h.split("(")[0] or not re.search(r"\)\s*(const\s*)?(noexcept\s*)?(->[^{]*)?$", h):
+        return "statement"  # an initializer (a table, a lambda), not a function body
+    if "__global__" in h:
+        return "kernel"
+    if "__device__" in h:
+        return "both_fn" if "__host__" in h else "device_fn"
+    return "host_fn"
+
+
+def scan(code: str) -> list[Item]:
+    """Namespace-scope items of a CUDA source, in order, with their character spans."""
+    items: list[Item] = []
+    i, n, start = 0, len(code), None
+    depth = 0  # open namespaces / extern "C" blocks
+    while i < n:
+        skip = _skip_comment(code, i)
+        if skip is not None:
+            i = skip
+            continue
+        c = code[i]
+        if start is None:
+            if c.isspace():
+                i += 1
+                continue
+            if c == "#":
+                j = i
+                while True:
+                    j = code.find("\n", j)
+                    if j < 0 or code[j - 1] != "\\":
+                        break
+                    j += 1
+                j = n if j < 0 else j
+                items.append(Item("pp", i, j))
+                i = j
+                continue
+            if c == "}" and depth:
+                items.append(Item("close", i, i + 1))
+                depth -= 1
+                i += 1
+                continue
+            start = i
+        if c in "\"'":
+            i = _skip_literal(code, i)
+            continue
+        if c == ";":
+            items.append(Item("statement", start, i + 1, code[start:i]))
+            start, i = None, i + 1
+            continue
+        if c == "{":
+            header = code[start:i].strip()
+            if re.search(r"\bnamespace\b[^;()]*$", header) or re.fullmatch(r'extern\s*"C"', header):
+                items.append(Item("open", start, i + 1, header))
+                depth += 1
+                start, i = None, i + 1
+                continue
+            end = _match_brace(code, i)
+            kind = _kind(header)
+            if kind in ("type", "statement"):  # runs on to its ';'
+                j = end
+                while j < n and code[j] != ";":
+                    if code[j] == "{":
+                        j = _match_brace(code, j)
+                        continue
+                    j += 1
+                end = min(j + 1, n)
+            items.append(Item(kind, start, end, header))
+            start, i = None, end
+            continue
+        i += 1
+    if start is not None and code[start:].strip():
+        raise CannotSplit("the source ends inside a declaration")
+    return items
+
+
+def _blank(text: str) -> str:
+    return "\n" * text.count("\n")
+
+
+def _rest(head: str, text: str) -> str:
+    """The newlines that keep the line count when ``head`` stands for ``text``."""
+    return "\n" * (text.count("\n") - head.count("\n"))
+
+
+def _stub_declaration(header: str) -> str:
+    """``__global__ void __launch_bounds__(256) k(float* x)`` -> ``void k(float* x);`` (the stub nvcc emits)."""
+    h = re.sub(r"\b__launch_bounds__\s*\([^)]*\)|\b__maxnreg__\s*\([^)]*\)|\b__cluster_dims__\s*\([^)]*\)", "", header)
+    h = re.sub(r"\b(__global__|static|inline|__forceinline__|__noinline__)\b", "", h)
+    return h + ";"
+
+
+LAUNCH = re.compile(r"<<<")
+
+
+def _callee_start(code: str, at: int) -> int:
+    j = at
+    while j > 0 and code[j - 1].isspace():
+        j -= 1
+    if j > 0 and code[j - 1] == ">":
+        raise CannotSplit("a launch of a template kernel")
+    while j > 0 and (code[j - 1].isalnum() or code[j - 1] in "_:"):
+        j -= 1
+    if j == at:
+        raise CannotSplit("a launch whose kernel is not a name")
+    return j
+
+
+def _balanced_until(code: str, i: int, stop: str) -> int:
+    """Offset of ``stop`` at bracket depth 0 from ``i``."""
+    depth = 0
+    while i < len(code):
+        if code.startswith(stop, i) and depth == 0:
+            return i
+        c = code[i]
+        if c in "\"'":
+            i = _skip_literal(code, i)
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth < 0:
+                break
+        i += 1
+    raise CannotSplit(f"no '{stop}' closing a kernel launch")
+
+
+def lower_launches(code: str) -> str:
+    """Each ``k<<<cfg>>>(args)`` as nvcc lowers it: push the configuration, then call k's stub."""
+    out, pos = [], 0
+    for m in LAUNCH.finditer(code):
+        if m.start() < pos:
+            continue
+        callee = _callee_start(code, m.start())
+        cfg_end = _balanced_until(code, m.end(), ">>>")
+        j = cfg_end + 3
+        while j < len(code) and code[j].isspace():
+            j += 1
+        if j >= len(code) or code[j] != "(":
+            raise CannotSplit("a kernel launch without arguments in parentheses")
+        args_end = _balanced_until(code, j + 1, ")")
+        name = code[callee : m.start()].rstrip()
+        cfg = code[m.end() : cfg_end]
+        args = code[j + 1 : args_end]
+        out.append(code[pos:callee])
+        out.append(f"(__cudaPushCallConfiguration({cfg}) ? (void)0 : {name}({args}))")
+        pos = args_end + 1
+    out.append(code[pos:])
+    return "".join(out)
+
+
+@dataclass
+class Split:
+    host: str
+    device: str
+    kernels: list[str]
+
+
+def split(code: str) -> Split:
+    """The host and device units of one CUDA source (see the module docstring)."""
+    if "PYBIND11_MODULE" in code or "TORCH_LIBRARY" in code:
+        raise CannotSplit("the CUDA source defines its own module")
+    items = scan(code)
+    host, device, kernels = [], [], []
+    device_vars: list[str] = []
+    for it in items:
+        text = code[it.start : it.end]
+        if it.kind == "kernel" and re.search(r"\btemplate\b", it.header):
+            raise CannotSplit("a template kernel")
+        if it.kind == "pp":
+            include = re.match(r"\s*#\s*include", text)
+            keep_host = not include or not DEVICE_ONLY_INCLUDE.search(text)
+            host.append(text if keep_host else _blank(text))
+            device.append(_blank(text) if TORCH_INCLUDE.match(text) else text)
+        elif it.kind == "kernel":
+            names = [x for x in re.findall(r"(\w+)\s*\(", it.header) if not x.startswith("__")]
+            kernels.append(names[-1] if names else "?")
+            host.append(_stub_declaration(it.header) + _rest(it.header, text))
+            device.append(re.sub(r"\bstatic\b", "", text, count=1) if text.lstrip().startswith("static") else text)
+        elif it.kind == "device_fn":
+            host.append(_blank(text))
+            device.append(text)
+        elif it.kind == "both_fn":
+            host.append(text)
+            device.append(text)
+        elif it.kind == "host_fn":
+            host.append(text)
+            device.append(_blank(text))
+        elif it.kind in ("open", "close"):
+            host.append(text)
+            device.append(text)
+        else:  # type or statement
+            if (
+                re.search(r"\b(__constant__|__device__|__shared__|__managed__)\b", text)
+                and "(" not in text.split("=")[0]
+            ):
+                device_vars += re.findall(r"(\w+)\s*(?:\[|=|;)", text)[:1]
+                host.append(_blank(text))
+                device.append(text)
+                continue
+            if "__global__" in text:  # a kernel's forward declaration
+                decl = text.rstrip().rstrip(";")
+                host.append(_stub_declaration(decl) + _rest(decl, text))
+                device.append(text)
+                continue
+            alias = re.match(r"\s*(using\s+namespace|namespace\s+\w+\s*=)", text)
+            host.append(_blank(text) if alias and DEVICE_NAMESPACES.search(text) else text)
+            device.append(_blank(text) if TORCH_NAMES.search(text) else text)
+    host_text = "".join(_join(code, items, host))
+    for var in device_vars:
+        if re.search(rf"\b{re.escape(var)}\b", host_text):
+            raise CannotSplit(f"host code uses the device variable '{var}'")
+    if not kernels:
+        raise CannotSplit("no kernel in the CUDA source")
+    return Split(lower_launches(host_text), "".join(_join(code, items, device)), kernels)
+
+
+def _join(code: str, items: list[Item], parts: list[str]):
+    """The parts in the source's order, with what lies between items (space, comments) kept."""
+    pos = 0
+    for it, part in zip(items, parts):
+        yield code[pos : it.start]
+        yield part
+        pos = it.end
+    yield code[pos:]

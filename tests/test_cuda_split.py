@@ -1,0 +1,111 @@
+"""The split CUDA build's source cut (cuda_split.py) and its units, compiled by the real nvcc and g++.
+
+Linking and running need a CUDA build of torch (tests/test_gpu_nvidia.py and
+bench/cuda_build_time.py on the H100); here each unit is compiled as the split build compiles it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kforge_mcp.targets.cuda_fast_build import PRELUDE, candidate_errors
+from kforge_mcp.targets.cuda_split import CannotSplit, lower_launches, split
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples/candidates").glob("*/cuda.py"))
+
+
+def cuda_source(path: Path) -> str:
+    return re.search(r'cuda_source = r?"""(.*?)"""', path.read_text(), re.S).group(1)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)
+def test_split_keeps_lines_and_separates_units(path):
+    code = cuda_source(path)
+    units = split(code)
+    assert units.host.count("\n") == code.count("\n") == units.device.count("\n")  # #line mapping holds
+    assert units.kernels
+    assert "<<<" not in units.host and "__cudaPushCallConfiguration(" in units.host
+    assert "__global__" not in units.host and "threadIdx" not in units.host
+    assert "torch/extension.h" not in units.device and "torch::" not in units.device
+    for k in units.kernels:
+        assert re.search(rf"__global__[^;{{]*\b{k}\s*\(", units.device)
+        assert re.search(rf"\bvoid\s+{k}\s*\([^)]*\);", units.host)  # the stub the launch calls
+
+
+def test_launch_lowering_matches_nvcc_form():
+    code = "void f(int n, cudaStream_t s) {\n  k<<<dim3((n + 255) / 256), 256, 0, s>>>(a(1, 2), n);\n}\n"
+    assert lower_launches(code) == (
+        "void f(int n, cudaStream_t s) {\n"
+        "  (__cudaPushCallConfiguration(dim3((n + 255) / 256), 256, 0, s) ? (void)0 : k(a(1, 2), n));\n}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "code, why",
+    [
+        ("template <typename T> __global__ void k(T* x) {}\nvoid f() { k<float><<<1, 1>>>(0); }\n", "template"),
+        ("__constant__ float c[4];\n__global__ void k() {}\nvoid f() { cudaMemcpyToSymbol(c, 0, 4); }\n", "'c'"),
+        ("__global__ void k() {}\nPYBIND11_MODULE(m, x) {}\n", "own module"),
+        ("void f() {}\n", "no kernel"),
+    ],
+)
+def test_what_it_cannot_cut_faithfully_is_refused(code, why):
+    with pytest.raises(CannotSplit, match=why):
+        split(code)
+
+
+def test_device_errors_blamed_on_the_candidate_only_when_they_are_its_own():
+    own = 'cand.py(12): error: identifier "blockIdy" is undefined\n'
+    torch_name = 'cand.py(12): error: name followed by "::" must be a class or namespace name: at\n'
+    elsewhere = "/tmp/x/device.cu(3): error: something\n"
+    assert candidate_errors(own, "cand.py")
+    assert not candidate_errors(torch_name, "cand.py")
+    assert not candidate_errors(elsewhere, "cand.py")
+
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)
+def test_device_unit_compiles_without_torch_headers(path, tmp_path):
+    (tmp_path / "device.cu").write_text(
+        "#include <cuda.h>\n#include <cuda_runtime.h>\n" + split(cuda_source(path)).device
+    )
+    run = subprocess.run(
+        ["nvcc", "-c", "-gencode=arch=compute_90a,code=sm_90a", "device.cu", "-o", "device.o"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    syms = subprocess.run(["nm", "-C", "device.o"], cwd=tmp_path, capture_output=True, text=True).stdout
+    for k in split(cuda_source(path)).kernels:  # the host stubs the host unit's launches call
+        assert re.search(rf" T {k}\(", syms), syms
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_host_unit_type_checks_with_torch_headers(tmp_path):
+    """The lowered launches call the stubs with the kernels' own parameter types (g++, torch's headers)."""
+    from kforge_mcp.targets.cuda import torch_include_dirs
+
+    path = ROOT / "examples/candidates/gemm_bias_relu/cuda.py"
+    (tmp_path / "prelude.h").write_text(PRELUDE)
+    (tmp_path / "host.cpp").write_text(split(cuda_source(path)).host)
+    includes = [f"-I{d}" for d in [*torch_include_dirs(), "/usr/local/cuda/include"]]
+    run = subprocess.run(
+        ["g++", "-std=c++17", "-fsyntax-only", *includes, "-include", "prelude.h", "host.cpp"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
