@@ -15,6 +15,7 @@ from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
 from .errors import InputError, KforgeError
 from .home import check_home, default_home
 from .options import BASELINES, PROFILE, VERIFY
+from .pipeline import start_prebuilds
 from .problem import Source, check_allowed_path, default_allowed_roots
 from .problem import resolve_source as _resolve_source
 from .schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
@@ -246,20 +247,19 @@ class Engine:
         width = max(1, sum(self.executor.slots(lane) for lane in lanes))
         reports: list[VerifyReport | None] = [None] * len(merged)
         done_lock, done = threading.Lock(), [0]
+        prebuilt = start_prebuilds(self, merged, on_progress, cancel)  # CPU workers build ahead of the GPU
 
         def one(i: int) -> None:
             args = merged[i]
-            if cancel is not None and cancel.is_set():
+            prebuilt.wait(i)
+            try:
+                if cancel is not None and cancel.is_set():
+                    raise JobCancelled()
+                report = self.verify(**args, cancel=cancel)
+            except JobCancelled:
                 report = VerifyReport(verdict="error", correct=False, target=args.get("target"), errors=["cancelled"])
-            else:
-                try:
-                    report = self.verify(**args, cancel=cancel)
-                except JobCancelled:
-                    report = VerifyReport(
-                        verdict="error", correct=False, target=args.get("target"), errors=["cancelled"]
-                    )
-                except KforgeError as e:  # bad input for this item: its own verdict, not the batch's
-                    report = VerifyReport(verdict="error", correct=False, target=args.get("target"), errors=[str(e)])
+            except KforgeError as e:  # bad input for this item: its own verdict, not the batch's
+                report = VerifyReport(verdict="error", correct=False, target=args.get("target"), errors=[str(e)])
             reports[i] = report
             with done_lock:
                 done[0] += 1

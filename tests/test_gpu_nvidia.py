@@ -93,3 +93,62 @@ def test_cute_examples_pass(engine, name):
 def test_cute_compile_on_the_gpu_host(engine):
     report = engine.compile("cute", example("row_softmax", "cute"), problem=problem("row_softmax"))
     assert report.ok and report.kernels[0].registers > 0
+
+
+def cuda_build(report) -> dict:
+    return next(f.evidence for f in report.findings if f.code == "cuda_build")
+
+
+def test_split_build_reuses_what_an_edit_left_unchanged(engine):
+    src = open(example("fused_bias_gelu", "cuda")).read()
+    first = engine.verify(problem("fused_bias_gelu"), src, target="cuda", baselines=["eager"], timeout_s=900)
+    assert first.verdict == "pass" and cuda_build(first)["path"] == "split", first.findings
+    kernel_edit = src.replace("0.5f * v * (1.0f", "0.5f * v * (1.00f")
+    started = time.perf_counter()
+    edited = engine.verify(problem("fused_bias_gelu"), kernel_edit, target="cuda", baselines=["eager"])
+    assert edited.verdict == "pass", edited.errors
+    assert set(cuda_build(edited)["reused"]) == {"main", "host"}, cuda_build(edited)
+    assert time.perf_counter() - started < 30
+
+
+def test_split_and_stock_builds_give_the_same_outputs(tmp_path, monkeypatch):
+    from kforge_mcp.problem import Source, build_models, load_problem
+    from kforge_mcp.targets.cuda import CudaTarget
+
+    src = Source(text=open(example("row_softmax", "cuda")).read(), name="cand.py")
+    prob = load_problem(Source(text=open(problem("row_softmax")).read(), name="p.py"), tmp_path)
+    outs = {}
+    for mode in ("split", "stock"):
+        monkeypatch.setenv("KFORGE_CUDA_BUILD", mode)
+        monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / mode))
+        target = CudaTarget()
+        module = target.load(src, "cuda", tmp_path / f"w-{mode}")
+        assert cuda_build_path(target) == mode
+        _, cand = build_models(prob, module, "cuda")
+        with torch.no_grad():
+            outs[mode] = cand(*prob.make_inputs(0, "cuda"))
+    assert torch.equal(outs["split"], outs["stock"])
+
+
+def cuda_build_path(target) -> str:
+    return next(f.evidence["path"] for f in target.load_findings() if f.code == "cuda_build")
+
+
+def test_batch_builds_ahead_on_cpu_workers(tmp_path):
+    from kforge_mcp.engine.executor import LocalExecutor
+    from kforge_mcp.engine.pool import WorkerPool
+
+    src = open(example("fused_bias_gelu", "cuda")).read()
+    items = [
+        {"problem": problem("fused_bias_gelu"), "candidate": src.replace("threads = 256", f"threads = {t}")}
+        for t in (64, 128, 512)
+    ]
+    messages: list[str] = []
+    engine = Engine(home=tmp_path, executor=LocalExecutor(WorkerPool(tmp_path), cpu_workers=2))
+    try:
+        reports = engine.verify_batch(items, on_progress=messages.append, target="cuda", baselines=["eager"])
+    finally:
+        engine.close()
+    assert [r.verdict for r in reports] == ["pass"] * 3, [r.errors for r in reports]
+    assert sum("built on a CPU worker" in m for m in messages) == 3, messages
+    assert all(cuda_build(r)["reused"] == ["extension"] for r in reports), [cuda_build(r) for r in reports]

@@ -31,9 +31,9 @@ def worker_environment(lane: str, home: Path, tmp: Path, base: dict[str, str] | 
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(home / "cache" / "inductor"))
     env.setdefault("TORCH_EXTENSIONS_DIR", str(home / "cache" / "torch_extensions"))  # cuda target builds
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's own default; set so it stops warning
-    # sandbox settings reach the worker; with the sandbox on, temp files and tool caches go to
+    # sandbox and CUDA build settings reach the worker; with the sandbox on, temp files and tool caches go to
     # dirs the worker may write (Landlock leaves it only those: see landlock.py)
-    env.update({k: v for k, v in base.items() if k.startswith("KFORGE_SANDBOX")})
+    env.update({k: v for k, v in base.items() if k.startswith(("KFORGE_SANDBOX", "KFORGE_CUDA_"))})
     if base.get("KFORGE_TARGETS"):  # target files outside the package: the worker's registry loads them too
         env["KFORGE_TARGETS"] = base["KFORGE_TARGETS"]
     from .sandbox import enabled

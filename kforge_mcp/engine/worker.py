@@ -51,6 +51,15 @@ def handle_compile(req, progress, workdir, state) -> dict:
     return report.model_dump()
 
 
+def handle_prebuild(req, progress, workdir, state) -> dict:
+    """Build a candidate's kernels for a device without running them (ahead of its GPU verify)."""
+    from ..problem import Source
+    from ..targets import get_target
+
+    builds = get_target(req["target"]).prebuild(Source.from_wire(req["candidate"]), req["device"], workdir)
+    return {"builds": [vars(b) for b in builds]}
+
+
 def handle_verify(req, progress, workdir, state) -> dict:
     from .verify import BaselineCache, run_verify
 
@@ -113,6 +122,7 @@ HANDLERS = {
     "probe": handle_probe,
     "compile": handle_compile,
     "verify": handle_verify,
+    "prebuild": handle_prebuild,
     "profile": handle_profile,
     "roofline": handle_roofline,
 }

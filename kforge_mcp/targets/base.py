@@ -79,6 +79,11 @@ class Target(ABC):
     def load(self, source: Source, device: str, workdir: Path) -> types.ModuleType:
         """Build (or import) the candidate so that its kernels run on ``device``. Inside a worker."""
 
+    def prebuild(self, source: Source, device: str, workdir: Path) -> list:
+        """Build what ``load`` would build for ``device`` without importing it (a CPU worker, ahead of
+        the GPU verify); the default: nothing to build ahead."""
+        return []
+
     def load_findings(self) -> list[Finding]:
         """What the last ``load`` wants the report to say about how it built (e.g. the CUDA build path)."""
         return []

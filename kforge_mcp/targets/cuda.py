@@ -21,10 +21,6 @@ Beside it: cuda_build.py (the captured builds), cuda_source.py (strings back to 
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import json
-import os
 import re
 import sysconfig
 import threading
@@ -34,17 +30,17 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..problem import Source
-from ..settings import OFF, Settings
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
-from ..source import SourceRuntimeError, import_source
+from ..settings import OFF, Settings
+from ..source import SourceRuntimeError
 from .base import Target, dist_version, find_tool
-from .cuda_build import InlineBuild, _as_list, capture_builds, extension_cache_dir, patched_load_inline
+from .cuda_build import CUTLASS_HEADER, InlineBuild, capture_builds, cutlass_include_dir, extension_cache_dir
+from .cuda_fast_build import BuildInfo, prewarm_pch
 from .cuda_lean_header import TORCH_LEAN_H
+from .cuda_load import load_candidate
 from .cuda_source import Piece, map_pieces, top_level_blocks
-from .cuda_fast_build import BuildInfo, FastBuildError, candidate_errors, load_split, prewarm_pch, torch_versions
 from .nvcc import (
     NvccRun,
-    build_errors,
     binding_diagnostics,
     cubin_sass,
     demangle,
@@ -62,7 +58,6 @@ NEEDS_GPU = "needs an NVIDIA GPU to run; compile works here"
 TORCH_HEADER = re.compile(
     r'^[ \t]*#[ \t]*include[ \t]*[<"](torch/|ATen/|c10/|pybind11/|THC/|Python\.h)[^>"]*[>"]', re.M
 )
-CUTLASS_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](cute|cutlass)/', re.M)
 # load_inline puts these before the CUDA sources; the full path does the same
 LOAD_INLINE_CUDA_PREFIX = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 
@@ -83,16 +78,6 @@ def torch_include_dirs() -> list[str]:
     from torch.utils.cpp_extension import include_paths
 
     return [*include_paths(), sysconfig.get_paths()["include"]]
-
-
-def cutlass_include_dir() -> str | None:
-    """CuTe / CUTLASS C++ headers from the ``nvidia-cutlass`` wheel."""
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec and spec.origin:
-        inc = Path(spec.origin).parent / "source" / "include"
-        if (inc / "cute").is_dir():
-            return str(inc)
-    return None
 
 
 # flags that only make sense for a real build, or that nvcc -cubin refuses
@@ -289,45 +274,23 @@ class CudaTarget(Target):
 
     # ---- load (GPU) ----
 
-    def _split_build(self, real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir):
-        """The split build (cuda_fast_build.py) when it applies; (None, info) sends the caller to the stock build.
-        A device-unit error located in the candidate's kernels is the candidate's: it is raised at once."""
-        settings = Settings.read()
-        info = BuildInfo(path="stock")
-        self.builds.append(info)
-        if settings.cuda_build.strip().lower() != "split" or args or not kwargs.get("is_python_module", True):
-            info.fallback = (
-                "split builds are off"
-                if settings.cuda_build.strip().lower() != "split"
-                else "load_inline arguments the split build does not take"
-            )
-            return None, info
-        bind_key = hashlib.sha256(
-            json.dumps([cpp_src, functions, kwargs, torch_versions()], sort_keys=True, default=str).encode()
-        ).hexdigest()[:16]
-        try:
-            module, built = load_split(
-                real,
-                f"{name}_{bind_key}",
-                cpp_src,
-                cuda_src,
-                functions,
-                kwargs,
-                build_dir,
-                settings.cuda_pch not in OFF,
-            )
-        except FastBuildError as e:
-            if e.unit == "device" and candidate_errors(e.output, self.source_name):
-                raise
-            info.fallback = f"the split {e.unit} unit failed: " + next(
-                (ln for ln in e.output.splitlines() if "error" in ln), e.output.strip()[:300]
-            )
-            return None, info
-        except Exception as e:  # planning the build (torch's internals) is not the candidate's business
-            info.fallback = f"split build could not start: {type(e).__name__}: {e}"
-            return None, info
-        self.builds[-1] = built
-        return module, built
+    def load(self, source: Source, device: str, workdir: Path) -> types.ModuleType:
+        import torch
+
+        if not device.startswith("cuda") or not torch.cuda.is_available():
+            raise InputError(f"target 'cuda' needs an NVIDIA GPU to run (device '{device}')")
+        self.builds: list[BuildInfo] = []
+        capability = torch.cuda.get_device_capability(torch.device(device))
+        return load_candidate(source, capability, workdir, self.builds)
+
+    def prebuild(self, source: Source, device: str, workdir: Path) -> list[BuildInfo]:
+        """Build the candidate's extensions for ``device``'s arch without importing them (a CPU worker
+        does this while the GPU verifies another candidate)."""
+        import torch
+
+        builds: list[BuildInfo] = []
+        load_candidate(source, torch.cuda.get_device_capability(torch.device(device)), workdir, builds, prebuild=True)
+        return builds
 
     def load_findings(self) -> list[Finding]:
         found = [
@@ -338,106 +301,10 @@ class CudaTarget(Target):
                 + (f"; stock because {b.fallback}" if b.fallback else ""),
                 evidence={k: v for k, v in vars(b).items() if v not in (None, [], {})},
             )
-            for b in self.builds
+            for b in getattr(self, "builds", [])
         ]
         self.builds = []
         return found
-
-    def load(self, source: Source, device: str, workdir: Path) -> types.ModuleType:
-        import torch
-
-        if not device.startswith("cuda") or not torch.cuda.is_available():
-            raise InputError(f"target 'cuda' needs an NVIDIA GPU to run (device '{device}')")
-        major, minor = torch.cuda.get_device_capability(torch.device(device))
-        arch = f"sm_{major}{minor}"
-        errors: list[Diagnostic] = []
-        self.builds: list[BuildInfo] = []
-        self.source_name = source.name
-
-        def building(real, name, cpp_sources=None, cuda_sources=None, functions=None, *args, **kwargs):
-            cuda = map_pieces(_as_list(cuda_sources), source.text, "cuda_sources")
-            cpp = map_pieces(_as_list(cpp_sources), source.text, "cpp_sources")
-            cuda_src = [p.annotated(source.name) for p in cuda]
-            cpp_src = [p.annotated(source.name) for p in cpp]
-            flags = kwargs.get("extra_cuda_cflags") or []
-            includes = list(kwargs.get("extra_include_paths") or [])
-            if any(CUTLASS_HEADER.search(p.text) for p in cuda) and cutlass_include_dir():
-                includes.append(cutlass_include_dir())
-                kwargs["extra_include_paths"] = includes
-            key = hashlib.sha256(
-                json.dumps(
-                    {
-                        "name": name,
-                        "cpp": cpp_src,
-                        "cuda": cuda_src,
-                        "functions": functions,
-                        "flags": flags,
-                        "cflags": kwargs.get("extra_cflags"),
-                        "ldflags": kwargs.get("extra_ldflags"),
-                        "includes": includes,
-                        "torch": torch.__version__,
-                        "torch_cuda": torch.version.cuda,
-                        "nvcc": nvcc_version(),
-                        "arch": arch,
-                    },
-                    sort_keys=True,
-                    default=str,
-                ).encode()
-            ).hexdigest()[:20]
-            build_dir = extension_cache_dir() / f"{name}-{key}"
-            build_dir.mkdir(parents=True, exist_ok=True)
-            kwargs.pop("build_directory", None)
-            kwargs.setdefault("verbose", False)
-            from filelock import FileLock
-
-            env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
-            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}{'a' if major >= 9 else ''}"
-            started = time.perf_counter()
-            try:
-                with FileLock(str(build_dir) + ".lock", timeout=1800):
-                    module, info = self._split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir)
-                    if module is not None:
-                        return module
-                    # keywords only: load_inline's positional order differs across torch versions (sycl_sources)
-                    module = real(
-                        f"{name}_{key}",
-                        cpp_src,
-                        *args,
-                        cuda_sources=cuda_src,
-                        functions=functions,
-                        build_directory=str(build_dir),
-                        **kwargs,
-                    )
-                    info.seconds = round(time.perf_counter() - started, 2)
-                    return module
-            except Exception as e:
-                errors.extend(build_errors(str(getattr(e, "output", "")) or str(e), source.name))
-                raise
-            finally:
-                if env_arch is None:
-                    os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-                else:
-                    os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
-
-        holder: dict = {}
-
-        def replacement(*args, **kwargs):
-            return building(holder["real"], *args, **kwargs)
-
-        try:
-            with patched_load_inline(replacement) as real:
-                holder["real"] = real
-                return import_source(source, workdir, "candidate")
-        except SourceRuntimeError as e:
-            if not errors:
-                raise
-            # the build log is in the exception text; the parsed errors say it shorter
-            call = [
-                Diagnostic(line=d.line, severity="note", file=source.name, message="the load_inline build failed here")
-                for d in e.diagnostics[:1]
-            ]
-            summary = "; ".join(f"line {d.line}: {d.message}" if d.line else d.message for d in errors[:3])
-            raise SourceRuntimeError(f"{source.name}: load_inline build failed: {summary}", errors + call) from None
 
 
 def lean_piece(piece: Piece) -> Piece:

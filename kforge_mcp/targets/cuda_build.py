@@ -5,7 +5,9 @@ recorder while the candidate is imported; and where a real build (load, on a GPU
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import re
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +15,18 @@ from typing import Any
 
 from ..problem import Source
 from ..source import import_source
+
+CUTLASS_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](cute|cutlass)/', re.M)
+
+
+def cutlass_include_dir() -> str | None:
+    """CuTe / CUTLASS C++ headers from the ``nvidia-cutlass`` wheel."""
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec and spec.origin:
+        inc = Path(spec.origin).parent / "source" / "include"
+        if (inc / "cute").is_dir():
+            return str(inc)
+    return None
 
 
 def _as_list(value) -> list[str]:

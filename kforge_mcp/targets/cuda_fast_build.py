@@ -308,15 +308,26 @@ def _so_valid(so: Path) -> bool:
 
 
 def load_split(
-    real_load_inline, module_name: str, cpp_src, cuda_src, functions, kwargs: dict, build_dir: Path, pch: bool
+    real_load_inline,
+    module_name: str,
+    cpp_src,
+    cuda_src,
+    functions,
+    kwargs: dict,
+    build_dir: Path,
+    pch: bool,
+    import_module: bool = True,
 ):
     """The extension from the split build: (module, info), or (None, info) when the stock build must run.
     Raises FastBuildError when a unit fails (the caller decides whether that is the candidate's error)."""
     from torch.utils.cpp_extension import _import_module_from_library
 
+    def load():
+        return _import_module_from_library(module_name, str(build_dir), True) if import_module else None
+
     so = build_dir / f"{module_name}.so"
     if _so_valid(so):
-        return _import_module_from_library(module_name, str(build_dir), True), BuildInfo(reused=["extension"])
+        return load(), BuildInfo(reused=["extension"])
     started = time.perf_counter()
     plan = plan_build(real_load_inline, module_name, cpp_src, cuda_src, functions, kwargs, build_dir / "plan")
     info = build(plan, module_name, build_dir, build_dir.parent, use_pch=pch)
@@ -326,7 +337,7 @@ def load_split(
     sums.write_text(_file_sha(so))
     os.replace(sums, build_dir / f"{module_name}.so.sha256")
     info.seconds = round(time.perf_counter() - started, 2)
-    return _import_module_from_library(module_name, str(build_dir), True), info
+    return load(), info
 
 
 # names the device unit lacks (torch's headers are left out of it): an error about them may be the split's
