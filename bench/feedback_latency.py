@@ -77,7 +77,7 @@ async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[d
                 ("CUDA verify, same source again", "verify", {"candidate": cuda, "target": "cuda"}),
                 ("CUDA verify after a one-character kernel edit", "verify", {"candidate": kernel, "target": "cuda"}),
                 ("CUDA verify after a host (launch) edit", "verify", {"candidate": host, "target": "cuda"}),
-                ("compile of the edited source", "compile", {"candidate": host, "target": "cuda", "arch": "sm_90a"}),
+                ("compile of the edited source", "compile", {"source": host, "target": "cuda", "arch": "sm_90a"}),
             ]
         if triton:  # the build path does not touch Triton: 'before' leaves these out to save GPU time
             path = str(EX / "candidates/fused_bias_gelu/triton.py")

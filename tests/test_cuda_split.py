@@ -109,3 +109,17 @@ def test_host_unit_type_checks_with_torch_headers(tmp_path):
         timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_object_cache_never_trusts_a_corrupt_or_foreign_entry(tmp_path):
+    from kforge_mcp.targets.cuda_fast_build import ObjectCache
+
+    cache = ObjectCache(tmp_path / "objects")
+    built = tmp_path / "x.o"
+    built.write_bytes(b"\x7fELF object bytes")
+    assert cache.get("k1") is None
+    path = cache.put("k1", built)
+    assert cache.get("k1") == path and path.read_bytes() == built.read_bytes()
+    path.write_bytes(b"\x7fELF truncat")  # a crash mid-write, or another toolchain's file under this name
+    assert cache.get("k1") is None and not path.exists()  # rebuilt, never trusted
+    assert cache.get("k2") is None  # another key (flags, toolchain, torch) is another object

@@ -122,6 +122,7 @@ def test_split_and_stock_builds_give_the_same_outputs(tmp_path, monkeypatch):
         monkeypatch.setenv("KFORGE_CUDA_BUILD", mode)
         monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / mode))
         target = CudaTarget()
+        (tmp_path / f"w-{mode}").mkdir()
         module = target.load(src, "cuda", tmp_path / f"w-{mode}")
         assert cuda_build_path(target) == mode
         _, cand = build_models(prob, module, "cuda")

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from .cuda_split import CannotSplit, split
 
 PRELUDE = """// kforge: what the host unit needs before the candidate's own text (precompiled when ready)
@@ -267,21 +269,49 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
         ),
     }
     found, running = {}, {}
-    for unit, (key, cmd) in jobs.items():
+
+    def take(unit: str, wait: float) -> bool:
+        """Reuse the unit's object or start compiling it; False: another build holds it now."""
+        key, cmd = jobs[unit]
+        lock = FileLock(str(objects.root / f"{key}.lock"))
+        try:
+            lock.acquire(timeout=wait)
+        except Timeout:
+            return False
         hit = objects.get(key)
         if hit is not None:
+            lock.release()
             found[unit] = hit
             info.reused.append(unit)
         else:
-            running[unit] = (_compile(cmd, work), time.perf_counter())
-    failed = None
-    for unit, (proc, t0) in running.items():
-        out, _ = proc.communicate()
-        info.compiled[unit] = round(time.perf_counter() - t0, 2)
-        if proc.returncode != 0:
-            failed = failed or FastBuildError(unit, out)
-            continue
-        found[unit] = objects.put(jobs[unit][0], work / f"{unit}.o")
+            running[unit] = (_compile(cmd, work), time.perf_counter(), lock)
+        return True
+
+    failures: list[FastBuildError] = []
+
+    def finish() -> None:
+        """Wait for the compiles started, keep their objects, release their locks."""
+        for unit, (proc, t0, lock) in list(running.items()):
+            try:
+                out, _ = proc.communicate()
+                info.compiled[unit] = round(time.perf_counter() - t0, 2)
+                if proc.returncode != 0:
+                    failures.append(FastBuildError(unit, out))
+                else:
+                    found[unit] = objects.put(jobs[unit][0], work / f"{unit}.o")
+            finally:
+                lock.release()
+                del running[unit]
+
+    # a batch's builds share objects (the bindings): one compiles each; the others first finish
+    # what only they need, holding no lock, then wait for it
+    waiting = [u for u in jobs if not take(u, 0)]
+    finish()
+    for unit in waiting:
+        if not take(unit, 900):
+            raise FastBuildError(unit, "another build held this object for 900 s")
+    finish()
+    failed = failures[0] if failures else None
     if pch is not None and not pch.ready:
         pch.start_build()  # the next host build parses torch's headers from it
     if failed is not None:
