@@ -94,19 +94,34 @@ def compile_error_diagnostics(exc: BaseException, kernels: dict[str, Any], sourc
     return diags
 
 
-def merge_config_errors(failures: list[tuple[str | None, str, list[Diagnostic]]]) -> list[Diagnostic]:
-    """One copy of each distinct error; an error that several autotune configs hit names them all."""
-    groups: dict[tuple, tuple[list[Diagnostic], list[str]]] = {}
-    for label, kernel, diags in failures:
-        key = (kernel,) + tuple((d.line, d.column, d.severity, d.message) for d in diags)
-        groups.setdefault(key, (diags, []))[1].append(label)
+def skipped_by_autotuner(exc: BaseException) -> bool:
+    """Errors Triton's autotuner catches while benchmarking: it drops the config and goes on."""
+    from triton.compiler.errors import CompileTimeAssertionFailure
+    from triton.runtime.errors import OutOfResources, PTXASError
+
+    return isinstance(exc, (CompileTimeAssertionFailure, OutOfResources, PTXASError))
+
+
+def merge_config_errors(failures: list[tuple[Launch, bool, list[Diagnostic]]], built: set[str]) -> list[Diagnostic]:
+    """One copy of each distinct error; an error that several autotune configs hit names them all.
+    Where the autotuner would drop the failing configs (a static_assert, ptxas) and another config
+    of the kernel builds, the kernel still runs, so the error is a warning."""
+    groups: dict[tuple, tuple[list[Diagnostic], list[str], list[bool]]] = {}
+    for launch, skippable, diags in failures:
+        key = (launch.kernel,) + tuple((d.line, d.column, d.severity, d.message) for d in diags)
+        group = groups.setdefault(key, (diags, [], []))
+        group[1].append(launch.config)
+        group[2].append(skippable and launch.config is not None and launch.kernel in built)
     merged = []
-    for diags, labels in groups.values():
+    for diags, labels, skips in groups.values():
+        diags = [d.model_copy() for d in diags]
         named = [label for label in labels if label]
         if named:
-            diags = [d.model_copy() for d in diags]
             which = "; ".join(f"[{label}]" for label in named)
             diags[0].message += f" (autotune config{'s' if len(named) > 1 else ''} {which})"
+        if all(skips):
+            diags[0].severity = "warning"
+            diags[0].message += "; the autotuner drops these configs and runs the others"
         merged += diags
     return merged
 
@@ -192,13 +207,14 @@ def compile_candidate(source: Source, arch: str | None, problem: Source | None, 
         try:
             resources, text = compile_launch(launch, kernels[launch.kernel], target)
         except Exception as e:
-            failures.append((launch.config, launch.kernel, compile_error_diagnostics(e, kernels, source)))
+            failures.append((launch, skipped_by_autotuner(e), compile_error_diagnostics(e, kernels, source)))
             continue
         report.kernels.append(resources)
         ptx[ptx_key(launch, ptx)] = text
-    diags = merge_config_errors(failures) + diags  # errors first: they are what to fix
+    built = {k.name for k in report.kernels}
+    diags = merge_config_errors(failures, built) + diags  # errors first: they are what to fix
     report.ptx = ptx or None
-    report.ok = not failures and not any(d.severity == "error" for d in diags)
+    report.ok = not any(d.severity == "error" for d in diags)
     report.diagnostics = diags
     report.seconds = time.perf_counter() - started
     return report

@@ -123,7 +123,7 @@ def specialise(fn, backend, args: tuple, kwargs: dict, binders: dict) -> Launch:
     try:
         bound, specialization, options = binders[fn](*args, **kwargs)
     except TypeError as e:
-        raise TypeError(f"kernel {fn.__name__}: {e}") from e
+        raise TypeError(f"kernel {fn.__name__}: {str(e).replace('dynamic_func() ', '')}") from e
     sigvals = [s[0] for s in specialization]
     signature = dict(zip([p.name for p in fn.params], sigvals))
     paths = find_paths_if(sigvals, lambda _, v: v == "constexpr")
