@@ -27,16 +27,27 @@ def build(candidate, prob, tmp_path, arch=None):
     return compile_candidate(source(candidate), arch, source(prob) if prob else None, work)
 
 
-def test_traced_build_is_the_one_triton_builds_for_the_launch(tmp_path):
-    """The GEMM at 256x512x384: every pointer 16-byte aligned, every size and leading stride a
-    multiple of 16, unit strides constant. Triton, given that signature by hand, builds the same
-    kernel; the unspecialised guess of compile-without-problem uses more registers."""
+def gemm_by_hand(tmp_path, divisibility=True):
+    """The example GEMM built straight through triton.compile for the launch on the example problem:
+    sizes and leading strides divisible by 16, unit strides constant."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from kforge_mcp.source import import_source
 
+    fn = import_source(source(example("gemm_bias_relu", "triton")), tmp_path, "by_hand").linear_relu_kernel
+    names = fn.arg_names
+    constexprs = {"stride_xk": 1, "stride_wk": 1, "stride_on": 1, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
+    signature = {n: "constexpr" if n in constexprs else "*fp32" if n.endswith("ptr") else "i32" for n in names}
+    attrs = {(names.index(n),): DIV16 for n in names if n not in constexprs and divisibility}
+    return fn, triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32))
+
+
+def test_traced_build_is_the_one_triton_builds_for_the_launch(tmp_path):
+    """The GEMM at 256x512x384: every pointer 16-byte aligned, every size and leading stride a
+    multiple of 16, unit strides constant. Triton, given that signature by hand, builds the same
+    kernel; the unspecialised guess of compile-without-problem uses more registers."""
     cand = example("gemm_bias_relu", "triton")
     traced = build(cand, problem("gemm_bias_relu"), tmp_path)
     inferred = build(cand, None, tmp_path)
@@ -53,12 +64,7 @@ def test_traced_build_is_the_one_triton_builds_for_the_launch(tmp_path):
         "stride_om",
     }
 
-    fn = import_source(source(cand), tmp_path, "by_hand").linear_relu_kernel
-    names = fn.arg_names
-    constexprs = {"stride_xk": 1, "stride_wk": 1, "stride_on": 1, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
-    signature = {n: "constexpr" if n in constexprs else "*fp32" if n.endswith("ptr") else "i32" for n in names}
-    attrs = {(names.index(n),): DIV16 for n in names if n not in constexprs}
-    by_hand = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32))
+    fn, by_hand = gemm_by_hand(tmp_path)
     regs = cubin_resources(by_hand.asm["cubin"])[by_hand.name]["REG"]
     assert ours.registers == regs and traced.ptx["linear_relu_kernel"] == by_hand.asm["ptx"]
 
@@ -156,3 +162,43 @@ async def test_compile_tool_reports_configs_through_a_client(server):
         "BLOCK=1024, num_warps=8, num_stages=2",
     ]
     assert "n_elements" in report["kernels"][0]["divisible_by_16"] and len(report["ptx"]) == 2
+
+
+def load_bench():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "triton_compile_fidelity.py"
+    spec = importlib.util.spec_from_file_location("triton_compile_fidelity", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fidelity_bench_compares_a_report_with_compiled_kernels(tmp_path, capsys):
+    """The GPU benchmark's CPU half: its candidate list, its report side, and its comparison with
+    kernels Triton compiled (here by hand, where the GPU run reads Triton's JIT cache)."""
+    bench = load_bench()
+    names = {c.name for c, _ in bench.pairs()}
+    assert {"triton_tma.py", "autotuned.py", "device_descriptor.py"} <= names and "triton_crash.py" not in names
+    cand, prob = example("gemm_bias_relu", "triton"), problem("gemm_bias_relu")
+    report, ours = bench.reported(Path(cand), Path(prob), "sm_90a", tmp_path)
+    assert report["ok"]
+
+    def record(divisibility):
+        fn, compiled = gemm_by_hand(tmp_path, divisibility)
+        usage = cubin_resources(compiled.asm["cubin"])[compiled.name]
+        return bench.kernel_record(compiled, fn.arg_names, usage["REG"], usage["LOCAL"])
+
+    (same,) = bench.compare("gemm", ours, [record(True)])
+    assert same["equal"] == {"registers": True, "spills": True, "shared_bytes": True}
+    assert same["same_signature"] and same["same_divisibility"]
+    (unaligned,) = bench.compare("gemm", ours, [record(False)])
+    assert not unaligned["same_divisibility"] and not unaligned["equal"]["registers"]
+    assert " !" in bench.table([unaligned]) and bench.summary([same, unaligned])["registers_equal"] == 1
+    unmatched = bench.compare("gemm", ours, [])
+    assert unmatched[0]["launched"] is None and bench.summary(unmatched)["matched"] == 0
+
+    import torch
+
+    if not torch.cuda.is_available():
+        assert bench.main([str(tmp_path / "out.json")]) == 2 and "needs an NVIDIA GPU" in capsys.readouterr().out
