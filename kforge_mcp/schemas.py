@@ -30,6 +30,9 @@ class KernelResources(BaseModel):
     """Per-kernel resource use from the compiled binary (cuobjdump / ptxas)."""
 
     name: str
+    config: str | None = Field(
+        None, description="the autotune config this build is for (its meta-parameters, warps, stages)"
+    )
     registers: int | None = None
     spills: int | None = Field(None, description="bytes of local memory used for spills")
     shared_bytes: int | None = None
@@ -38,6 +41,9 @@ class KernelResources(BaseModel):
     num_stages: int | None = None
     signature: dict[str, str] = Field(default_factory=dict, description="argument types it was compiled for")
     constexprs: dict[str, Any] = Field(default_factory=dict)
+    divisible_by_16: list[str] = Field(
+        default_factory=list, description="arguments specialised as divisible by 16 (pointers: 16-byte aligned)"
+    )
 
 
 class JobAware(BaseModel):
@@ -59,7 +65,9 @@ class CompileReport(JobAware):
         None,
         description="where kernel argument types came from: 'traced' (a forward on the problem's inputs) or 'inferred' (static)",
     )
-    ptx: dict[str, str] | None = Field(None, description="PTX per kernel, when asked for")
+    ptx: dict[str, str] | None = Field(
+        None, description="PTX per kernel ('kernel [config]' per autotune config), when asked for"
+    )
     sass: dict[str, str] | None = Field(
         None, description="SASS per kernel or extension, when asked for (with emit_ptx)"
     )

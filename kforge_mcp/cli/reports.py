@@ -24,7 +24,8 @@ def print_compile(report, file: str) -> None:
         for column in ("kernel", "registers", "spills (B)", "shared (B)", "warps", "stages"):
             table.add_column(column, justify="left" if column == "kernel" else "right")
         for k in report.kernels:
-            table.add_row(k.name, *(fmt(v) for v in (k.registers, k.spills, k.shared_bytes, k.num_warps, k.num_stages)))
+            name = f"{k.name} [{k.config}]" if k.config else k.name  # one row per autotune config
+            table.add_row(name, *(fmt(v) for v in (k.registers, k.spills, k.shared_bytes, k.num_warps, k.num_stages)))
         out.print(table)
     for name, ptx in (report.ptx or {}).items():
         out.rule(f"PTX {name}")

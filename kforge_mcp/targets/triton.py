@@ -10,95 +10,21 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import re
-import subprocess
-import tempfile
-import time
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ..errors import InputError
 from ..problem import Source
-from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
-from ..source import SourceRuntimeError, diagnostics_from_exception, import_source
+from ..schemas import CompileReport, Finding, TargetStatus
+from ..source import import_source
 from .base import Target, dist_version, find_tool, xpu_unavailable_reason
-from .triton_launches import _def_line, infer_launches, jit_functions, trace_launches
-
-DEFAULT_ARCH = "sm_90a"
+from .triton_compile import DEFAULT_ARCH, compile_candidate, cubin_resources, parse_arch  # noqa: F401  (cute reads cubins too)
+from .triton_launches import jit_functions
 
 
 @dataclass
 class LaunchCount:
     count: int = 0
-
-
-def parse_arch(arch: str | None) -> int:
-    """'sm_90a', 'sm_90', '90', 'sm_100a' -> compute capability as Triton wants it (90, 100)."""
-    m = re.fullmatch(r"(?:sm_)?(\d{2,3})a?", (arch or DEFAULT_ARCH).strip().lower())
-    if not m:
-        raise InputError(f"arch '{arch}' is not an NVIDIA arch such as sm_80, sm_90a or sm_100a")
-    return int(m.group(1))
-
-
-def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:
-    """Parse ``cuobjdump --dump-resource-usage``: REG, STACK, SHARED, LOCAL per function."""
-    tool = find_tool("cuobjdump", prefer_triton_bundle=True)
-    if tool is None:
-        return {}
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True, timeout=60).stdout
-    result, current = {}, None
-    for line in out.splitlines():
-        m = re.match(r"\s*Function (\S+):", line)
-        if m:
-            current = result.setdefault(m.group(1), {})
-        elif current is not None:
-            current.update({k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", line)})
-    return result
-
-
-def compile_error_diagnostics(exc: BaseException, kernels: dict[str, Any], source: Source) -> list[Diagnostic]:
-    """Triton's CompilationError carries an AST node whose line counts from the kernel's
-    ``def``; walk the cause chain (a helper's error is the cause of its caller's) and map
-    each to the submitted file. The innermost is the error; callers become notes."""
-    from triton.compiler.errors import CompilationError
-
-    by_src = {fn.src: fn for fn in kernels.values()}
-    chain = []
-    e: BaseException | None = exc
-    while isinstance(e, CompilationError):
-        chain.append(e)
-        e = e.__cause__
-    diags = []
-    for i, err in enumerate(reversed(chain)):
-        fn = by_src.get(err.src)
-        node = getattr(err, "node", None)
-        line = col = None
-        if fn is not None and node is not None and hasattr(node, "lineno"):
-            def_line = _def_line(fn)
-            line = def_line + node.lineno - 1
-            indent = len(source.text.splitlines()[def_line - 1]) - len(source.text.splitlines()[def_line - 1].lstrip())
-            col = node.col_offset + indent + 1
-        message = err.error_message or str(err).strip().splitlines()[-1]
-        if i > 0:
-            message = f"in a call from kernel {fn.__name__ if fn else '?'}: {message}"
-        diags.append(
-            Diagnostic(
-                line=line,
-                column=col,
-                severity="error" if i == 0 else "note",
-                message=message,
-                file=source.name,
-                kernel=fn.__name__ if fn else None,
-            )
-        )
-    if not diags:
-        diags = [Diagnostic(message=f"{type(exc).__name__}: {str(exc).strip()[-2000:]}", file=source.name)]
-    return diags
 
 
 class TritonTarget(Target):
@@ -120,7 +46,8 @@ class TritonTarget(Target):
         return []
 
     def cache_versions(self) -> dict[str, str]:
-        return {"triton": dist_version("triton") or "-"}
+        # "compile" changes when reports change meaning, so cached reports of older builds are not served
+        return {"triton": dist_version("triton") or "-", "compile": "launch-specialised"}
 
     def probe(self, devices: list[str]) -> TargetStatus:
         version = dist_version("triton") or dist_version("pytorch-triton-xpu") or dist_version("pytorch-triton")
@@ -204,79 +131,7 @@ class TritonTarget(Target):
         return import_source(source, workdir, "candidate")
 
     def compile(self, source: Source, arch: str | None, problem: Source | None, workdir: Path) -> CompileReport:
-        import triton
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-
-        started = time.perf_counter()
-        arch = arch or DEFAULT_ARCH
-        capability = parse_arch(arch)
-        report = CompileReport(ok=False, target=self.name, arch=arch)
-        try:
-            module = import_source(source, workdir, "candidate")
-        except (InputError, SourceRuntimeError) as e:
-            report.diagnostics = e.diagnostics
-            report.seconds = time.perf_counter() - started
-            return report
-        kernels = jit_functions(module)
-        if not kernels:
-            report.diagnostics = [Diagnostic(message="no @triton.jit kernel found in the source", file=source.name)]
-            return report
-        diags: list[Diagnostic] = []
-        if problem is not None:
-            try:
-                launches = trace_launches(module, problem, workdir)
-                report.signature_source = "traced"
-            except (InputError, SourceRuntimeError):
-                raise
-            except Exception as e:
-                diags += diagnostics_from_exception(e, Path(module.__file__), source)
-                diags[-1].message = "tracing ModelNew.forward on the problem's inputs failed: " + diags[-1].message
-                report.diagnostics = diags
-                return report
-            if not launches:
-                diags.append(
-                    Diagnostic(
-                        severity="warning",
-                        file=source.name,
-                        message="ModelNew.forward launched no Triton kernel on the problem's inputs",
-                    )
-                )
-        else:
-            launches, diags = infer_launches(kernels, source.text)
-            report.signature_source = "inferred"
-        seen, ok = set(), True
-        for launch in launches:
-            if launch.key() in seen:
-                continue
-            seen.add(launch.key())
-            fn = kernels.get(launch.kernel)
-            try:
-                src = ASTSource(fn, launch.signature, constexprs={k: v for k, v in launch.constexprs.items()})
-                compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=dict(launch.options))
-            except Exception as e:
-                ok = False
-                diags += compile_error_diagnostics(e, kernels, source)
-                continue
-            usage = cubin_resources(compiled.asm["cubin"]).get(compiled.name, {})
-            report.kernels.append(
-                KernelResources(
-                    name=launch.kernel,
-                    registers=usage.get("REG"),
-                    spills=usage.get("LOCAL"),
-                    shared_bytes=compiled.metadata.shared,
-                    stack_bytes=usage.get("STACK"),
-                    num_warps=compiled.metadata.num_warps,
-                    num_stages=compiled.metadata.num_stages,
-                    signature=launch.signature,
-                    constexprs={k: repr(v) for k, v in launch.constexprs.items()},
-                )
-            )
-            report.ptx = (report.ptx or {}) | {launch.kernel: compiled.asm["ptx"]}
-        report.ok = ok and not any(d.severity == "error" for d in diags)
-        report.diagnostics = diags
-        report.seconds = time.perf_counter() - started
-        return report
+        return compile_candidate(source, arch, problem, workdir)
 
 
 def attach_compiled_metadata(report, module) -> None:
