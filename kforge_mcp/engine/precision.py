@@ -50,16 +50,19 @@ class Judgement:
 
 def resolve(req: dict, problem) -> Judgement:
     """The request's choice wins, then the problem's declaration (checked: a bad one is an input
-    error naming the problem's field), then the per-dtype defaults."""
+    error naming the problem's field; its ATOL and RTOL hold at its own PRECISION only), then the
+    per-precision or per-dtype defaults."""
     declared = {n: getattr(problem.module, n, None) for n in PROBLEM_NAMES}
     where = f"problem {problem.source.name}"
     if declared["PRECISION"] is not None and declared["PRECISION"] not in PRECISION_TOLERANCE:
         check_precision(declared["PRECISION"], None, None, f"{where}: PRECISION")
-    for name in ("ATOL", "RTOL"):
-        check_precision(None, declared[name], None, f"{where}: {name}")
+    check_precision(None, declared["ATOL"], None, f"{where}: ATOL")
+    check_precision(None, None, declared["RTOL"], f"{where}: RTOL")
     precision = req.get("precision") or declared["PRECISION"]
     source = "request" if req.get("precision") else "problem" if declared["PRECISION"] else "default"
     default = PRECISION_TOLERANCE[precision] if precision else None
+    if declared["PRECISION"] and precision != declared["PRECISION"]:
+        declared["ATOL"] = declared["RTOL"] = None  # the problem's tolerances belong to its own precision
     atol = _first(req.get("atol"), declared["ATOL"], default)
     rtol = _first(req.get("rtol"), declared["RTOL"], default)
     return Judgement(precision, atol, rtol, source)
@@ -114,6 +117,10 @@ class MathFlags:
             yield
         finally:
             self._write(now)
+
+    def restore(self) -> None:
+        """Put the switches back for the next job in this worker."""
+        self._write(self.before)
 
     def _write(self, values: dict) -> None:
         for name, owner, attr in FLAGS:

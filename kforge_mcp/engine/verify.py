@@ -405,6 +405,8 @@ class Verifier:
     def verdict(self, error: bool = False) -> VerifyReport:
         r = self.report
         r.precision, r.atol, r.rtol = self.judge.precision, self.judge.atol, self.judge.rtol
+        if hasattr(self, "flags"):
+            self.flags.restore()  # the next job in this worker starts with torch's switches as they were
         if error:
             r.verdict, r.correct = "error", False
         elif r.mismatches or self.failed():

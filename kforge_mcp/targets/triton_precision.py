@@ -11,8 +11,9 @@ operands first, as the tensor cores see them:
   big*small + small*big + big*big, each product of TF32 operands accumulated in fp32.
 - ``bf16x3`` / ``bf16x6``: the interpreter refuses them (its allowed precisions are tf32,
   tf32x3 and ieee), so such a kernel is an error on the CPU.
-- ``ieee``, and fp16/bf16 operands: the interpreter is already exact (products of 16-bit values
-  are exact in fp32), nothing to do.
+- ``ieee`` and fp16 operands: the interpreter is already exact (products of 16-bit values are
+  exact in fp32). bf16 operands: the interpreter keeps them as raw 16-bit integers and multiplies
+  those; they are widened to fp32 first (exact, as the tensor cores' products are).
 
 fp32 accumulation order still differs from the GPU's, by far less than any tolerance we judge at.
 """
@@ -84,8 +85,8 @@ class DotEmulation:
                 code="dot_precision_emulated",
                 severity="info",
                 evidence={"dots": {k.lower(): v for k, v in self.counts.items()}, "tf32_rounding": TF32_ROUNDING},
-                message=f"tl.dot on fp32 operands ran with the operand rounding of an NVIDIA GPU ({names}), "
-                "not the interpreter's full fp32",
+                message=f"tl.dot ran with the operand rounding of an NVIDIA GPU ({names}), "
+                "not the interpreter's own arithmetic",
             )
         ]
 
@@ -94,6 +95,7 @@ class DotEmulation:
 def emulated_dot():
     """Wrap the interpreter's dot for as long as the context is open."""
     import numpy as np
+    import triton.language as tl
     from triton.runtime import interpreter
 
     builder = interpreter.InterpreterBuilder
@@ -102,6 +104,11 @@ def emulated_dot():
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         name = getattr(input_precision, "name", str(input_precision)).split(".")[-1]
+        if a.dtype == tl.bfloat16 and b.dtype == tl.bfloat16 and d.data.dtype == np.float32:
+            # the interpreter keeps bf16 as raw uint16 bits and would multiply those: widen them (exact)
+            a32, b32 = ((h.data.astype(np.uint32) << 16).view(np.float32) for h in (a, b))
+            state.counts["BF16"] = state.counts.get("BF16", 0) + 1
+            return interpreter.TensorHandle(np.matmul(a32, b32, dtype=np.float32) + d.data, d.dtype.scalar)
         fp32 = a.data.dtype == np.float32 and b.data.dtype == np.float32
         if not fp32 or name == "IEEE":
             return real(self, a, b, d, input_precision, max_num_imprecise_acc)

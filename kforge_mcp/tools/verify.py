@@ -46,8 +46,8 @@ def register(mcp: MCPServer, app: App) -> None:
         ] = None,
     ) -> VerifyReport:
         """Check a candidate kernel against its PyTorch reference (same weights, fresh inputs
-        per trial, per-dtype tolerances) in an isolated worker, then time it against eager
-        PyTorch and torch.compile. verdict: pass, fail (wrong: see mismatches), suspicious,
+        per trial, judged at a precision and tolerances the report states) in an isolated worker,
+        then time it against eager PyTorch and torch.compile on fresh inputs every call. verdict: pass, fail (wrong: see mismatches), suspicious,
         or error (could not run: see errors and diagnostics)."""
 
         def work(progress, cancel):
