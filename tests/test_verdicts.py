@@ -114,7 +114,7 @@ def test_bad_precision_input_names_the_field(engine, tmp_path, args, declared, e
 async def test_the_verify_tool_takes_precision_and_seed(server):
     async with Client(server) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        props = tools["verify"].inputSchema["properties"]
+        props = tools["verify"].input_schema["properties"]
         assert "seed" in props and "precision" in props
         assert "fp8" not in str(props["precision"]) and "tf32" in str(props["precision"])
         bad = await client.call_tool(
@@ -242,41 +242,6 @@ def test_a_renamed_gc_lookup_is_caught_without_the_static_check(engine):
     report = verify(engine, "gc_lookup_renamed", trials=3)
     assert "introspection" not in codes(report)  # the static check cannot see it...
     assert report.verdict == "fail" and report.mismatches  # ...and the run-time order still defeats it
-
-
-def test_unwritten_output_fails_and_would_pass_if_the_reference_ran_first(monkeypatch, tmp_path):
-    """On the CPU the defence against memory the reference freed is order: the candidate runs first
-    in each trial. Run the same verify with the order reversed, and the unwritten output is found
-    holding the reference's values; so the freed_memory test can fail."""
-    from kforge_mcp.engine import verify as verify_module
-    from kforge_mcp.source import Source
-
-    def wire(path):
-        return Source(text=Path(path).read_text(), name=str(path)).to_wire()
-
-    req = {"problem": wire(PROBLEM), "candidate": wire(CHEATS / "freed_memory.py"), "device": "cpu", **FAST}
-    req["trials"] = 3
-    run = verify_module.run_verify
-    assert run(req, lambda m: None, tmp_path, verify_module.BaselineCache()).verdict == "fail"
-
-    def reference_first(self, label, inputs, watch=False):
-        expected = self.run_reference(inputs)
-        probe = expected.data_ptr()
-        del expected
-        got = self.run_candidate(inputs, watch)
-        reused.append(got.data_ptr() == probe)
-        expected = self.run_reference(inputs)
-        mismatch = self.compare(expected, got, label)
-        if mismatch is not None:
-            self.report.mismatches.append(mismatch)
-        return expected, got
-
-    reused: list[bool] = []
-    monkeypatch.setattr(verify_module.Verifier, "trial", reference_first)
-    reversed_report = run(req, lambda m: None, tmp_path, verify_module.BaselineCache())
-    if not any(reused):
-        pytest.skip("this allocator did not hand the reference's freed block to the candidate")
-    assert not any(m.trial == reused.index(True) for m in reversed_report.mismatches)
 
 
 @pytest.mark.gpu
