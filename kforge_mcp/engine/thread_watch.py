@@ -65,6 +65,13 @@ class ThreadWatch:
         return False
 
     def finding(self) -> Finding | None:
+        if not self.left and self.excused:
+            return Finding(
+                code="runtime_threads",
+                severity="info",
+                evidence={"threads": self.excused},
+                message=f"threads the runtime started during forward, not the candidate: {', '.join(self.excused)}",
+            )
         if not self.left:
             return None
         return Finding(

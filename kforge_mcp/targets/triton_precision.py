@@ -13,7 +13,8 @@ operands first, as the tensor cores see them:
   tf32x3 and ieee), so such a kernel is an error on the CPU.
 - ``ieee`` and fp16 operands: the interpreter is already exact (products of 16-bit values are
   exact in fp32). bf16 operands: the interpreter keeps them as raw 16-bit integers and multiplies
-  those; they are widened to fp32 first (exact, as the tensor cores' products are).
+  those; they are widened to fp32 first (exact, as the tensor cores' products are). And its
+  fp32 -> bf16 conversion truncates where the GPU rounds to nearest even: that too is replaced.
 
 fp32 accumulation order still differs from the GPU's, by far less than any tolerance we judge at.
 """
@@ -116,8 +117,19 @@ def emulated_dot():
         product = emulated_product(a.data, b.data, name)
         return interpreter.TensorHandle((product + d.data).astype(d.data.dtype), d.dtype.scalar)
 
-    builder.create_dot = create_dot
+    real_cast = builder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            # the interpreter truncates; the GPU (and torch) round to nearest even
+            import torch
+
+            data = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32)).to(torch.bfloat16)
+            return interpreter.TensorHandle(data.view(torch.int16).numpy().view(np.uint16), dst_type.scalar)
+        return real_cast(self, src, dst_type)
+
+    builder.create_dot, builder.cast_impl = create_dot, cast_impl
     try:
         yield state
     finally:
-        builder.create_dot = real
+        builder.create_dot, builder.cast_impl = real, real_cast
