@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 17's GPU run, in one command: the verdict-agreement corpus, the false-alarm corpus (the
 # targets named in $1, default triton) and the GPU tests of tests/test_verdicts.py; logs and JSON to
-# $OUT/issue17.tgz. Each part has its own time limit so one overrun still leaves the others' files.
+# $OUT/issue17.tgz (parts: $2, e.g. agreement,tests,ab,alarms). Each part has its own time limit so one overrun still leaves the others' files.
 set -u
 out=${OUT:-/tmp/out}
 mkdir -p "$out/r"
@@ -14,7 +14,11 @@ if [[ $parts == *agreement* ]]; then
 fi
 if [[ $parts == *tests* ]]; then
   timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_verdicts.py \
-    -k "poison or memo or tf32_gemm_fails or seed or renamed_gc or training_mode" > "$out/r/pytest-gpu.txt" 2>&1
+    -k "poison or memo or tf32_gemm_fails or seed or renamed_gc or training_mode or thread" > "$out/r/pytest-gpu.txt" 2>&1
+fi
+if [[ $parts == *ab* ]]; then
+  timeout ${AB_S:-130} python3 bench/timed_inputs_ab.py --device cuda:0 --repeats 2 --out "$out/r/timed-inputs-ab.json" \
+    > "$out/r/timed-inputs-ab.log" 2>&1
 fi
 if [[ $parts == *alarms* ]]; then
   timeout ${ALARMS_S:-230} python3 bench/false_alarms.py --targets "$targets" --out "$out/r/false-alarms-${targets//,/-}.json" \
