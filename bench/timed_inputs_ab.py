@@ -30,6 +30,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="timed-inputs-ab.json")
+    ap.add_argument("--only", help="the cases whose candidate or problem path contains this")
     args = ap.parse_args()
     from kforge_mcp.engine.verify import BaselineCache, run_verify
     from kforge_mcp.source import Source
@@ -40,6 +41,8 @@ def main() -> None:
         return Source(text=(ROOT / path).read_text(), name=str(ROOT / path)).to_wire()
 
     for problem, candidate in CASES:
+        if args.only and args.only not in problem + candidate:
+            continue
         result = {"problem": problem, "candidate": candidate, "fresh": [], "fixed": []}
         for rep in range(args.repeats):
             for mode in ("fresh", "fixed"):
