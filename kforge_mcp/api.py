@@ -14,7 +14,7 @@ from .engine.executor import Executor, LocalExecutor
 from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
 from .errors import InputError, KforgeError
 from .home import check_home, default_home
-from .options import BASELINES, PROFILE, VERIFY
+from .options import BASELINES, PROFILE, VERIFY, check_precision
 from .pipeline import start_prebuilds
 from .problem import Source, check_allowed_path, default_allowed_roots
 from .problem import resolve_source as _resolve_source
@@ -168,12 +168,15 @@ class Engine:
         timing_budget_s: float = VERIFY.timing_budget_s,
         on_progress: Progress = None,
         cancel: threading.Event | None = None,
+        precision: str | None = None,
+        seed: int | None = None,
     ) -> VerifyReport:
         started = time.perf_counter()
         if not 1 <= trials <= 100:
             raise InputError(f"trials must be between 1 and 100, got {trials}")
         if timeout_s <= 0:
             raise InputError(f"timeout_s must be positive, got {timeout_s}")
+        check_precision(precision, atol, rtol, seed=seed)
         unknown = set(baselines) - set(BASELINES)
         if unknown:
             raise InputError(f"unknown baselines {sorted(unknown)}; choose from {list(BASELINES)}")
@@ -188,37 +191,27 @@ class Engine:
             "trials": trials,
             "atol": atol,
             "rtol": rtol,
+            "precision": precision,
+            "seed": seed,
             "baselines": list(baselines),
             "timing_budget_s": timing_budget_s,
         }
+        error = dict(verdict="error", correct=False, target=target, device=dev, trials=trials, seed=seed)
+        error |= dict(execution=get_target(target).execution(dev), precision=precision)
         try:
             reply = self.executor.run(dev, "verify", payload, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
         except WorkerFailure as e:
-            report = VerifyReport(
-                verdict="error",
-                correct=False,
-                target=target,
-                device=dev,
-                trials=trials,
-                execution=get_target(target).execution(dev),
+            return VerifyReport(
+                **error,
                 errors=[e.message] + ([e.stderr_tail] if e.stderr_tail else []),
                 diagnostics=[_failure_diagnostic(e, cand)],
-            )
-            report.seconds = time.perf_counter() - started
-            return report
-        if not reply.get("ok") and reply.get("kind") == "internal":
-            return VerifyReport(
-                verdict="error",
-                correct=False,
-                target=target,
-                device=dev,
-                trials=trials,
-                execution=get_target(target).execution(dev),
-                errors=[reply.get("message", ""), reply.get("traceback", "")],
                 seconds=time.perf_counter() - started,
             )
+        if not reply.get("ok") and reply.get("kind") == "internal":
+            errors = [reply.get("message", ""), reply.get("traceback", "")]
+            return VerifyReport(**error, errors=errors, seconds=time.perf_counter() - started)
         report = self._reply_to_report(reply, VerifyReport, cand)
         report.node = reply.get("node")  # where a cluster executor ran it
         return report

@@ -67,6 +67,9 @@ class Device:
             buf = _flush_buffers[self.name] = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.name)
         return buf
 
+    def spin(self, seconds: float) -> None:
+        """Queue a kernel that keeps the device busy for about ``seconds`` (nothing here: no queue)."""
+
     # ---- guards ----
 
     def poison_free_memory(self) -> None:
@@ -117,6 +120,12 @@ class CudaDevice(_EventDevice):
     kind = "cuda"
     resource = "cuda"
     profilers = ("torch.profiler", "ncu", "proton")
+
+    def spin(self, seconds: float) -> None:
+        import torch
+
+        # cycles at a 2 GHz clock: a slower clock only spins longer
+        torch.cuda._sleep(int(min(seconds, 0.005) * 2e9))
 
     def _index(self) -> int:
         import torch

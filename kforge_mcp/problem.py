@@ -101,22 +101,33 @@ class LoadedProblem:
             raise InputError(f"problem: {name}() must return a list or tuple, got {type(value).__name__}")
         return list(value)
 
-    def make_inputs(self, seed: int, device: str) -> list:
+    def make_inputs(self, seed: int, device: str, on_device: bool = False) -> list:
+        """get_inputs() under ``seed``; ``on_device``: its tensors made on the device itself (fast
+        enough to draw fresh inputs for every timed call), falling back to the CPU if it cannot."""
         seed_everything(seed)
+        if on_device and device != "cpu" and not getattr(self, "_host_only", False):
+            import torch
+
+            try:
+                with torch.device(device):
+                    return to_device(self.call("get_inputs"), device)
+            except (InputError, RuntimeError, TypeError):  # e.g. a get_inputs that goes through numpy
+                self._host_only = True
+                seed_everything(seed)
         return to_device(self.call("get_inputs"), device)
 
-    def input_sets(self, device: str) -> list[list]:
+    def input_sets(self, device: str, seed: int = 0) -> list[list]:
         """Extra shapes a problem may declare with ``get_input_sets()``: a list of input lists."""
         if not callable(getattr(self.module, "get_input_sets", None)):
             return []
-        seed_everything(0)
+        seed_everything(seed)
         sets = self.call("get_input_sets")
         if not all(isinstance(s, (list, tuple)) for s in sets):
             raise InputError("problem: get_input_sets() must return a list of input lists")
         return [to_device(list(s), device) for s in sets]
 
-    def init_inputs(self, device: str) -> list:
-        seed_everything(0)
+    def init_inputs(self, device: str, seed: int = 0) -> list:
+        seed_everything(seed)
         return to_device(self.call("get_init_inputs"), device)
 
 
@@ -136,29 +147,31 @@ def load_problem(source: Source, workdir: Path) -> LoadedProblem:
     return LoadedProblem(source=source, module=module, path=Path(module.__file__))
 
 
-def build_models(problem: LoadedProblem, candidate_module, device: str, build_reference: bool = True):
-    """Model and ModelNew with the same weights: the seed is reset before get_init_inputs()
-    and before each construction."""
+def build_models(
+    problem: LoadedProblem, candidate_module, device: str, build_reference: bool = True, seed: int = 0, dtype=None
+):
+    """Model and ModelNew with the same weights: ``seed`` is set again before get_init_inputs()
+    and before each construction; with ``dtype`` both are cast to it (a verify's precision)."""
     new_cls = getattr(candidate_module, "ModelNew", None)
     if new_cls is None:
         raise InputError(
             "candidate defines no class ModelNew: it must define class ModelNew(nn.Module) "
             "with the same constructor and forward signature as Model"
         )
-    init = problem.init_inputs(device)
+    init = problem.init_inputs(device, seed)
     reference = None
     if build_reference:
-        seed_everything(0)
+        seed_everything(seed)
         try:
-            reference = problem.module.Model(*init).to(device)
+            reference = problem.module.Model(*init).to(device, dtype)
         except Exception as e:
             raise InputError(
                 f"problem: Model(*get_init_inputs()) raised {type(e).__name__}: {e}",
                 diagnostics_from_exception(e, problem.path, problem.source),
             ) from None
-    seed_everything(0)
+    seed_everything(seed)
     try:
-        candidate = new_cls(*init).to(device)
+        candidate = new_cls(*init).to(device, dtype)
     except Exception as e:
         diags = diagnostics_from_exception(e, Path(candidate_module.__file__), candidate_module.__kforge_source__)
         raise SourceRuntimeError(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}", diags) from None

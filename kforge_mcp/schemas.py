@@ -187,6 +187,15 @@ class VerifyReport(JobAware):
     errors: list[str] = Field(default_factory=list)
     diagnostics: list[Diagnostic] = Field(default_factory=list)
     trials: int | None = None
+    seed: int | None = Field(
+        None, description="the seed of every input and weight of this call: pass it back to reproduce"
+    )
+    precision: str | None = Field(
+        None,
+        description="the precision that judged it (fp32, tf32, bf16, fp16): asked for, the problem's, or its dtype's",
+    )
+    atol: float | None = Field(None, description="the absolute tolerance that judged it")
+    rtol: float | None = Field(None, description="the relative tolerance that judged it")
     seconds: float | None = None
     node: str | None = Field(None, description="the cluster node it ran on (Ray executor; see list_targets nodes)")
 

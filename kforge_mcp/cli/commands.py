@@ -67,6 +67,8 @@ def cmd_verify(args) -> int:
                 rtol=args.rtol,
                 timeout_s=args.timeout,
                 baselines=args.baselines,
+                precision=args.precision,
+                seed=args.seed,
                 on_progress=p,
             ),
         )

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from .. import __version__
 from ..errors import KforgeError
-from ..options import BASELINES, PROFILE, VERIFY
+from ..options import BASELINES, PRECISION_TOLERANCE, PROFILE, VERIFY
 from . import bench, run_loop
 from .commands import cmd_analyze, cmd_compile, cmd_profile, cmd_targets, cmd_verify, cmd_verify_batch
 from .console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, comma_list, err
@@ -65,8 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
     p.add_argument("--device", help="e.g. cuda:0, xpu:0 or cpu (default: the best one here)")
     add_verify_options(p, "correctness trials, each on fresh inputs", "kill the worker after S seconds")
-    p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
-    p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default per precision)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default per precision)")
+    p.add_argument("--precision", choices=list(PRECISION_TOLERANCE), help="dtype and default tolerance to judge at")
+    p.add_argument("--seed", type=int, help="seed of inputs and weights (default: fresh per call, reported)")
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify)
 

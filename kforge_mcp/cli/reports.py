@@ -65,6 +65,10 @@ def print_verify(report, candidate: str) -> None:
             f"{fmt(report.trials)} trials, {fmt(report.seconds, '.1f')} s",
         )
     )
+    if report.precision:  # what judged it, and how to run it again
+        out.print(
+            f"judged at {report.precision} (atol {fmt(report.atol, 'g')}, rtol {fmt(report.rtol, 'g')}), seed {report.seed}"
+        )
     if report.speedup is not None:
         style = "green" if report.speedup >= 1 else "yellow"
         out.print(

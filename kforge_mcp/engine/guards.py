@@ -18,11 +18,11 @@ Cheats (FACTS.md, "How generated kernels cheat") and where each is caught:
 from __future__ import annotations
 
 import ast
-import threading
 
 from ..device import get_device
 from ..schemas import Finding
 from .correctness import flatten_outputs
+from .thread_watch import ThreadWatch  # noqa: F401  (a guard like the others, kept in a module of its own)
 
 # torch functions a ModelNew may call around its kernels: allocation, shape and layout.
 ALLOWED_TORCH_OPS = {
@@ -331,28 +331,6 @@ def inputs_mutated(pristine: list, used: list) -> Finding | None:
     )
 
 
-class ThreadWatch:
-    """Threads the forward left running: work that finishes after the clock stopped."""
-
-    def __enter__(self):
-        self.before = set(threading.enumerate())
-        return self
-
-    def __exit__(self, *exc):
-        self.left = [t.name for t in threading.enumerate() if t not in self.before and t.is_alive()]
-        return False
-
-    def finding(self) -> Finding | None:
-        if not self.left:
-            return None
-        return Finding(
-            code="spawned_threads",
-            severity="suspicious",
-            evidence={"threads": self.left},
-            message=f"ModelNew.forward left threads running: {', '.join(self.left)}",
-        )
-
-
 def poison_free_device_memory(device: str) -> None:
     """Fill the allocator's cached free memory with NaN and hand it back to the driver, so an
     output that is never written (torch.empty reusing the reference's freed memory) cannot
@@ -419,3 +397,47 @@ def stream_findings(fn, device: str) -> Finding | None:
         message=f"ModelNew.forward runs kernels on another stream ({', '.join(elsewhere[:3])}): "
         "that work is outside the timed region",
     )
+
+
+def buffers(model) -> dict:
+    """A copy of a module's buffers (BatchNorm's running statistics, ...) by name."""
+    return {name: b.detach().clone() for name, b in model.named_buffers()}
+
+
+def buffer_findings(before: dict, reference, candidate, compare) -> list[Finding]:
+    """Buffers the reference's forward updated (training-mode BatchNorm) must be updated alike by
+    the candidate's; ``compare(expected, got)`` returns a mismatch or None. Buffers the candidate
+    does not have under the same name and shape are reported as not compared."""
+    import torch
+
+    after = dict(reference.named_buffers())
+    changed = [n for n, b in before.items() if n in after and not torch.equal(b, after[n])]
+    if not changed:
+        return []
+    theirs = dict(candidate.named_buffers())
+    missing = [n for n in changed if n not in theirs or theirs[n].shape != after[n].shape]
+    findings = []
+    if missing:
+        findings.append(
+            Finding(
+                code="buffers_not_compared",
+                severity="warning",
+                evidence={"buffers": missing},
+                message=f"the reference's forward updates {', '.join(missing)}; ModelNew has no buffer of that "
+                "name and shape, so whether it keeps that state was not checked",
+            )
+        )
+    for name in (n for n in changed if n not in missing):
+        mismatch = compare(after[name], theirs[name])
+        if mismatch is not None:
+            findings.append(
+                Finding(
+                    code="buffers_differ",
+                    severity="fail",
+                    evidence={"buffer": name, **mismatch.model_dump(exclude_none=True)},
+                    message=f"after one forward, ModelNew's buffer {name} differs from the reference's "
+                    f"({mismatch.reason}): its module state is not updated the same way",
+                )
+            )
+            break
+    return findings

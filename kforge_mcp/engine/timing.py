@@ -12,6 +12,7 @@ patches ``time.perf_counter`` cannot change what we read (it is also reported).
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from typing import Callable
@@ -61,63 +62,107 @@ def bind_device_clocks(device: str) -> None:
 
 
 class Sampler:
-    """Collects timed samples of one callable, a batch at a time."""
+    """Collects timed samples of one callable, a batch at a time. With a ``feed``, every call
+    gets fresh inputs from it, drawn before the clock starts; the calls whose index is in
+    ``keep`` also leave a copy of their inputs and of their output (made after the clock stopped)
+    in ``kept``, for a check against the reference."""
 
-    def __init__(self, fn: Callable[[], object], device: str):
-        self.fn = fn
-        self.device = device
+    def __init__(self, fn: Callable[..., object], device: str, feed: Callable[[], list] | None = None, keep=()):
+        self.fn, self.device, self.feed, self.keep = fn, device, feed, set(keep)
         self.samples: list[float] = []
-        dev = get_device(device)
+        self.kept: list[tuple[list, object]] = []
+        self.calls = 0  # timed calls so far: the index ``keep`` refers to
+        dev = self.dev = get_device(device)
+        self.host_s = 0.0  # how long a call takes the host to queue its work
         api, self.event_cls, self.sync = dev.api()
         self.on_device = api is not None
         self.clock = dev.clock()
         if self.on_device:
             self.flush = dev.flush_buffer()
 
+    def args(self) -> tuple[list, list | None]:
+        """This call's inputs, and a copy of them when the call is one to check."""
+        inputs = self.feed() if self.feed is not None else []
+        return inputs, (_copy(inputs) if self.calls in self.keep else None)
+
     def warm_up(self, calls: int) -> float:
         """Run ``calls`` untimed calls (compiles, caches); return the time per call after them."""
         for _ in range(calls):
-            self.fn()
+            self.fn(*self.args()[0])
+        if self.on_device:
+            self.sync()
+        inputs = self.args()[0]
         if self.on_device:
             self.sync()
         t0 = _perf_counter()
-        self.fn()
+        self.fn(*inputs)
+        self.host_s = _perf_counter() - t0
         if self.on_device:
             self.sync()
         return max(_perf_counter() - t0, 1e-7)
 
+    def _kept(self, saved: list | None, out) -> None:
+        if saved is not None:
+            self.kept.append((saved, _copy(out)))
+        self.calls += 1
+
     def batch(self, calls: int) -> None:
         if not self.on_device:
             for _ in range(calls):
+                inputs, saved = self.args()
                 t0 = _perf_counter()
-                self.fn()
+                out = self.fn(*inputs)
                 self.samples.append((_perf_counter() - t0) * 1e3)
+                self._kept(saved, out)
             return
         starts = [self.event_cls(enable_timing=True) for _ in range(calls)]
         ends = [self.event_cls(enable_timing=True) for _ in range(calls)]
         for i in range(calls):
+            inputs, saved = self.args()  # queued before the start event: not timed
             self.flush.zero_()  # evict the inputs from L2 so every call pays for its memory traffic
+            # Drawing fresh inputs costs the host more than the device, so the device would wait at the
+            # start event while the host queues the call, and count the host's time; keep it busy instead.
+            self.dev.spin(2 * self.host_s)
             starts[i].record()
-            self.fn()
+            out = self.fn(*inputs)
             ends[i].record()
+            self._kept(saved, out)  # the copy is queued after the end event
         self.sync()
         self.samples += [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
+def _copy(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return [_copy(v) for v in value]
+    return value
+
+
 def time_interleaved(
-    fns: dict[str, Callable[[], object]],
+    fns: dict[str, Callable[..., object]],
     device: str,
     budget_s: float = 1.0,
     rounds: int = 5,
     min_calls: int = 3,
     max_calls: int = 1000,
     warmup_calls: int = 2,
-) -> tuple[dict[str, TimingStats], dict[str, list[float]]]:
+    feed: Callable[[], list] | None = None,
+    check: tuple[str, int, int] | None = None,
+) -> tuple[dict[str, TimingStats], dict[str, list[float]], list]:
     """Time each callable in ``rounds`` interleaved batches; each gets about ``budget_s``.
-    Returns the statistics and the raw samples (ms) per name."""
-    samplers = {name: Sampler(fn, device) for name, fn in fns.items()}
+    ``feed``: fresh inputs for every call (the callables take them as arguments). ``check``:
+    (name, how many, seed): that many of ``name``'s timed calls, chosen at random once the number
+    of calls is known, keep their inputs and output. Returns the statistics, the raw samples (ms)
+    per name and the kept (inputs, output) pairs."""
+    samplers = {name: Sampler(fn, device, feed) for name, fn in fns.items()}
     per_call = {name: s.warm_up(warmup_calls) for name, s in samplers.items()}
     calls = {name: int(min(max_calls, max(min_calls, budget_s / t))) for name, t in per_call.items()}
+    if check is not None and check[0] in samplers:
+        name, count, seed = check
+        samplers[name].keep = set(random.Random(seed).sample(range(calls[name]), min(count, calls[name])))
     rounds = max(1, min(rounds, min(calls.values())))
     for r in range(rounds):
         for name, sampler in samplers.items():
@@ -125,7 +170,8 @@ def time_interleaved(
             if share:
                 sampler.batch(share)
     stats = {name: summarize(s.samples, s.clock) for name, s in samplers.items()}
-    return stats, {name: s.samples for name, s in samplers.items()}
+    kept = samplers[check[0]].kept if check is not None and check[0] in samplers else []
+    return stats, {name: s.samples for name, s in samplers.items()}, kept
 
 
 def speedup_interval(baseline_ms: list[float], candidate_ms: list[float], seed: int = 0) -> tuple[float, float]:

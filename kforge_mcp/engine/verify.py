@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import secrets
 from pathlib import Path
 from typing import Callable
 
@@ -19,16 +20,20 @@ from ..problem import Source, build_models, load_problem, seed_everything
 from ..schemas import Finding, Timing, VerifyReport
 from ..source import SourceRuntimeError, diagnostics_from_exception
 from ..targets import get_target
-from . import guards
+from . import guards, precision
 from .correctness import compare_outputs
 from .timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device, time_interleaved
 
+# offsets of the sub-seeds drawn from a call's seed (seed * 2**20 + offset)
 CORRECTNESS_SEED_BASE = 1000
 RECHECK_SEED = 1999
 DETERMINISM_SEED = 2999
+INPUT_SETS_SEED = 3999
+TIMING_SEED_BASE = 10_000  # + the number of the timed call: every call gets inputs of its own
+TIMED_CHECKS = 4  # timed calls of the candidate checked against the reference afterwards
+TIMING_SLOTS = 3  # input sets the timed calls rotate through
 SOL_MARGIN = 0.9  # the peak table's figures are spec sheets; measured peaks are lower still
 HOST_BOUND_MS = 0.02  # below this a GPU call is dominated by Python and the launch path
-TIMING_SEED = 7
 
 
 class BaselineCache:
@@ -66,10 +71,30 @@ class Verifier:
         self.device = req["device"]
         self.atol, self.rtol = req.get("atol"), req.get("rtol")
         trials = int(req.get("trials", 5))
+        self.seed = req["seed"] if req.get("seed") is not None else secrets.randbelow(2**31)
         self.report = VerifyReport(
-            target=self.target.name, device=self.device, trials=trials, execution=self.target.execution(self.device)
+            target=self.target.name,
+            device=self.device,
+            trials=trials,
+            execution=self.target.execution(self.device),
+            seed=self.seed,
         )
         self.trials = trials
+        self.judge = precision.Judgement(req.get("precision"), self.atol, self.rtol)
+
+    def sub_seed(self, offset: int) -> int:
+        return self.seed * 2**20 + offset
+
+    def inputs(self, offset: int, on_device: bool = False) -> list:
+        """Inputs of this call's seed and ``offset``, in the precision being judged."""
+        return self.judge.cast(self.problem.make_inputs(self.sub_seed(offset), self.device, on_device))
+
+    def compare(self, expected, got, label: int):
+        if self.judge.atol is None or self.judge.rtol is None:  # judged per dtype: say which
+            first = next(iter(guards._tensors(expected)), None)
+            if first is not None:
+                self.judge.settle(first.dtype)
+        return compare_outputs(expected, got, label, self.judge.atol, self.judge.rtol)
 
     def finding(self, f: Finding | None) -> None:
         if f is not None and not any(x.code == f.code for x in self.report.findings):
@@ -87,7 +112,7 @@ class Verifier:
         guards.poison_free_device_memory(self.device)
         counter = self.target.launch_counter() if watch else None
         with contextlib.ExitStack() as stack:
-            threads = stack.enter_context(guards.ThreadWatch())
+            threads = stack.enter_context(guards.ThreadWatch({getattr(self.module, "__file__", None)}))
             ops = stack.enter_context(guards.TorchOpRecorder()) if watch else None
             launches = stack.enter_context(counter) if counter is not None else None
             try:
@@ -106,7 +131,8 @@ class Verifier:
 
     def run_reference(self, inputs: list):
         try:
-            return self.reference(*_clone(inputs))
+            with self.flags.pinned():
+                return self.reference(*_clone(inputs))
         except Exception as e:
             raise InputError(
                 f"problem: Model.forward raised {type(e).__name__}: {e}",
@@ -116,9 +142,13 @@ class Verifier:
     def trial(self, label: int, inputs: list, watch: bool = False):
         """Returns (reference output on CPU, candidate output) and records any mismatch."""
         self.progress(f"correctness trial {label + 1}/{self.trials}" if label < self.trials else "correctness re-check")
+        state = guards.buffers(self.reference) if label == 0 else None  # both models are fresh: one forward each
         got = self.run_candidate(inputs, watch)
         expected = self.run_reference(inputs)
-        mismatch = compare_outputs(expected, got, label, self.atol, self.rtol)
+        mismatch = self.compare(expected, got, label)
+        if state:
+            for f in guards.buffer_findings(state, self.reference, self.candidate, lambda e, g: self.compare(e, g, 0)):
+                self.finding(f)
         if mismatch is not None:
             self.report.mismatches.append(mismatch)
         return expected, got
@@ -130,20 +160,24 @@ class Verifier:
         candidate_source = Source.from_wire(req["candidate"])
         self.report.findings += self.target.check(candidate_source) + guards.static_findings(candidate_source.text)
         self.problem = load_problem(Source.from_wire(req["problem"]), self.workdir)
+        self.judge = precision.resolve(req, self.problem)
         bind_device_clocks(self.device)
         timers = guards.timer_snapshot()
+        self.flags = precision.MathFlags()
         self.progress("loading candidate")
         try:
             self.module = self.target.load(candidate_source, self.device, self.workdir)
             self.report.findings += self.target.load_findings()
-            self.reference, self.candidate = build_models(self.problem, self.module, self.device)
+            self.reference, self.candidate = build_models(
+                self.problem, self.module, self.device, seed=self.sub_seed(0), dtype=self.judge.dtype
+            )
         except SourceRuntimeError as e:
             self.report.errors.append(str(e))
             self.report.diagnostics += e.diagnostics
             return self.verdict(error=True)
         self.finding(guards.patched_timers(timers))
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self.target.emulate_precision(self.device) as emulated:
                 self.check_correctness()
                 if not self.report.mismatches and not self.failed():
                     self.report.timing = self.time_all()
@@ -151,6 +185,9 @@ class Verifier:
         except CandidateFailed:
             return self.verdict(error=True)
         self.finding(guards.patched_timers(timers))
+        self.finding(self.flags.finding(self.report.execution))
+        for f in getattr(emulated, "findings", lambda: [])():
+            self.finding(f)
         if self.report.execution == "triton-interpreter" and self.report.timing:
             self.finding(
                 Finding(
@@ -165,7 +202,7 @@ class Verifier:
     def check_correctness(self) -> None:
         outputs = []
         for t in range(self.trials):
-            inputs = self.problem.make_inputs(CORRECTNESS_SEED_BASE + t, self.device)
+            inputs = self.inputs(CORRECTNESS_SEED_BASE + t)
             expected, got = self.trial(t, inputs, watch=t == 0)
             if t < 2:
                 outputs.append(_detach_copy(expected))  # two are enough to see a degenerate problem
@@ -179,19 +216,20 @@ class Verifier:
         if len(outputs) >= 2:
             for f in guards.degenerate_findings(outputs[0], outputs[1]):
                 self.finding(f)
-        for i, inputs in enumerate(self.problem.input_sets(self.device)):
+        for i, inputs in enumerate(self.problem.input_sets(self.device, self.sub_seed(INPUT_SETS_SEED))):
             self.progress(f"input set {i + 1}")
+            inputs = self.judge.cast(inputs)
             got = self.run_candidate(inputs, watch=False)
-            mismatch = compare_outputs(self.run_reference(inputs), got, self.trials + i, self.atol, self.rtol)
+            mismatch = self.compare(self.run_reference(inputs), got, self.trials + i)
             if mismatch is not None:
                 mismatch.reason = f"input set {i + 1}: {mismatch.reason}"
                 self.report.mismatches.append(mismatch)
                 return
 
     def check_determinism(self, inputs: list, first) -> None:
-        seed_everything(DETERMINISM_SEED)  # the same inputs, but not the same random stream
+        seed_everything(self.sub_seed(DETERMINISM_SEED))  # the same inputs, but not the same random stream
         again = self.run_candidate(inputs, watch=False)
-        diff = compare_outputs(first, again, self.trials - 1, self.atol, self.rtol)
+        diff = self.compare(first, again, self.trials - 1)
         if diff is not None:
             self.finding(
                 Finding(
@@ -205,7 +243,7 @@ class Verifier:
     def recheck_after_timing(self) -> None:
         """A candidate that is right only until it is timed (a replayed result) fails here."""
         before = len(self.report.mismatches)
-        self.trial(self.trials, self.problem.make_inputs(RECHECK_SEED, self.device))
+        self.trial(self.trials, self.inputs(RECHECK_SEED))
         if len(self.report.mismatches) > before:
             self.finding(
                 Finding(
@@ -220,10 +258,10 @@ class Verifier:
 
         budget = float(self.req.get("timing_budget_s", 1.0))
         baselines = self.req.get("baselines", ["eager", "compiled"])
-        inputs = self.problem.make_inputs(TIMING_SEED, self.device)
-        fns = {"candidate": lambda: self.candidate(*inputs)}
+        inputs = self.inputs(TIMING_SEED_BASE, on_device=True)
+        fns = {"candidate": self.candidate}
         if "eager" in baselines:
-            fns["eager"] = lambda: self.reference(*inputs)
+            fns["eager"] = self.reference
         if "compiled" in baselines:
             self.progress("compiling the torch.compile baseline")
             key = (self.problem.source.digest, self.device)
@@ -233,7 +271,7 @@ class Verifier:
                     compiled = torch.compile(self.reference)
                     compiled(*inputs)  # compile now, so a failure is the baseline's, not the timing's
                     self.cache.compiled[key] = compiled
-                fns["compiled"] = lambda: compiled(*inputs)
+                fns["compiled"] = compiled
             except Exception as e:
                 self.finding(
                     Finding(
@@ -244,9 +282,12 @@ class Verifier:
                 )
         self.progress(f"timing {', '.join(fns)} in interleaved rounds")
         try:
-            stats, samples = time_interleaved(fns, self.device, budget)
+            stats, samples, kept = time_interleaved(
+                fns, self.device, budget, feed=self.timing_feed(), check=("candidate", TIMED_CHECKS, self.seed)
+            )
         except (Exception, SystemExit) as e:
             raise self.candidate_error("ModelNew.forward (timing)", e) from None
+        self.check_timed_calls(kept)
         timing = Timing(**stats)
         medians = {k: v.median_ms for k, v in stats.items() if k != "candidate"}
         if medians and stats["candidate"].median_ms > 0:
@@ -255,7 +296,7 @@ class Verifier:
             self.report.speedup_over = best
             self.report.speedup_ci = list(speedup_interval(samples[best], samples["candidate"]))
         if self.device != "cpu":
-            self.finding(guards.stream_findings(fns["candidate"], self.device))
+            self.finding(guards.stream_findings(lambda: self.candidate(*inputs), self.device))
             self.report.device_state = device_state(self.device)
             self.speed_of_light(stats["candidate"].median_ms)
             if stats["candidate"].median_ms < HOST_BOUND_MS:
@@ -270,6 +311,48 @@ class Verifier:
                 )
         return timing
 
+    def timing_feed(self):
+        """Inputs for the timed calls: a few slots at fresh addresses, each refilled with fresh values
+        (drawn on the device, before the clock starts) for every call. A result remembered under a
+        fingerprint of its input is never asked for again, and one remembered by address alone is
+        stale: the checks of timed calls find it. ``fresh_timing_inputs: false`` (for before/after
+        measurements only) feeds one set over and over, as timing did before."""
+        slots = [self.inputs(TIMING_SEED_BASE + i, on_device=True) for i in range(TIMING_SLOTS)]
+        if not self.req.get("fresh_timing_inputs", True):
+            return lambda: slots[0]
+        count = iter(range(TIMING_SLOTS, 2**20 - TIMING_SEED_BASE))
+
+        def feed() -> list:
+            n = next(count)
+            fresh, slot = self.inputs(TIMING_SEED_BASE + n, on_device=True), slots[n % TIMING_SLOTS]
+            for i, (old, new) in enumerate(zip(slot, fresh)):
+                if hasattr(old, "copy_") and getattr(old, "shape", None) == getattr(new, "shape", None):
+                    old.copy_(new)
+                else:
+                    slot[i] = new
+            return slot
+
+        return feed
+
+    def check_timed_calls(self, kept: list) -> None:
+        """Outputs of timed calls chosen at random (by the call's seed) against the reference, run
+        after the timing on copies of the inputs those calls got."""
+        for inputs, got in kept:
+            mismatch = self.compare(self.run_reference(inputs), got, self.trials)
+            if mismatch is not None:
+                mismatch.reason = f"a timed call: {mismatch.reason}"
+                self.report.mismatches.append(mismatch)
+                self.finding(
+                    Finding(
+                        code="wrong_during_timing",
+                        severity="fail",
+                        evidence={"checked_calls": len(kept), "max_abs_error": mismatch.max_abs_error},
+                        message="ModelNew was correct on the correctness trials and wrong on a timed call "
+                        "(each timed call gets fresh inputs; a result remembered from an earlier input is wrong)",
+                    )
+                )
+                return
+
     def speed_of_light(self, candidate_ms: float) -> None:
         """Faster than physics is a bug: the floor is the minimum bytes at peak bandwidth and the
         FLOPs at the device's fastest (lowest-precision) tensor rate."""
@@ -281,8 +364,8 @@ class Verifier:
                 self.device,
                 self.report.device_state.get("name"),
                 candidate_ms,
-                atol=self.atol,
-                rtol=self.rtol,
+                atol=self.judge.atol,
+                rtol=self.judge.rtol,
             )
         except Exception as e:  # noqa: BLE001  (a reference the counter cannot run gets no bound, and says so)
             self.finding(Finding(code="no_speed_of_light", message=f"no speed-of-light bound: {type(e).__name__}: {e}"))
@@ -322,6 +405,9 @@ class Verifier:
 
     def verdict(self, error: bool = False) -> VerifyReport:
         r = self.report
+        r.precision, r.atol, r.rtol = self.judge.precision, self.judge.atol, self.judge.rtol
+        if hasattr(self, "flags"):
+            self.flags.restore()  # the next job in this worker starts with torch's switches as they were
         if error:
             r.verdict, r.correct = "error", False
         elif r.mismatches or self.failed():

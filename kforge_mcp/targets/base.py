@@ -97,6 +97,12 @@ class Target(ABC):
         it; None (the default): the target is not checked for 'no kernel launched'."""
         return None
 
+    def emulate_precision(self, device: str) -> contextlib.AbstractContextManager:
+        """A context in which the candidate's kernels round as they would on the GPU (e.g. TF32
+        operands where an interpreter computes fp32); its value may have ``findings()``, saying what
+        was emulated or not checked. Default: nothing to emulate."""
+        return contextlib.nullcontext()
+
     def profile_details(self, report, module: types.ModuleType, device: str) -> None:
         """Add what only this target knows to a profile (e.g. Triton's compiled metadata)."""
 

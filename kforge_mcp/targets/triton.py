@@ -127,6 +127,11 @@ class TritonTarget(Target):
             for cls, fn in real.items():
                 cls.run = fn
 
+    def emulate_precision(self, device: str):
+        from .triton_precision import emulated_dot  # the interpreter computes tl.dot in fp32 whatever it is asked
+
+        return emulated_dot() if self.execution(device) == "triton-interpreter" else contextlib.nullcontext()
+
     def load(self, source: Source, device: str, workdir: Path) -> types.ModuleType:
         return import_source(source, workdir, "candidate")
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
-from ..options import VERIFY, Baselines, TimeoutS, Tolerance, Trials
+from ..options import VERIFY, Baselines, Precision, Seed, TimeoutS, Tolerance, Trials
 from ..schemas import VerifyReport
 from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job
 
@@ -26,15 +26,28 @@ def register(mcp: MCPServer, app: App) -> None:
             str | None, Field(description="e.g. cuda:0, xpu:0 or cpu; default: the best one here")
         ] = None,
         trials: Annotated[Trials, Field(description="correctness trials, each on fresh inputs")] = VERIFY.trials,
-        atol: Annotated[Tolerance, Field(description="default per dtype: fp32 1e-4, fp16/bf16 1e-2")] = VERIFY.atol,
-        rtol: Annotated[Tolerance, Field(description="default per dtype: fp32 1e-4, fp16/bf16 1e-2")] = VERIFY.rtol,
+        atol: Annotated[
+            Tolerance, Field(description="default per precision: fp32 1e-4, tf32 5e-3, fp16/bf16 1e-2")
+        ] = VERIFY.atol,
+        rtol: Annotated[
+            Tolerance, Field(description="default per precision: fp32 1e-4, tf32 5e-3, fp16/bf16 1e-2")
+        ] = VERIFY.rtol,
         timeout_s: Annotated[TimeoutS, Field(description="the worker is killed after this")] = VERIFY.timeout_s,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
         baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
+        precision: Annotated[
+            Precision | None,
+            Field(
+                description="dtype both models run in and the default tolerance; default: the problem's, else its dtypes"
+            ),
+        ] = VERIFY.precision,
+        seed: Annotated[
+            Seed, Field(description="seed of inputs and weights; default: fresh per call (reported)")
+        ] = None,
     ) -> VerifyReport:
         """Check a candidate kernel against its PyTorch reference (same weights, fresh inputs
-        per trial, per-dtype tolerances) in an isolated worker, then time it against eager
-        PyTorch and torch.compile. verdict: pass, fail (wrong: see mismatches), suspicious,
+        per trial, judged at a precision and tolerances the report states) in an isolated worker,
+        then time it against eager PyTorch and torch.compile on fresh inputs every call. verdict: pass, fail (wrong: see mismatches), suspicious,
         or error (could not run: see errors and diagnostics)."""
 
         def work(progress, cancel):
@@ -48,6 +61,8 @@ def register(mcp: MCPServer, app: App) -> None:
                 rtol=rtol,
                 timeout_s=timeout_s,
                 baselines=baselines,
+                precision=precision,
+                seed=seed,
                 on_progress=progress,
                 cancel=cancel,
             )
