@@ -68,6 +68,7 @@ def test_compile_error_names_the_line(env, tmp_path):
     assert "error" in proc.stdout and "undefined_scale" in proc.stdout
 
 
+@pytest.mark.slow
 def test_verify_pass_json(env):
     proc = kforge(
         env,

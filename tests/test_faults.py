@@ -69,6 +69,7 @@ def slow_candidate() -> str:
     return "import time\nCALLS = []\n" + head + sep + hang + tail
 
 
+@pytest.mark.slow
 async def test_kill_9_mid_loop_leaves_the_store_intact_and_the_run_resumable(tmp_path):
     home = tmp_path / "home"
     server = ServerProcess(home).start()

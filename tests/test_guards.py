@@ -75,6 +75,7 @@ def test_patched_timers_leave_a_clean_worker(engine):
     assert report.verdict == "pass" and "timer_patched" not in codes(report)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"])
 def test_honest_examples_are_never_flagged(engine, name):
     report = engine.verify(

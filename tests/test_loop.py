@@ -51,6 +51,7 @@ def assert_picks_best_by_speedup(result):
     assert result.status == "done" and result.stop_reason == "max_iterations"
 
 
+@pytest.mark.slow
 def test_library_loop_repairs_then_optimizes_and_records_every_attempt(engine):
     agent = Scripted(REPLIES)
     driver = LoopDriver(engine)
@@ -140,6 +141,7 @@ def two_cpu_workers(engine):
     eng.close()
 
 
+@pytest.mark.slow
 def test_several_candidates_per_round_are_generated_and_checked_side_by_side(two_cpu_workers):
     from kforge_mcp.agents.loop import estimate_tokens
 
@@ -269,6 +271,7 @@ async def test_run_loop_without_sampling_points_to_the_client_driven_loop(server
     assert result.is_error and "loop_start" in result.content[0].text
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_client_driven_loop(server):
     replies = iter(REPLIES)
@@ -408,6 +411,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_a_killed_loop_reads_as_interrupted_and_resume_finishes_it(tmp_path):
     import os
     import signal
