@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from ..agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, estimate_tokens
 from ..errors import KforgeError
 from ..options import VERIFY, Baselines, Trials
-from .common import DEFAULT_WAIT_S, App, hints, run_tool_job
+from .common import DEFAULT_WAIT_S, App, hints, run_tool_job, target_field
 
 SAMPLING_TIMEOUT_S = 600.0
 
@@ -88,7 +88,7 @@ def register(mcp: MCPServer, app: App) -> None:
     @mcp.tool(annotations=hints(read_only=False, idempotent=False, open_world=True))
     async def run_loop(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
-        target: Annotated[str, Field(description="cuda, cute, triton or metal (with prompt templates: see prompts/)")],
+        target: Annotated[str, target_field("cuda, cute, triton or metal (with prompt templates: see prompts/)")],
         ctx: Context,
         provider: Annotated[
             Literal["sampling", "anthropic", "openai"],
@@ -204,7 +204,7 @@ def register(mcp: MCPServer, app: App) -> None:
     @mcp.tool(annotations=hints(read_only=False, idempotent=False))
     async def loop_start(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
-        target: Annotated[str, Field(description="cuda, cute, triton or metal")],
+        target: Annotated[str, target_field()],
         max_iterations: Annotated[int, Field(ge=1, le=200, description="attempts in all")] = 8,
         trials: Trials = VERIFY.trials,
         baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
