@@ -4,6 +4,7 @@ stateless), and bad input over stdio and HTTP answered with the spec's codes whi
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import queue
@@ -320,3 +321,27 @@ def test_stdio_bad_input_gets_the_spec_codes_and_one_log_line_each(tmp_path):
     for words in ("Parse error", "not a JSON-RPC 2.0 message", "no/such refused", "over the 4194304-byte limit"):
         assert [line for line in text.splitlines() if words in line], (words, text)
     assert "Traceback" not in text, text
+
+
+# ---- results a host can show ----
+
+
+async def test_a_finished_loop_attempt_links_its_run_best_candidate_and_report(server):
+    candidate = Path(example("row_softmax", "triton")).read_text()
+    options = {"max_iterations": 1, "baselines": ["eager"], "trials": 1, "profile": False}
+    async with Client(server) as client:
+        start = await client.call_tool("loop_start", {"problem": problem("row_softmax"), "target": "triton", **options})
+        run_id = start.structured_content["run_id"]
+        done = await client.call_tool("loop_submit", {"run_id": run_id, "candidate": candidate, "wait_s": 600})
+        assert done.structured_content["done"] and done.structured_content["verdict"] == "pass", done.content
+        assert json.loads(done.content[0].text)["run_id"] == run_id  # the JSON text as before
+        links = {c.uri: c for c in done.content if c.type == "resource_link"}
+        base = f"kforge://runs/{run_id}"
+        assert set(links) == {base, f"{base}/best", f"{base}/report"}, links
+        assert links[f"{base}/report"].mime_type == "text/html"
+        images = [c for c in done.content if c.type == "image"]  # the report's plot: speedup per attempt
+        assert len(images) == 1 and base64.b64decode(images[0].data).startswith(b"\x89PNG"), done.content
+        for uri, shown in links.items():  # every link reads
+            contents = (await client.read_resource(uri)).contents[0]
+            assert contents.mime_type == shown.mime_type and contents.text, uri
+        assert "class ModelNew" in (await client.read_resource(f"{base}/best")).contents[0].text

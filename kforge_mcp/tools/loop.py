@@ -22,6 +22,7 @@ from ..agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, estimate_
 from ..errors import KforgeError
 from ..options import VERIFY, Baselines, Trials
 from .common import DEFAULT_WAIT_S, App, hints, run_tool_job, target_field
+from .links import run_links
 
 SAMPLING_TIMEOUT_S = 600.0
 
@@ -196,8 +197,11 @@ def register(mcp: MCPServer, app: App) -> None:
                     max_tokens=token_budget,
                 )
 
-        return await run_tool_job(
-            app, "run_loop", work, wait_s, ctx, lambda job: LoopResult(run_id=rid, status="running", job_id=job.id)
+        return await run_links(
+            await run_tool_job(
+                app, "run_loop", work, wait_s, ctx, lambda job: LoopResult(run_id=rid, status="running", job_id=job.id)
+            ),
+            app.engine.home,
         )
 
     # a new run in the store each call
@@ -255,7 +259,7 @@ def register(mcp: MCPServer, app: App) -> None:
         def work(progress, cancel):
             return driver(app).submit(run_id, text, on_progress=progress, cancel=cancel)
 
-        return await run_tool_job(
+        result = await run_tool_job(
             app,
             "loop_submit",
             work,
@@ -263,3 +267,4 @@ def register(mcp: MCPServer, app: App) -> None:
             ctx,
             lambda job: SubmitResult(run_id=run_id, status="running", job_id=job.id),
         )
+        return await run_links(result, app.engine.home)
