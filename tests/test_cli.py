@@ -89,6 +89,7 @@ def test_verify_pass_json(env):
     assert report["timing"]["eager"] is not None and report["timing"]["compiled"] is None
 
 
+@pytest.mark.slow
 def test_verify_wrong_candidate_fails(env):
     proc = kforge(
         env,

@@ -21,6 +21,7 @@ def codes(report) -> set[str]:
     return {f.code for f in report.findings}
 
 
+@pytest.mark.slow
 def test_honest_small_softmax_passes_clean(engine):
     report = verify(engine, "honest")
     assert report.verdict == "pass", (report.mismatches, report.findings, report.errors)
@@ -69,6 +70,7 @@ def test_degenerate_problem_is_reported(engine):
     assert "degenerate_problem" in codes(report)
 
 
+@pytest.mark.slow
 def test_patched_timers_leave_a_clean_worker(engine):
     verify(engine, "patch_timer")
     report = verify(engine, "honest")

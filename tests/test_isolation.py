@@ -62,6 +62,7 @@ def test_memory_hog_is_killed_and_the_engine_recovers(tmp_path):
         engine.close()
 
 
+@pytest.mark.slow
 def test_candidate_code_never_runs_in_the_server_process(engine):
     before = set(sys.modules)
     report = engine.verify(SOFTMAX, example("row_softmax", "triton"), target="triton", trials=1, baselines=["eager"])

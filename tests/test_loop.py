@@ -67,6 +67,7 @@ def test_library_loop_repairs_then_optimizes_and_records_every_attempt(engine):
     assert attempts[2].recommendations is not None and store.get_run(result.run_id).best_attempt == result.best.index
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_stops_the_run_and_resume_continues_from_its_last_attempt(engine, tmp_path):
     driver = LoopDriver(engine, RunStore(tmp_path / "runs.db"))
 
@@ -203,6 +204,7 @@ def sampler(agent: Scripted):
     return on_sample
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_run_loop_tool_uses_the_clients_model_through_sampling(server):
     agent = Scripted(REPLIES)
@@ -313,6 +315,7 @@ async def test_loop_start_rejects_a_target_without_templates(server):
 # ---- reports ----
 
 
+@pytest.mark.slow
 def test_every_run_writes_a_report_and_kforge_report_redraws_it(engine, tmp_path, capsys):
     from markupsafe import escape
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT, example, hostile, problem
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # a Ray cluster per module: the full suite only
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from kforge_mcp.api import Engine  # noqa: E402
@@ -62,7 +63,6 @@ def slow_candidate(home: Path, seconds: float) -> str:
     return str(path)
 
 
-@pytest.mark.slow
 def test_list_targets_shows_each_node_and_the_cluster(engine, cluster):
     report = engine.list_targets(refresh=True)
     triton = next(t for t in report.targets if t.name == "triton")
@@ -109,7 +109,6 @@ def test_a_lane_no_node_offers_fails_clearly_instead_of_waiting(cluster, home):
         executor.shutdown()
 
 
-@pytest.mark.slow
 def test_timeout_holds_through_ray(engine):
     started = time.monotonic()
     report = engine.verify(problem("row_softmax"), hostile("hang"), **{**FAST, "timeout_s": 20})
@@ -136,7 +135,6 @@ def _kill_busy_actor_when(engine, ready: threading.Event, times: int) -> threadi
     return t
 
 
-@pytest.mark.slow
 def test_a_worker_killed_mid_job_is_retried_on_another(engine, home):
     ready, lines = threading.Event(), []
 
@@ -163,7 +161,6 @@ def test_a_worker_killed_twice_gives_a_clear_error(engine, home):
     assert "lost its Ray worker twice" in report.errors[0] and "ActorDiedError" in report.errors[0], report.errors
 
 
-@pytest.mark.slow
 @pytest.mark.anyio
 async def test_verify_batch_tool_streams_progress_through_ray(engine):
     from mcp import Client
@@ -191,7 +188,6 @@ async def test_verify_batch_tool_streams_progress_through_ray(engine):
     assert [m for m in messages if m.startswith("verified ")][-1].startswith("verified 3/3")
 
 
-@pytest.mark.slow
 def test_local_executor_runs_cpu_jobs_side_by_side(home):
     """Two interpreter workers ('cpu' and 'cpu.1'), both with TRITON_INTERPRET=1."""
     pool = WorkerPool(home)

@@ -55,6 +55,7 @@ def assert_still_serving(engine) -> None:
 LANDLOCK_APPLIES = landlock.landlock_abi() > 0 and not os.path.exists(sandbox.NVIDIA_CONTROL_DEVICE)
 
 
+@pytest.mark.slow
 def test_sandbox_status_is_reported(sandboxed):
     engine, _ = sandboxed
     status = engine.list_targets().host["sandbox"]
@@ -94,6 +95,7 @@ def test_worker_environment_points_temp_files_and_caches_into_writable_dirs(tmp_
 # ---- one hostile candidate per protection ----
 
 
+@pytest.mark.slow
 def test_secrets_stay_out(sandboxed):
     engine, _ = sandboxed
     report = verify(engine, hostile("env_probe"))
