@@ -40,6 +40,7 @@ FLOORS = [
     ("kforge_mcp.tools", 6),
     ("kforge_mcp.server", 6),
     ("kforge_mcp.http_transport", 6),
+    ("kforge_mcp.stdio_transport", 6),
     ("kforge_mcp.cli", 6),
     ("kforge_mcp.bench_cli", 6),
     ("kforge_mcp.agents.cli_loop", 6),

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 
 TOKEN_ENV = "KFORGE_HTTP_TOKEN"
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+logger = logging.getLogger("kforge_mcp.server")
+SERVER_LOGS = (-32601, -32602, -32603)  # errors from past the transport: the server logged them already
 
 
 class BearerAuth:
@@ -44,6 +47,52 @@ class BearerAuth:
         await send({"type": "http.response.body", "body": body})
 
 
+class LogRefusals:
+    """ASGI middleware: one WARNING line for each request the transport refuses (4xx: a malformed
+    body, an unknown session, a wrong header), with the JSON-RPC error it got; a body over the size
+    limit gets a JSON-RPC error (-32600, naming the limit) instead of the SDK's plain text."""
+
+    def __init__(self, app, max_request_bytes: int):
+        self.app, self.max_request_bytes = app, max_request_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, chunks = None, []
+
+        async def watch(message):
+            nonlocal start
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                start = message  # held until the body is known (the 413 body is replaced)
+                return
+            if start is None or message["type"] != "http.response.body":
+                return await send(message)
+            chunks.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            body = b"".join(chunks)
+            status = start["status"]
+            if status == 413:
+                limit = f"over the {self.max_request_bytes}-byte request limit (--max-request-mb)"
+                error = {"code": -32600, "message": f"Request body too large: {limit}"}
+                body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+                start = {
+                    **start,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
+            try:
+                error = json.loads(body)["error"]
+                code, reason = error["code"], f"{error['message']} ({error['code']})"
+            except (ValueError, KeyError, TypeError):
+                code, reason = None, body[:200].decode(errors="replace")
+            if code not in SERVER_LOGS:
+                logger.warning("HTTP %d %s %s refused: %s", status, scope.get("method"), scope.get("path"), reason)
+            await send(start)
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, watch)
+
+
 def build_app(
     server, host: str, transport_security, token: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 ):
@@ -51,6 +100,7 @@ def build_app(
     app = server.streamable_http_app(
         transport_security=transport_security, host=host, max_request_body_size=max_request_bytes
     )
+    app = LogRefusals(app, max_request_bytes)
     return BearerAuth(app, token) if token else app
 
 

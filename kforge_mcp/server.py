@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
-import logging
-
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_REQUEST, METHOD_NOT_FOUND
+from pydantic import ValidationError
 
 from . import __version__
 from .api import Engine
-from .tools import analyze_profile, jobs, list_targets, loop, profile, prompts, runs, verify, verify_batch
+from .tools import (
+    analyze_profile,
+    completions,
+    jobs,
+    list_targets,
+    loop,
+    profile,
+    prompts,
+    run_watch,
+    runs,
+    verify,
+    verify_batch,
+)
 from .tools import compile as compile_tool
-from .tools.common import App
+from .tools.common import App, invalid_params, logger
 
 INSTRUCTIONS = """\
 kforge turns a PyTorch reference module into a faster kernel. A problem is KernelBench-form
@@ -24,19 +35,38 @@ GPU; verify checks correctness against the reference and times eager and torch.c
 baselines (verify_batch: many candidates at once, on every worker); profile measures kernels and the roofline, and analyze_profile turns a profile (or a captured
 ncu / torch.profiler / proton file) into ranked advice. Calls that outlive wait_s return a job_id: poll job_status / job_result.
 run_loop runs the whole generate / repair / optimize loop with your model via sampling; without sampling, drive it
-with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best, kforge://runs/{run_id}/report (HTML)."""
+with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best, kforge://runs/{run_id}/report (HTML);
+subscribe to one (resources/subscribe, or subscriptions/listen) to hear when the run changes."""
 
-TOOL_MODULES = (list_targets, compile_tool, verify, jobs, profile, analyze_profile, loop, prompts, runs, verify_batch)
+TOOL_MODULES = (
+    list_targets,
+    compile_tool,
+    verify,
+    jobs,
+    profile,
+    analyze_profile,
+    loop,
+    prompts,
+    runs,
+    verify_batch,
+    completions,
+    run_watch,
+)
 
 
-logger = logging.getLogger("kforge_mcp.server")
-
-
-def invalid_params(message: str) -> MCPError:
-    """A name the client got wrong is invalid params (-32602), not a server fault: one line at
-    WARNING, no traceback (the SDK answers an unknown prompt as an internal error)."""
-    logger.warning("%s", message)
-    return MCPError(code=INVALID_PARAMS, message=message)
+async def log_refusals(ctx, call_next):
+    """One WARNING line for a request the spec refuses before any handler runs: an unknown method
+    (-32601) or params of the wrong shape (-32602). The client gets the SDK's error unchanged."""
+    try:
+        return await call_next(ctx)
+    except MCPError as e:
+        if e.error.code in (METHOD_NOT_FOUND, INVALID_REQUEST):
+            logger.warning("%s refused: %s (%d)", ctx.method, e.error.message, e.error.code)
+        raise
+    except ValidationError as e:
+        fields = sorted({".".join(map(str, err["loc"])) for err in e.errors()})
+        logger.warning("%s refused: invalid params %s", ctx.method, fields)
+        raise
 
 
 class KforgeServer(MCPServer):
@@ -53,8 +83,11 @@ class KforgeServer(MCPServer):
 
 
 def build_server(engine: Engine | None = None) -> MCPServer:
-    app = App(engine=engine or Engine())
-    mcp = KforgeServer("kforge", instructions=INSTRUCTIONS, version=__version__)
+    app = App(engine=engine or Engine(), bus=run_watch.ListenerCount())
+    mcp = KforgeServer(
+        "kforge", instructions=INSTRUCTIONS, version=__version__, subscriptions=app.bus, lifespan=app.lifespan
+    )
+    mcp.middleware.append(log_refusals)
     for module in TOOL_MODULES:
         module.register(mcp, app)
     mcp.kforge_app = app  # the CLI and tests reach the engine through this

@@ -68,6 +68,7 @@ def test_compile_error_names_the_line(env, tmp_path):
     assert "error" in proc.stdout and "undefined_scale" in proc.stdout
 
 
+@pytest.mark.slow
 def test_verify_pass_json(env):
     proc = kforge(
         env,
@@ -88,6 +89,7 @@ def test_verify_pass_json(env):
     assert report["timing"]["eager"] is not None and report["timing"]["compiled"] is None
 
 
+@pytest.mark.slow
 def test_verify_wrong_candidate_fails(env):
     proc = kforge(
         env,

@@ -111,6 +111,7 @@ def test_parse_edg_and_ptxas_output():
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_host_code_error_falls_back_to_torchs_real_headers(engine):
     """A host-glue error the lean stand-in cannot judge is checked against torch's real headers (about 1 min)."""
     src = (

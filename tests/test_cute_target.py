@@ -64,6 +64,7 @@ async def test_without_a_problem_it_says_what_to_pass(server):
     assert any("pass `problem`" in d["message"] for d in report["diagnostics"])
 
 
+@pytest.mark.slow
 async def test_cute_cpp_goes_through_the_cuda_path(server):
     if importlib.util.find_spec("cutlass_library") is None:
         pytest.skip("needs nvidia-cutlass (CuTe C++ headers)")

@@ -69,6 +69,7 @@ def slow_candidate() -> str:
     return "import time\nCALLS = []\n" + head + sep + hang + tail
 
 
+@pytest.mark.slow
 async def test_kill_9_mid_loop_leaves_the_store_intact_and_the_run_resumable(tmp_path):
     home = tmp_path / "home"
     server = ServerProcess(home).start()
@@ -155,6 +156,7 @@ def test_unwritable_home_at_startup_is_a_clear_error(tmp_path, setup, cause):
     assert "KFORGE_HOME" in log and "Traceback" not in log
 
 
+@pytest.mark.slow
 @needs_mount_ns
 async def test_home_that_fills_up_or_turns_read_only_later_gives_tool_errors(tmp_path):
     home = tmp_path / "home"

@@ -21,6 +21,7 @@ def codes(report) -> set[str]:
     return {f.code for f in report.findings}
 
 
+@pytest.mark.slow
 def test_honest_small_softmax_passes_clean(engine):
     report = verify(engine, "honest")
     assert report.verdict == "pass", (report.mismatches, report.findings, report.errors)
@@ -69,12 +70,14 @@ def test_degenerate_problem_is_reported(engine):
     assert "degenerate_problem" in codes(report)
 
 
+@pytest.mark.slow
 def test_patched_timers_leave_a_clean_worker(engine):
     verify(engine, "patch_timer")
     report = verify(engine, "honest")
     assert report.verdict == "pass" and "timer_patched" not in codes(report)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"])
 def test_honest_examples_are_never_flagged(engine, name):
     report = engine.verify(

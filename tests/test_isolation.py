@@ -49,6 +49,7 @@ def test_candidate_cannot_see_server_secrets(tmp_path, monkeypatch):
     assert report.correct and not report.errors, report.errors  # (it uses torch.softmax: suspicious, not an error)
 
 
+@pytest.mark.slow
 def test_memory_hog_is_killed_and_the_engine_recovers(tmp_path):
     engine = Engine(home=tmp_path, memory_limit_mb=2048)
     try:
@@ -61,6 +62,7 @@ def test_memory_hog_is_killed_and_the_engine_recovers(tmp_path):
         engine.close()
 
 
+@pytest.mark.slow
 def test_candidate_code_never_runs_in_the_server_process(engine):
     before = set(sys.modules)
     report = engine.verify(SOFTMAX, example("row_softmax", "triton"), target="triton", trials=1, baselines=["eager"])
@@ -68,6 +70,7 @@ def test_candidate_code_never_runs_in_the_server_process(engine):
     assert not {m for m in set(sys.modules) - before if m.startswith("kforge_candidate")}
 
 
+@pytest.mark.slow
 def test_import_time_crash_is_an_error_verdict(engine, tmp_path):
     source = "import os\nos._exit(3)\n"
     report = engine.verify(SOFTMAX, source, target="triton", trials=1, baselines=["eager"])

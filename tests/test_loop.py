@@ -51,6 +51,7 @@ def assert_picks_best_by_speedup(result):
     assert result.status == "done" and result.stop_reason == "max_iterations"
 
 
+@pytest.mark.slow
 def test_library_loop_repairs_then_optimizes_and_records_every_attempt(engine):
     agent = Scripted(REPLIES)
     driver = LoopDriver(engine)
@@ -66,6 +67,7 @@ def test_library_loop_repairs_then_optimizes_and_records_every_attempt(engine):
     assert attempts[2].recommendations is not None and store.get_run(result.run_id).best_attempt == result.best.index
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_stops_the_run_and_resume_continues_from_its_last_attempt(engine, tmp_path):
     driver = LoopDriver(engine, RunStore(tmp_path / "runs.db"))
 
@@ -140,6 +142,7 @@ def two_cpu_workers(engine):
     eng.close()
 
 
+@pytest.mark.slow
 def test_several_candidates_per_round_are_generated_and_checked_side_by_side(two_cpu_workers):
     from kforge_mcp.agents.loop import estimate_tokens
 
@@ -201,6 +204,7 @@ def sampler(agent: Scripted):
     return on_sample
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_run_loop_tool_uses_the_clients_model_through_sampling(server):
     agent = Scripted(REPLIES)
@@ -269,6 +273,7 @@ async def test_run_loop_without_sampling_points_to_the_client_driven_loop(server
     assert result.is_error and "loop_start" in result.content[0].text
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_client_driven_loop(server):
     replies = iter(REPLIES)
@@ -310,6 +315,7 @@ async def test_loop_start_rejects_a_target_without_templates(server):
 # ---- reports ----
 
 
+@pytest.mark.slow
 def test_every_run_writes_a_report_and_kforge_report_redraws_it(engine, tmp_path, capsys):
     from markupsafe import escape
 
@@ -408,6 +414,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_a_killed_loop_reads_as_interrupted_and_resume_finishes_it(tmp_path):
     import os
     import signal

@@ -17,6 +17,7 @@ async def call(server, name, args):
         return await client.call_tool(name, args)
 
 
+@pytest.mark.slow
 async def test_profile_gemm_on_cpu_has_roofline_and_cpu_ops(server):
     result = await call(
         server,

@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT, example, hostile, problem
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # a Ray cluster per module: the full suite only
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from kforge_mcp.api import Engine  # noqa: E402

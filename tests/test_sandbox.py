@@ -55,6 +55,7 @@ def assert_still_serving(engine) -> None:
 LANDLOCK_APPLIES = landlock.landlock_abi() > 0 and not os.path.exists(sandbox.NVIDIA_CONTROL_DEVICE)
 
 
+@pytest.mark.slow
 def test_sandbox_status_is_reported(sandboxed):
     engine, _ = sandboxed
     status = engine.list_targets().host["sandbox"]
@@ -94,12 +95,14 @@ def test_worker_environment_points_temp_files_and_caches_into_writable_dirs(tmp_
 # ---- one hostile candidate per protection ----
 
 
+@pytest.mark.slow
 def test_secrets_stay_out(sandboxed):
     engine, _ = sandboxed
     report = verify(engine, hostile("env_probe"))
     assert report.correct and not report.errors, report.errors
 
 
+@pytest.mark.slow
 def test_reading_an_api_key_fails_and_the_verdict_says_why(sandboxed):
     engine, _ = sandboxed
     assert os.environ["KFORGE_TEST_API_KEY"] == "sk-secret"  # the server has it
@@ -110,6 +113,7 @@ def test_reading_an_api_key_fails_and_the_verdict_says_why(sandboxed):
     assert_still_serving(engine)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(landlock.landlock_abi() == 0 and not IS_ROOT, reason="neither Landlock TCP rules nor a netns")
 def test_no_network(sandboxed):
     engine, _ = sandboxed
@@ -128,6 +132,7 @@ def test_no_network(sandboxed):
     assert_still_serving(engine)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not LANDLOCK_APPLIES, reason="Landlock is not available here, or off beside an NVIDIA driver")
 @pytest.mark.parametrize(
     "name, target",
@@ -147,6 +152,7 @@ def test_no_writes_outside_the_sandbox(sandboxed, name, target):
     assert_still_serving(engine)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(IS_ROOT and sandbox._pids_cgroup_root() is None, reason="root without a pids cgroup: no cap")
 def test_fork_bomb_is_stopped_by_the_process_cap(sandboxed):
     engine, _ = sandboxed
@@ -190,6 +196,7 @@ def test_without_a_cgroup_the_status_names_the_fallback_cap(no_cgroup):
         assert f"RLIMIT_NPROC {MAX_PROCS}" in status, status
 
 
+@pytest.mark.slow
 def test_without_a_cgroup_a_fork_bomb_is_still_stopped(no_cgroup):
     started = time.monotonic()
     report = verify(no_cgroup, hostile("hostile_fork"))
@@ -205,6 +212,7 @@ def test_without_a_cgroup_a_fork_bomb_is_still_stopped(no_cgroup):
     assert_still_serving(no_cgroup)
 
 
+@pytest.mark.slow
 def test_without_a_cgroup_an_orphaned_fork_bomb_is_counted_and_killed(no_cgroup):
     """A double fork out of the worker's session: the subreaper keeps it in the tree."""
     report = verify(no_cgroup, hostile("hostile_fork_escape"))

@@ -12,6 +12,7 @@ from mcp import Client, StdioServerParameters
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.slow
 async def test_stdio_server_serves_every_tool(tmp_path):
     params = StdioServerParameters(
         command=sys.executable,

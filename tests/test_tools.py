@@ -54,7 +54,15 @@ async def test_list_targets_reports_every_target_honestly(server):
     assert not targets["metal"]["available"] and targets["metal"]["reason"]
 
 
-@pytest.mark.parametrize("name", ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"])
+# one example in the quick suite (-m "not slow"); the larger two in the full one
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fused_bias_gelu",
+        pytest.param("row_softmax", marks=pytest.mark.slow),
+        pytest.param("gemm_bias_relu", marks=pytest.mark.slow),
+    ],
+)
 async def test_honest_examples_pass(server, name):
     result = await call(
         server,
@@ -70,6 +78,7 @@ async def test_honest_examples_pass(server, name):
     assert any(f["code"] == "interpreter_timing" for f in report["findings"])
 
 
+@pytest.mark.slow
 async def test_verify_times_the_torch_compile_baseline(server):
     result = await call(
         server,
@@ -102,6 +111,7 @@ async def test_wrong_candidate_fails_with_mismatch_details(server):
     assert report["timing"] is None  # a wrong kernel is not timed
 
 
+@pytest.mark.slow
 async def test_crash_is_contained_and_the_next_call_passes(server):
     result = await call(
         server,
@@ -125,6 +135,7 @@ async def test_crash_is_contained_and_the_next_call_passes(server):
     assert again.structured_content["verdict"] == "pass"
 
 
+@pytest.mark.slow
 async def test_hang_is_stopped_at_timeout(server):
     started = time.monotonic()
     result = await call(
@@ -232,6 +243,7 @@ async def test_compile_rejects_a_bad_arch(server):
     assert result.is_error and "not an NVIDIA arch" in result.content[0].text
 
 
+@pytest.mark.slow
 async def test_long_call_returns_a_job_that_can_be_followed(server):
     async with Client(server) as client:
         started = await client.call_tool(
@@ -252,6 +264,7 @@ async def test_long_call_returns_a_job_that_can_be_followed(server):
     assert done["status"] == "done" and done["result"]["verdict"] == "pass"
 
 
+@pytest.mark.slow
 async def test_cancel_kills_the_job_and_the_server_keeps_serving(server):
     async with Client(server) as client:
         started = await client.call_tool(
@@ -272,6 +285,7 @@ async def test_unknown_job_is_a_tool_error(server):
     assert result.is_error and "unknown job_id" in result.content[0].text
 
 
+@pytest.mark.slow
 async def test_progress_is_reported_before_the_result(server):
     seen = []
 

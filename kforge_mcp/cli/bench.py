@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from ..options import BASELINES, VERIFY
-from .console import EXIT_INPUT, EXIT_OK, VERDICT_STYLE, err, fmt, open_engine, out, print_json
+from .console import EXIT_INPUT, EXIT_OK, VERDICT_STYLE, err, fmt, open_engine, out, print_json, report_table
 
 LAYOUT = """Layout: every *.py in --problems is a problem (a KernelBench level1/ folder works as it is). Its
 candidates are --candidates/<problem stem>/*.py, or flat --candidates/<problem stem>.py. A candidate file
@@ -152,11 +152,10 @@ def cmd_bench(args) -> int:
 def print_summary(summary) -> None:
     from pathlib import Path
 
-    from rich.table import Table
     from rich.text import Text
 
     wide = out.width >= 120  # narrower: findings and errors go below the table, one line per problem
-    table = Table(
+    table = report_table(
         title=f"kforge bench: {summary.target}, {summary.suite.problems} problems "
         f"({summary.device or '-'}, {summary.execution or '-'})"
     )

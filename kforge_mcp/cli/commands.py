@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..schemas import VerifyBatchReport, summarize_batch
-from .console import EXIT_NOT_OK, EXIT_OK, VERDICT_STYLE, err, open_engine, out, print_json, with_status
+from .console import EXIT_NOT_OK, EXIT_OK, VERDICT_STYLE, err, open_engine, out, print_json, report_table, with_status
 from .reports import print_analysis, print_batch, print_compile, print_profile, print_verify
 
 
@@ -20,7 +20,7 @@ def cmd_targets(args) -> int:
     if args.json:
         print_json(report)
         return EXIT_OK
-    table = Table(title="kforge targets")
+    table = report_table(title="kforge targets")
     for column in ("target", "available", "devices", "versions", "reason / notes"):
         table.add_column(column)
     for t in report.targets:

@@ -9,12 +9,26 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from rich import box
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from ..settings import Settings
 
-out = Console(highlight=False)
+# Piped or redirected, rich would squeeze a table into 80 columns and wrap every cell: give each row
+# the width it needs, in plain ASCII (colour is off there anyway). --json is the form for programs.
+PIPED = not sys.stdout.isatty()
+out = Console(highlight=False, width=4096 if PIPED else None)
+
+
+def report_table(**options) -> Table:
+    """A report table: rich's look on a terminal, plain ASCII rules when piped."""
+    if PIPED:
+        options = {"box": box.ASCII, "title_justify": "left", **options}
+    return Table(**options)
+
+
 err = Console(stderr=True, highlight=False)
 
 EXIT_OK, EXIT_NOT_OK, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 
-from .console import PRIORITY_STYLE, VERDICT_STYLE, fmt, out, print_diagnostics
+from .console import PRIORITY_STYLE, VERDICT_STYLE, fmt, out, print_diagnostics, report_table
 
 
 def print_compile(report, file: str) -> None:
@@ -20,7 +19,7 @@ def print_compile(report, file: str) -> None:
     )
     print_diagnostics(report.diagnostics, file)
     if report.kernels:
-        table = Table(title=f"kernels (signature {report.signature_source or 'unknown'})")
+        table = report_table(title=f"kernels (signature {report.signature_source or 'unknown'})")
         for column in ("kernel", "registers", "spills (B)", "shared (B)", "warps", "stages"):
             table.add_column(column, justify="left" if column == "kernel" else "right")
         for k in report.kernels:
@@ -33,7 +32,7 @@ def print_compile(report, file: str) -> None:
 
 
 def print_batch(report, candidates: list[str]) -> None:
-    table = Table(title=f"{report.summary.total} candidates")
+    table = report_table(title=f"{report.summary.total} candidates")
     for column in ("#", "candidate", "verdict", "speedup", "candidate ms", "seconds", "node / note"):
         table.add_column(column, justify="right" if column in ("#", "speedup", "candidate ms", "seconds") else "left")
     for i, (r, c) in enumerate(zip(report.reports, candidates)):
@@ -93,7 +92,7 @@ def print_timing(timing) -> None:
     rows = [(name, stats) for name, stats in rows if stats is not None]
     if not rows:
         return
-    table = Table(title="timing")
+    table = report_table(title="timing")
     for column in ("", "median ms", "spread", "samples", "clock"):
         table.add_column(column, justify="right" if column in ("median ms", "spread", "samples") else "left")
     for name, s in rows:
@@ -130,7 +129,7 @@ def print_profile(report) -> None:
         )
     )
     if report.kernels:
-        table = Table(title="kernels" if report.device_kernels() else "CPU ops (no device kernels)")
+        table = report_table(title="kernels" if report.device_kernels() else "CPU ops (no device kernels)")
         for column in (
             "name",
             "launches",
@@ -185,7 +184,7 @@ def print_profile(report) -> None:
 def print_analysis(report) -> None:
     out.print(Text(report.summary), soft_wrap=True)
     if report.recommendations:
-        table = Table(title="recommendations")
+        table = report_table(title="recommendations")
         for column in ("#", "priority", "gain", "title", "evidence", "action"):
             table.add_column(column, justify="right" if column in ("#", "gain") else "left")
         for i, rec in enumerate(report.recommendations, 1):

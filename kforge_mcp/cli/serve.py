@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
 import socket
 import sys
@@ -112,6 +113,8 @@ def cmd_serve(args) -> int:
             f"refusing to listen on non-loopback host '{args.host}' without authentication: the server "
             f"runs submitted code; set a bearer token with --token or ${TOKEN_ENV}"
         )
+    if not sys.stderr.isatty():  # a host's log file: one record per line (rich wraps at 80 columns)
+        logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     from ..server import build_server
 
     interrupted = False
@@ -120,8 +123,12 @@ def cmd_serve(args) -> int:
         banner(args, engine)
         try:
             if args.transport == "stdio":
+                import anyio
+
+                from .. import stdio_transport
+
                 engine.executor.prewarm("compile")
-                server.run("stdio")
+                anyio.run(stdio_transport.run, server, int(args.max_request_mb * 2**20))
             else:
                 from .. import http_transport
 
@@ -166,7 +173,11 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
         help="HTTP bearer token clients must send (default $KFORGE_HTTP_TOKEN); required for a non-loopback --host",
     )
     p.add_argument(
-        "--max-request-mb", type=float, default=4.0, metavar="MB", help="largest HTTP request body accepted (default 4)"
+        "--max-request-mb",
+        type=float,
+        default=4.0,
+        metavar="MB",
+        help="largest request accepted, HTTP body or stdio line (default 4)",
     )
     p.add_argument(
         "--allow-dir",

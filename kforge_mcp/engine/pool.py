@@ -309,7 +309,7 @@ class WorkerPool:
                 if state.worker is None or not state.worker.alive():
                     try:
                         state.worker = self._start(lane)
-                    except WorkerFailure:
+                    except (WorkerFailure, OSError, EOFError):  # OSError: closed at shutdown mid-start
                         state.worker = None
 
         threading.Thread(target=start, daemon=True, name=f"kforge-prewarm-{lane}").start()

@@ -3,19 +3,25 @@ with progress notifications."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from contextlib import asynccontextmanager
+from typing import Any, Awaitable, Callable
 
 import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
-from pydantic import BaseModel
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, ToolAnnotations
+from pydantic import BaseModel, Field
 
 from ..api import Engine
 from ..engine.jobs import Job, JobManager, raise_job_error
 from ..errors import KforgeError
+from ..targets import TARGETS
+
+logger = logging.getLogger("kforge_mcp.server")
 
 # Claude Desktop and the TypeScript SDK cut a call off at about 60 s: answer before that.
 DEFAULT_WAIT_S = 50.0
@@ -30,27 +36,57 @@ def hints(read_only: bool, idempotent: bool = True, destructive: bool = False, o
     )
 
 
+def target_field(description: str = "cuda, cute, triton or metal", optional: bool = False):
+    """``target`` is a closed set: the targets found at start, as an enum hosts can offer. Pydantic
+    still takes any string, so an unknown one gets the engine's error naming the known ones."""
+    names: list[str | None] = list(TARGETS) + ([None] if optional else [])
+    return Field(description=description, json_schema_extra={"enum": names})
+
+
 # reports only: compile builds in a sandboxed worker and changes nothing the user sees but caches
 READ_ONLY = hints(read_only=True)
 # runs the submitted code on the device (sandboxed): not read-only, though it destroys nothing
 RUNS_CODE = hints(read_only=False)
 
 
+def invalid_params(message: str) -> MCPError:
+    """A name the client got wrong is invalid params (-32602), not a server fault: one line at
+    WARNING, no traceback (the SDK answers an unknown prompt as an internal error)."""
+    logger.warning("%s", message)
+    return MCPError(code=INVALID_PARAMS, message=message)
+
+
 @dataclass
 class App:
     engine: Engine
     jobs: JobManager = field(default_factory=JobManager)
+    bus: Any = None  # the server's subscriptions/listen bus (run_watch.ListenerCount)
+    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)  # tasks for the server's life
+
+    @asynccontextmanager
+    async def lifespan(self, _server):
+        """The server's lifespan (once per stdio process or HTTP app): the background tasks run in it."""
+        async with anyio.create_task_group() as tg:
+            for task in self.background:
+                tg.start_soon(task)
+            yield {}
+            tg.cancel_scope.cancel()
 
 
 async def wait_for(job: Job, wait_s: float, ctx: Context | None) -> bool:
     """Wait up to ``wait_s`` for a job, forwarding its progress. True when it finished.
     Progress is only ever sent before the result, never after."""
     started = time.monotonic()
-    last_sent, sent = 0.0, 0
+    last_sent, sent, last_value = 0.0, 0, 0.0
+    # progress is seconds waited out of wait_s (the call answers by then: a result or a job id).
+    # The spec wants each value above the last; several lines in one poll share a clock reading.
+    total = wait_s if wait_s > 0 else None
 
     async def report(message: str) -> None:
+        nonlocal last_value
+        last_value = max(round(time.monotonic() - started, 3), round(last_value + 0.001, 3))
         try:
-            await ctx.report_progress(round(time.monotonic() - started, 1), None, message)
+            await ctx.report_progress(last_value, total, message)
         except Exception:  # noqa: BLE001  (a client that dropped progress must not fail the call)
             pass
 

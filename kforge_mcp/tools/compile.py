@@ -8,13 +8,13 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from ..schemas import CompileReport
-from .common import DEFAULT_WAIT_S, READ_ONLY, App, run_tool_job
+from .common import DEFAULT_WAIT_S, READ_ONLY, App, run_tool_job, target_field
 
 
 def register(mcp: MCPServer, app: App) -> None:
     @mcp.tool(annotations=READ_ONLY)
     async def compile(
-        target: Annotated[str, Field(description="cuda, cute, triton or metal")],
+        target: Annotated[str, target_field()],
         source: Annotated[str, Field(description="candidate source text, or a path to a .py file")],
         ctx: Context,
         arch: Annotated[str | None, Field(description="e.g. sm_90a; default: the local GPU's, else sm_90a")] = None,

@@ -21,7 +21,8 @@ from pydantic import BaseModel, Field
 from ..agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, estimate_tokens
 from ..errors import KforgeError
 from ..options import VERIFY, Baselines, Trials
-from .common import DEFAULT_WAIT_S, App, hints, run_tool_job
+from .common import DEFAULT_WAIT_S, App, hints, run_tool_job, target_field
+from .links import run_links
 
 SAMPLING_TIMEOUT_S = 600.0
 
@@ -88,7 +89,7 @@ def register(mcp: MCPServer, app: App) -> None:
     @mcp.tool(annotations=hints(read_only=False, idempotent=False, open_world=True))
     async def run_loop(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
-        target: Annotated[str, Field(description="cuda, cute, triton or metal (with prompt templates: see prompts/)")],
+        target: Annotated[str, target_field("cuda, cute, triton or metal (with prompt templates: see prompts/)")],
         ctx: Context,
         provider: Annotated[
             Literal["sampling", "anthropic", "openai"],
@@ -196,15 +197,18 @@ def register(mcp: MCPServer, app: App) -> None:
                     max_tokens=token_budget,
                 )
 
-        return await run_tool_job(
-            app, "run_loop", work, wait_s, ctx, lambda job: LoopResult(run_id=rid, status="running", job_id=job.id)
+        return await run_links(
+            await run_tool_job(
+                app, "run_loop", work, wait_s, ctx, lambda job: LoopResult(run_id=rid, status="running", job_id=job.id)
+            ),
+            app.engine.home,
         )
 
     # a new run in the store each call
     @mcp.tool(annotations=hints(read_only=False, idempotent=False))
     async def loop_start(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
-        target: Annotated[str, Field(description="cuda, cute, triton or metal")],
+        target: Annotated[str, target_field()],
         max_iterations: Annotated[int, Field(ge=1, le=200, description="attempts in all")] = 8,
         trials: Trials = VERIFY.trials,
         baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
@@ -255,7 +259,7 @@ def register(mcp: MCPServer, app: App) -> None:
         def work(progress, cancel):
             return driver(app).submit(run_id, text, on_progress=progress, cancel=cancel)
 
-        return await run_tool_job(
+        result = await run_tool_job(
             app,
             "loop_submit",
             work,
@@ -263,3 +267,4 @@ def register(mcp: MCPServer, app: App) -> None:
             ctx,
             lambda job: SubmitResult(run_id=run_id, status="running", job_id=job.id),
         )
+        return await run_links(result, app.engine.home)

@@ -9,14 +9,14 @@ from pydantic import Field
 
 from ..analysis.report import ProfileReport
 from ..options import PROFILE, Depth, Iterations, TimeoutS
-from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job
+from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
 
 
 def register(mcp: MCPServer, app: App) -> None:
     @mcp.tool(annotations=RUNS_CODE)
     async def profile(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
-        target: Annotated[str, Field(description="cuda, cute, triton or metal")],
+        target: Annotated[str, target_field()],
         ctx: Context,
         candidate: Annotated[
             str | None,

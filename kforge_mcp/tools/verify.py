@@ -9,7 +9,7 @@ from pydantic import Field
 
 from ..options import VERIFY, Baselines, Precision, Seed, TimeoutS, Tolerance, Trials
 from ..schemas import VerifyReport
-from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job
+from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
 
 
 def register(mcp: MCPServer, app: App) -> None:
@@ -20,7 +20,7 @@ def register(mcp: MCPServer, app: App) -> None:
             Field(description="reference in KernelBench form (Model, get_inputs, get_init_inputs): text or a .py path"),
         ],
         candidate: Annotated[str, Field(description="source defining class ModelNew: text or a .py path")],
-        target: Annotated[str, Field(description="cuda, cute, triton or metal")],
+        target: Annotated[str, target_field()],
         ctx: Context,
         device: Annotated[
             str | None, Field(description="e.g. cuda:0, xpu:0 or cpu; default: the best one here")

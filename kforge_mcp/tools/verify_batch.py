@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from ..options import VERIFY, Baselines, TimeoutS, Tolerance, Trials
 from ..schemas import VerifyBatchReport, summarize_batch
-from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job
+from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
 
 MAX_ITEMS = 256
 
@@ -18,7 +18,7 @@ MAX_ITEMS = 256
 class BatchItem(BaseModel):
     problem: str = Field(description="reference in KernelBench form: text or a .py path")
     candidate: str = Field(description="source defining class ModelNew: text or a .py path")
-    target: str | None = Field(None, description="overrides the batch's target")
+    target: Annotated[str | None, target_field("overrides the batch's target", optional=True)] = None
     device: str | None = Field(None, description="overrides the batch's device")
 
 
@@ -29,7 +29,7 @@ def register(mcp: MCPServer, app: App) -> None:
             list[BatchItem], Field(min_length=1, max_length=MAX_ITEMS, description="the candidates to verify")
         ],
         ctx: Context,
-        target: Annotated[str, Field(description="cuda, cute, triton or metal (an item may override it)")] = "triton",
+        target: Annotated[str, target_field("cuda, cute, triton or metal (an item may override it)")] = "triton",
         device: Annotated[str | None, Field(description="e.g. cuda:0 or cpu; default: the best one here")] = None,
         trials: Annotated[Trials, Field(description="correctness trials per candidate")] = VERIFY.trials,
         atol: Annotated[Tolerance, Field(description="default per dtype")] = VERIFY.atol,
