@@ -16,6 +16,7 @@ from .errors import InputError, KforgeError
 from .home import check_home, default_home
 from .options import BASELINES, PROFILE, VERIFY, check_precision
 from .pipeline import start_prebuilds
+from .probe_cache import KnownTargets
 from .problem import Source, check_allowed_path, default_allowed_roots
 from .problem import resolve_source as _resolve_source
 from .schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
@@ -44,8 +45,7 @@ class Engine:
         # where worker jobs run: this machine's pool unless an executor (e.g. Ray) is given
         self.executor: Executor = executor or LocalExecutor(WorkerPool(self.home, memory_limit_mb=limit))
         self.compile_cache = CompileCache(self.home / "cache" / "compile")
-        self._targets: TargetsReport | None = None
-        self._targets_lock = threading.Lock()
+        self.targets = KnownTargets(self.home, self._probe)
 
     def resolve_source(self, value: str, role: str) -> Source:
         """Source text, or a .py path under the allowed directories (``allow_dirs``)."""
@@ -54,13 +54,13 @@ class Engine:
     # ---- targets ----
 
     def list_targets(self, refresh: bool = False, on_progress: Progress = None) -> TargetsReport:
-        with self._targets_lock:
-            if self._targets is None or refresh:
-                reply = self.executor.run("compile", "probe", {}, timeout_s=DEFAULT_TIMEOUT_S, on_progress=on_progress)
-                if not reply.get("ok"):
-                    raise KforgeError(f"probing targets failed: {reply.get('message')}")
-                self._targets = TargetsReport.model_validate(reply["value"])
-            return self._targets
+        return self.targets.get(refresh, on_progress)
+
+    def _probe(self, on_progress: Progress = None) -> TargetsReport:
+        reply = self.executor.run("compile", "probe", {}, timeout_s=DEFAULT_TIMEOUT_S, on_progress=on_progress)
+        if not reply.get("ok"):
+            raise KforgeError(f"probing targets failed: {reply.get('message')}")
+        return TargetsReport.model_validate(reply["value"])
 
     def target_status(self, name: str) -> TargetStatus:
         get_target(name)  # unknown names fail here, with the list of known ones

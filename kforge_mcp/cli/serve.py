@@ -4,11 +4,13 @@ host checks that keep a remote bind from running code for anyone."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import os
 import socket
 import sys
+import threading
 
 from rich.text import Text
 
@@ -86,12 +88,22 @@ def banner(args, engine) -> None:
             style="dim",
         )
     )
-    sandbox = engine.list_targets().host.get("sandbox") if engine._targets is not None else None
+    sandbox = engine.targets.report.host.get("sandbox") if engine.targets.report is not None else None
     if sandbox:
         lines.append(Text(f"sandbox: {sandbox}", style="dim"))
     lines.append(Text(f"home:    {engine.home}", style="dim"))
     for line in lines:
         err.print(line, soft_wrap=True)
+
+
+def quietly(fn):
+    """``fn`` for a background thread: a failure is left for the call that needs the answer to report."""
+
+    def run():
+        with contextlib.suppress(Exception):
+            fn()
+
+    return run
 
 
 def targets_line(engine) -> Text:
@@ -127,7 +139,8 @@ def cmd_serve(args) -> int:
 
                 from .. import stdio_transport
 
-                engine.executor.prewarm("compile")
+                # the host's first list_targets finds the probe done (or the last one's answer, at once)
+                threading.Thread(target=quietly(engine.list_targets), daemon=True, name="kforge-probe").start()
                 anyio.run(stdio_transport.run, server, int(args.max_request_mb * 2**20))
             else:
                 from .. import http_transport

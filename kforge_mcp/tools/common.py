@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 import anyio

@@ -8,7 +8,6 @@ import logging
 from pathlib import Path
 
 import anyio
-
 from mcp_types import CallToolResult, ImageContent, ResourceLink, TextContent
 from pydantic import BaseModel
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..report import Evidence, ProfileReport, Recommendation
-from .base import recommendation, rule, shares
 from .base import pct as _pct
+from .base import recommendation, rule, shares
 
 
 @rule
