@@ -176,3 +176,25 @@ def test_cli_verbs_read_any_path_the_user_names(env):
         proc = kforge(env, "compile", str(outside), "--target", "triton", "--json")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["ok"] is True
+
+
+def test_verify_takes_precision_and_seed(env):
+    softmax_problem, softmax_candidate = str(ROOT / "tests/cheats/problem.py"), str(ROOT / "tests/cheats/honest.py")
+    bad = kforge(env, "verify", softmax_problem, softmax_candidate, "--target", "triton", "--precision", "fp8")
+    assert bad.returncode == 2 and "--precision" in bad.stderr
+    args = (
+        "--target",
+        "triton",
+        "--precision",
+        "fp32",
+        "--seed",
+        "7",
+        "--trials",
+        "1",
+        "--baselines",
+        "eager",
+        "--json",
+    )
+    proc = kforge(env, "verify", softmax_problem, softmax_candidate, *args)
+    report = json.loads(proc.stdout)
+    assert (report["seed"], report["precision"], report["atol"]) == (7, "fp32", 1e-4), proc.stdout[-500:]
