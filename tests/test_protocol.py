@@ -263,6 +263,7 @@ async def test_http_bad_input_gets_the_spec_codes_and_one_log_line_each_and_the_
             METHOD_NOT_FOUND,
         ),
         (headers, big, 413, INVALID_REQUEST),
+        (headers, '{"id": 5, "what": "no jsonrpc"}', 400, INVALID_PARAMS),  # the SDK's 2025 transport says -32602
     ]
     with httpx.Client(timeout=60) as http:
         for sent_headers, body, status, code in cases:
@@ -284,6 +285,7 @@ async def test_http_bad_input_gets_the_spec_codes_and_one_log_line_each_and_the_
     assert log.count("refused: Parse error") == 2, log
     assert log.count("no/such refused: Method not found") == 1, log
     assert log.count("over the 4194304-byte request limit") == 1, log
+    assert log.count("refused: Validation error") == 1, log
     assert "Traceback" not in log, log
     async with http_client(http_server, "legacy") as client:
         assert len((await client.list_tools()).tools) == 12
