@@ -85,7 +85,7 @@ class LogRefusals:
                 code, reason = error["code"], f"{error['message']} ({error['code']})"
             except (ValueError, KeyError, TypeError):
                 code, reason = None, body[:200].decode(errors="replace")
-            if code not in SERVER_LOGS:
+            if code not in SERVER_LOGS or reason.startswith("Validation error"):  # the latter: the transport's
                 logger.warning("HTTP %d %s %s refused: %s", status, scope.get("method"), scope.get("path"), reason)
             await send(start)
             await send({"type": "http.response.body", "body": body})

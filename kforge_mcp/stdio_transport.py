@@ -72,7 +72,7 @@ class CheckedLines:
 
 
 def _head_id(line: str):
-    """An oversize line is not parsed whole: its id, when it comes first as SDKs write it."""
+    """An oversize line is not parsed whole: its id, when it is near the start, as SDKs write it."""
     head = line[:200]
     try:
         start = head.index('"id"')
