@@ -73,6 +73,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 
 @needs_nvcc
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)
 def test_device_unit_compiles_without_torch_headers(path, tmp_path):
     (tmp_path / "device.cu").write_text(

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kforge_mcp.api import Engine
 from kforge_mcp.probe_cache import ProbeCache
+
+pytestmark = pytest.mark.slow  # each starts a worker (a few seconds on two cores)
 
 
 def test_second_engine_answers_from_the_last_probe_then_refreshes(tmp_path):
