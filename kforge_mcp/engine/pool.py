@@ -266,6 +266,8 @@ class WorkerPool:
     @property
     def tmp(self) -> Path:
         with self._lanes_lock:
+            if self._closed:  # a background start (prewarm, probe) after shutdown makes no folder to leave behind
+                raise WorkerFailure("cancelled", "the worker pool is shut down")
             if self._tmp is None:
                 self._tmp = Path(tempfile.mkdtemp(prefix="kforge-workers-"))
             return self._tmp
