@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,7 @@ async def test_profile_gemm_on_cpu_has_roofline_and_cpu_ops(server):
     roof = r["roofline"]
     assert roof["flops"] == 2 * 256 * 512 * 384 and roof["bytes"] > 0 and roof["sol_ms"] > 0
     assert roof["bound"] in ("memory", "compute") and roof["fraction_of_sol"] is not None
+    assert [c.type for c in result.content] == ["text", "image"]  # the roofline drawn for the host
 
     advice = await call(server, "analyze_profile", {"profile": r})
     assert not advice.is_error and "no device kernels" in advice.structured_content["summary"]
@@ -52,6 +55,12 @@ async def test_profile_reference_without_candidate(server):
     r = result.structured_content
     assert not result.is_error and r["target"] == "reference" and r["roofline"]["bound"] == "memory"
     assert any(k["name"] == "aten::softmax" for k in r["kernels"])
+    # the roofline drawn for hosts that show images, after the same report as text
+    images = [c for c in result.content if c.type == "image"]
+    assert len(images) == 1 and images[0].mime_type == "image/png"
+    png = base64.b64decode(images[0].data)
+    assert png.startswith(b"\x89PNG") and 5_000 < len(png) < 512 * 1024
+    assert json.loads(result.content[0].text)["roofline"] == r["roofline"]
 
 
 async def test_analyze_profile_on_a_real_ncu_csv(server):

@@ -67,3 +67,21 @@ def draw_report(home: Path, run_id: str) -> None:
 
 def link(uri: str, name: str, mime_type: str, description: str) -> ResourceLink:
     return ResourceLink(type="resource_link", uri=uri, name=name, mime_type=mime_type, description=description)
+
+
+async def profile_image(result: BaseModel) -> BaseModel | CallToolResult:
+    """A profile with a roofline: the same result, plus the roofline drawn as an image."""
+    roof = getattr(result, "roofline", None)
+    if roof is None or getattr(result, "job_id", None):
+        return result
+    import tempfile
+
+    from ..analysis.roofline_plot import draw_roofline
+
+    with tempfile.TemporaryDirectory(prefix="kforge-roofline-") as tmp:
+        try:
+            png = await anyio.to_thread.run_sync(draw_roofline, roof, Path(tmp) / "roofline.png")
+        except Exception as e:  # noqa: BLE001  (no plot is no reason to lose the result)
+            logger.warning("could not draw the roofline: %s: %s", type(e).__name__, e)
+            png = None
+        return with_artifacts(result, [], png)

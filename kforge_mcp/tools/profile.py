@@ -10,6 +10,7 @@ from pydantic import Field
 from ..analysis.report import ProfileReport
 from ..options import PROFILE, Depth, Iterations, TimeoutS
 from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
+from .links import profile_image
 
 
 def register(mcp: MCPServer, app: App) -> None:
@@ -60,6 +61,7 @@ def register(mcp: MCPServer, app: App) -> None:
                 cancel=cancel,
             )
 
-        return await run_tool_job(
+        result = await run_tool_job(
             app, "profile", work, wait_s, ctx, lambda job: ProfileReport(status="running", job_id=job.id, target=target)
         )
+        return await profile_image(result)  # the roofline drawn, for hosts that show images
