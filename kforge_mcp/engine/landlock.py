@@ -142,9 +142,13 @@ def _landlock(write_dirs: list[str]) -> str:
         if not allow("/", READ):
             return f"off (landlock_add_rule: {os.strerror(ctypes.get_errno())})"
         allowed = []
+        # the pool makes and removes the worker's temp dir: gone means the pool shut down while this worker
+        # started, and making it again would leave it behind
+        owned = {os.environ.get("KFORGE_WORKER_TMP"), os.environ.get("TMPDIR")}
         for d in write_dirs:
             try:
-                os.makedirs(d, exist_ok=True)
+                if d not in owned:
+                    os.makedirs(d, exist_ok=True)
             except OSError:
                 pass
             if allow(d, READ | write):
