@@ -286,15 +286,15 @@ class WorkerPool:
         max_tasks = None
         if sandbox.watchdog_applies(cgroup is not None):  # no pids cgroup here: count the tree ourselves
             max_tasks = Settings.read().sandbox_max_procs
-        worker = Worker(lane, env, cgroup, max_tasks)
+        # spawned and registered under the lock: a shutdown comes either first (nothing is spawned) or after
+        # (it kills this worker), never between, even when this is a background start the interpreter's exit freezes
         with self._lanes_lock:
-            closed = self._closed
-            if not closed:  # shutdown kills it even before it is ready or handed to its lane
-                self._workers = {w for w in self._workers if w.proc.poll() is None} | {worker}
-        if closed:  # shut down while it spawned (a prewarm when the host hung up at once)
-            worker.kill()
-            self._remove_tmp()
-            raise WorkerFailure("cancelled", "the worker pool is shut down")
+            if self._closed:
+                if cgroup is not None:
+                    cgroup.kill_and_remove()
+                raise WorkerFailure("cancelled", "the worker pool is shut down")
+            worker = Worker(lane, env, cgroup, max_tasks)
+            self._workers = {w for w in self._workers if w.proc.poll() is None} | {worker}
         try:
             worker.wait_ready(self.memory_limit)
         except WorkerFailure as e:
