@@ -4,7 +4,7 @@
 The fingerprint is what a probe's answer depends on and can be read without importing torch: the
 interpreter, the installed versions of torch, triton and the kernel DSLs, the tools on PATH (path and
 modification time), the GPU device nodes, the CUDA/Triton/KFORGE environment (no secrets), and the
-target code itself. A different fingerprint, or a file that does not parse, is a miss.
+target and engine code (the compile cache's digest). A different fingerprint, or a file that does not parse, is a miss.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from .engine.cache import code_versions
+from .engine.environment import SECRET_MARKERS
 from .schemas import TargetsReport
 
-DISTS = ("torch", "triton", "pytorch-triton-xpu", "nvidia-cutlass", "nvidia-cutlass-dsl", "kforge-mcp")
+DISTS = ("triton", "pytorch-triton-xpu", "nvidia-cutlass", "nvidia-cutlass-dsl")  # torch: in code_versions()
 TOOLS = ("nvcc", "ncu", "nsys", "xcrun", "unitrace", "compute-sanitizer")
 ENV_PREFIXES = ("CUDA_", "TRITON_", "TORCH_", "ZE_", "ONEAPI_", "KFORGE_", "NVIDIA_")
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
 
 
 def _stat(path: str | None) -> list:
@@ -51,7 +52,6 @@ def fingerprint() -> str:
         for k, v in os.environ.items()
         if k.startswith(ENV_PREFIXES) and not any(m in k.upper() for m in SECRET_MARKERS)
     }
-    code = sorted(str(p) for p in (Path(__file__).parent / "targets").glob("*.py"))
     parts = {
         "python": [sys.executable, sys.version],
         "dists": {d: version(d) for d in DISTS},
@@ -59,7 +59,7 @@ def fingerprint() -> str:
         "devices": sorted(glob.glob("/dev/nvidia[0-9]*") + glob.glob("/dev/dri/renderD*")),
         "env": sorted(env.items()),
         "path": os.environ.get("PATH", ""),
-        "code": [_stat(p) for p in code],
+        "code": code_versions(),  # our target and engine code, torch and kforge-mcp
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -67,6 +67,16 @@ class Settings(BaseSettings):
         values = {name: env[PREFIX + name.upper()] for name in cls.model_fields if env.get(PREFIX + name.upper())}
         return _FromMapping(**values)
 
+    @property
+    def split_cuda_builds(self) -> bool:
+        """CUDA load_inline builds take the split path (targets/cuda_fast_build.py)."""
+        return self.cuda_build.strip().lower() == "split"
+
+    @property
+    def cuda_pch_on(self) -> bool:
+        """Split builds precompile torch's headers."""
+        return self.cuda_pch.strip().lower() not in OFF
+
     def sandbox_enabled(self, protection: str) -> bool:
         """Whether one sandbox protection (landlock, network, limits, cgroup) is on."""
         if self.sandbox.strip().lower() in OFF:

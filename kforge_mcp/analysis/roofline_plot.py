@@ -46,15 +46,10 @@ def draw_roofline(roof: Roofline, out: Path) -> Path | None:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / minimum byte)")
     ax.set_ylabel("FLOP/s")
-    peaks = " (placeholder peaks)" if roof.peaks_source == "placeholder" else ""
-    ax.set_title(f"{roof.device}{peaks}: {roof.bound}-bound on the {roof.path} path", fontsize=10)
+    ax.set_title(f"{_device(roof)}: {roof.bound}-bound on the {roof.path} path", fontsize=10)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def _times(plt, roof: Roofline, out: Path) -> Path:
@@ -65,10 +60,15 @@ def _times(plt, roof: Roofline, out: Path) -> Path:
     ax.barh([b[0] for b in bars], [b[1] for b in bars], color=[b[2] for b in bars])
     ax.set_xscale("log")
     ax.set_xlabel("ms per forward")
-    peaks = " (placeholder peaks)" if roof.peaks_source == "placeholder" else ""
-    ax.set_title(
-        f"{roof.device}{peaks}: memory-bound, {roof.bytes / 1e6:.3g} MB at least, no counted FLOPs", fontsize=9
-    )
+    ax.set_title(f"{_device(roof)}: memory-bound, {roof.bytes / 1e6:.3g} MB at least, no counted FLOPs", fontsize=9)
+    return _save(plt, fig, out)
+
+
+def _device(roof: Roofline) -> str:
+    return roof.device + (" (placeholder peaks)" if roof.peaks_source == "placeholder" else "")
+
+
+def _save(plt, fig, out: Path) -> Path:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)

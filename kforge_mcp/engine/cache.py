@@ -28,7 +28,8 @@ def _code_digest() -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _versions() -> dict[str, str]:
+def code_versions() -> dict[str, str]:
+    """Our code's digest and the torch and kforge-mcp versions: what a cached answer depends on."""
     out = {"kforge-code": _code_digest()}
     for dist in ("torch", "kforge-mcp"):  # a target adds its own toolchains (Target.cache_versions)
         try:
@@ -43,7 +44,7 @@ class CompileCache:
         self.root = root
 
     def key(self, **parts) -> str:
-        blob = json.dumps({**parts, "versions": _versions()}, sort_keys=True, default=str)
+        blob = json.dumps({**parts, "versions": code_versions()}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def _path(self, key: str) -> Path:

@@ -31,7 +31,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
-from ..settings import OFF, Settings
+from ..settings import Settings
 from ..source import SourceRuntimeError
 from .base import Target, dist_version, find_tool
 from .cuda_build import CUTLASS_HEADER, InlineBuild, capture_builds, cutlass_include_dir, extension_cache_dir
@@ -132,7 +132,7 @@ class CudaTarget(Target):
                 reason="this torch build has no CUDA support; install a CUDA build of torch",
             )
         settings = Settings.read()
-        if settings.cuda_build.strip().lower() == "split" and settings.cuda_pch.strip().lower() not in OFF:
+        if settings.split_cuda_builds and settings.cuda_pch_on:
             # torch's headers precompiled while the host starts up, before the first build needs them
             threading.Thread(target=prewarm_pch, args=(extension_cache_dir(),), daemon=True).start()
         return TargetStatus(

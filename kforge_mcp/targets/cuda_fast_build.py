@@ -19,6 +19,7 @@ build, so the verdict never depends on this path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -139,44 +140,60 @@ def _file_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write through a temp file and ``os.replace``: two servers sharing a home each write whole
+    files, and the last one wins."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _seal(path: Path) -> None:
+    """A checksum beside ``path``, written after it: a file without a matching one is not trusted."""
+    _write_whole(path.with_name(path.name + ".sha256"), _file_sha(path).encode())
+
+
+def _sealed(path: Path) -> bool:
+    try:
+        return path.with_name(path.name + ".sha256").read_text().strip() == _file_sha(path)
+    except OSError:
+        return False
+
+
 class ObjectCache:
-    """Objects by key; each with a ``.sha256`` beside it, written last, checked on every reuse."""
+    """Objects by key, each sealed with its checksum, which is checked on every reuse."""
 
     def __init__(self, root: Path):
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
 
     def get(self, key: str) -> Path | None:
-        obj, check = self.root / f"{key}.o", self.root / f"{key}.o.sha256"
-        try:
-            if check.read_text().strip() == _file_sha(obj):
-                return obj
-        except OSError:
-            return None
+        obj = self.root / f"{key}.o"
+        if _sealed(obj):
+            return obj
         with contextlib.suppress(OSError):  # corrupt or half-written by a crashed build: never trusted
             obj.unlink()
-            check.unlink()
+            obj.with_name(obj.name + ".sha256").unlink()
         return None
 
     def put(self, key: str, built: Path) -> Path:
         obj = self.root / f"{key}.o"
-        tmp = self.root / f".{key}.{os.getpid()}.o"
-        tmp.write_bytes(built.read_bytes())
-        os.replace(tmp, obj)  # two servers sharing a home: each writes whole files, the last one wins
-        sums = self.root / f".{key}.{os.getpid()}.sha256"
-        sums.write_text(_file_sha(obj))
-        os.replace(sums, self.root / f"{key}.o.sha256")
+        _write_whole(obj, built.read_bytes())
+        _seal(obj)
         return obj
 
 
-def toolchain_id(plan: Plan) -> tuple[str, str]:
-    def first_line(cmd):
-        try:
-            return subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return "?"
+@functools.lru_cache(maxsize=8)
+def _tool_version(cmd: tuple[str, ...]) -> str:
+    try:
+        return subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
-    return first_line(plan.cxx), first_line(plan.nvcc)
+
+def toolchain_id(plan: Plan) -> tuple[str, str]:
+    """The C++ compiler's and nvcc's own version text (asked once per process), for cache keys."""
+    return _tool_version(tuple(plan.cxx)), _tool_version(tuple(plan.nvcc))
 
 
 class Pch:
@@ -187,9 +204,7 @@ class Pch:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.header = self.dir / "kforge_cuda_host.h"
         if not self.header.exists():
-            tmp = self.dir / f".h.{os.getpid()}"
-            tmp.write_text(PRELUDE)
-            os.replace(tmp, self.header)
+            _write_whole(self.header, PRELUDE.encode())
         self.gch = self.dir / "kforge_cuda_host.h.gch"
         self.ok = self.dir / "kforge_cuda_host.h.gch.ok"
         self.cmd = [*plan.cxx, *plan.host_cflags, "-x", "c++-header", str(self.header)]
@@ -330,13 +345,6 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
     return info
 
 
-def _so_valid(so: Path) -> bool:
-    try:
-        return (so.parent / (so.name + ".sha256")).read_text().strip() == _file_sha(so)
-    except OSError:
-        return False
-
-
 def load_split(
     real_load_inline,
     module_name: str,
@@ -356,16 +364,14 @@ def load_split(
         return _import_module_from_library(module_name, str(build_dir), True) if import_module else None
 
     so = build_dir / f"{module_name}.so"
-    if _so_valid(so):
+    if _sealed(so):
         return load(), BuildInfo(reused=["extension"])
     started = time.perf_counter()
     plan = plan_build(real_load_inline, module_name, cpp_src, cuda_src, functions, kwargs, build_dir / "plan")
     info = build(plan, module_name, build_dir, build_dir.parent, use_pch=pch)
     if info.path != "split":
         return None, info
-    sums = build_dir / f".{module_name}.{os.getpid()}.sha256"
-    sums.write_text(_file_sha(so))
-    os.replace(sums, build_dir / f"{module_name}.so.sha256")
+    _seal(so)
     info.seconds = round(time.perf_counter() - started, 2)
     return load(), info
 

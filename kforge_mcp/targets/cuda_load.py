@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..problem import Source
 from ..schemas import Diagnostic
-from ..settings import OFF, Settings
+from ..settings import Settings
 from ..source import SourceRuntimeError, import_source
 from .cuda_build import (
     CUTLASS_HEADER,
@@ -38,7 +38,7 @@ def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_di
     A device-unit error located in the candidate's own code is the candidate's: raised at once."""
     settings = Settings.read()
     info = BuildInfo(path="stock")
-    if settings.cuda_build.strip().lower() != "split":
+    if not settings.split_cuda_builds:
         info.fallback = "split builds are off"
         return None, info
     if args or not kwargs.get("is_python_module", True):
@@ -56,7 +56,7 @@ def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_di
             functions,
             kwargs,
             build_dir,
-            settings.cuda_pch.strip().lower() not in OFF,
+            settings.cuda_pch_on,
             import_module,
         )
     except FastBuildError as e:
