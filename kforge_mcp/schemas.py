@@ -34,7 +34,10 @@ class KernelResources(BaseModel):
         None, description="the autotune config this build is for (its meta-parameters, warps, stages)"
     )
     registers: int | None = None
-    spills: int | None = Field(None, description="bytes of local memory used for spills")
+    spills: int | None = Field(
+        None,
+        description="bytes of local memory a thread uses (register spills land there; Triton: stack frame + local)",
+    )
     shared_bytes: int | None = None
     stack_bytes: int | None = None
     num_warps: int | None = None
@@ -197,6 +200,11 @@ class VerifyReport(JobAware):
     atol: float | None = Field(None, description="the absolute tolerance that judged it")
     rtol: float | None = Field(None, description="the relative tolerance that judged it")
     seconds: float | None = None
+    phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="seconds per step inside the worker (load, correctness, baselines, timing, checks): "
+        "where a verify's time went",
+    )
     node: str | None = Field(None, description="the cluster node it ran on (Ray executor; see list_targets nodes)")
 
 

@@ -146,7 +146,9 @@ def compile_launch(launch: Launch, fn, backend_target) -> tuple[KernelResources,
         name=launch.kernel,
         config=launch.config,
         registers=usage.get("REG"),
-        spills=usage.get("LOCAL"),
+        # ptxas puts register spills in the stack frame: the driver's local size (what Triton's own
+        # n_spills counts, in words) is STACK + LOCAL; LOCAL alone said 0 for a kernel spilling 312 bytes
+        spills=usage["STACK"] + usage.get("LOCAL", 0) if "STACK" in usage else usage.get("LOCAL"),
         shared_bytes=compiled.metadata.shared,
         stack_bytes=usage.get("STACK"),
         num_warps=compiled.metadata.num_warps,
