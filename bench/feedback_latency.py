@@ -90,7 +90,8 @@ async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[d
                 args = {"problem": problem, **args}
             seconds, out = await call(client, tool, args)
             rows.append({"step": label, "seconds": seconds, "result": summary(out)})
-            print(f"[{name}] {label}: {seconds:.2f} s  {summary(out)}", flush=True)
+            rows[-1].update(worker_s=out.get("seconds"), phases=out.get("phases"))  # where the time went
+            print(f"[{name}] {label}: {seconds:.2f} s  {summary(out)}  worker {out.get('phases')}", flush=True)
     t0 = time.perf_counter()  # a new server on the same home: the last probe answers at once
     async with Client(params, mode="legacy") as client:
         await call(client, "list_targets", {})

@@ -15,7 +15,7 @@ from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
 from .errors import InputError, KforgeError
 from .home import check_home, default_home
 from .options import BASELINES, PROFILE, VERIFY, check_precision
-from .pipeline import start_prebuilds
+from .pipeline import head_start_one, start_prebuilds, warm_batch_baselines
 from .probe_cache import KnownTargets
 from .problem import Source, check_allowed_path, default_allowed_roots
 from .problem import resolve_source as _resolve_source
@@ -170,7 +170,9 @@ class Engine:
         cancel: threading.Event | None = None,
         precision: str | None = None,
         seed: int | None = None,
+        head_start: bool = True,
     ) -> VerifyReport:
+        """``head_start``: see pipeline.head_start_one (verify_batch starts its own)."""
         started = time.perf_counter()
         if not 1 <= trials <= 100:
             raise InputError(f"trials must be between 1 and 100, got {trials}")
@@ -199,6 +201,8 @@ class Engine:
         error = dict(verdict="error", correct=False, target=target, device=dev, trials=trials, seed=seed)
         error |= dict(execution=get_target(target).execution(dev), precision=precision)
         try:
+            if head_start:
+                head_start_one(self, candidate, payload, on_progress, cancel)
             reply = self.executor.run(dev, "verify", payload, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
@@ -241,6 +245,7 @@ class Engine:
         reports: list[VerifyReport | None] = [None] * len(merged)
         done_lock, done = threading.Lock(), [0]
         prebuilt = start_prebuilds(self, merged, on_progress, cancel)  # CPU workers build ahead of the GPU
+        warm_batch_baselines(self, merged, on_progress, cancel)  # and meanwhile the GPU times the baselines
 
         def one(i: int) -> None:
             args = merged[i]
@@ -248,7 +253,7 @@ class Engine:
             try:
                 if cancel is not None and cancel.is_set():
                     raise JobCancelled()
-                report = self.verify(**args, cancel=cancel)
+                report = self.verify(**args, cancel=cancel, head_start=False)
             except JobCancelled:
                 report = VerifyReport(verdict="error", correct=False, target=args.get("target"), errors=["cancelled"])
             except KforgeError as e:  # bad input for this item: its own verdict, not the batch's

@@ -1,5 +1,6 @@
-"""verify_batch as a pipeline: CPU workers build the next CUDA candidates while the GPU verifies
-the current one, so the GPU lane waits on nvcc only for the first item.
+"""verify and verify_batch as a pipeline: CPU workers build the CUDA candidates while the GPU
+compiles the torch.compile baseline and times the baselines (the ``baselines`` job, kept in the
+GPU worker for the verifies that follow), then verifies one candidate after another.
 
 A prebuild fills the same build cache the GPU worker's ``load`` reads (same key: sources, flags,
 toolchain, arch). It is only a head start: a prebuild that fails or is refused changes nothing,
@@ -8,6 +9,7 @@ the GPU worker then builds (and reports errors) itself.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,6 +19,9 @@ from .errors import KforgeError
 
 PREBUILT_TARGETS = ("cuda",)  # targets whose build is long next to their verify
 PREBUILD_TIMEOUT_S = 900
+BASELINE_TIMEOUT_S = 600
+# what the baselines depend on: the verify's own request, less the candidate
+BASELINE_KEYS = ("problem", "target", "device", "precision", "atol", "rtol", "seed", "baselines", "timing_budget_s")
 
 
 class Prebuilds:
@@ -31,22 +36,66 @@ class Prebuilds:
             self.futures[index].result()
 
 
+def worth_a_head_start(target: str, lane: str) -> bool:
+    """A build long next to its verify, on a GPU lane (a CPU-only host builds nothing ahead)."""
+    return target in PREBUILT_TARGETS and lane.startswith("cuda")
+
+
+def warm_baselines(engine, payload: dict, on_progress: Callable[[str], None] | None, cancel) -> None:
+    """The ``baselines`` job on the verify's lane: it compiles the reference and times the baselines
+    while the candidate builds on a CPU worker. A head start only: the verify does it itself if
+    this fails."""
+    if not payload.get("baselines"):
+        return
+    started = time.perf_counter()
+    try:
+        reply = engine.executor.run(
+            payload["device"],
+            "baselines",
+            {k: payload[k] for k in BASELINE_KEYS if k in payload},
+            timeout_s=BASELINE_TIMEOUT_S,
+            cancel=cancel,
+        )
+    except Exception:  # noqa: BLE001  (the verify compiles and times the baselines itself)
+        return
+    value = reply.get("value") or {}
+    if on_progress and reply.get("ok") and not value.get("kept_already"):
+        on_progress(
+            f"baselines ({', '.join(value.get('baselines', []))}) compiled and timed on the GPU "
+            f"in {time.perf_counter() - started:.1f} s while the candidate builds"
+        )
+
+
+def head_start_one(engine, candidate: str, payload: dict, on_progress, cancel) -> None:
+    """Before one verify of a CUDA candidate on a GPU: a CPU worker starts building it while the GPU
+    worker compiles and times the baselines. The verify then waits only for what is left of the build
+    (the build's lock), and reuses the baselines."""
+    if worth_a_head_start(payload["target"], payload["device"]):
+        item = {"candidate": candidate, "target": payload["target"], "device": payload["device"]}
+        start_prebuilds(engine, [item], on_progress, cancel, at_least=1)
+        warm_baselines(engine, payload, on_progress, cancel)
+
+
 def start_prebuilds(
-    engine, items: list[dict], on_progress: Callable[[str], None] | None, cancel: threading.Event | None
+    engine,
+    items: list[dict],
+    on_progress: Callable[[str], None] | None,
+    cancel: threading.Event | None,
+    at_least: int = 2,
 ) -> Prebuilds:
-    """Start building ahead the items worth it (none for a single item)."""
+    """Start building ahead the items worth it, when there are ``at_least`` of them."""
     todo = []
     for i, args in enumerate(items):
         target = args.get("target", "triton")
         lane = engine.lane_for(target, args.get("device"))
-        if target not in PREBUILT_TARGETS or not lane.startswith("cuda"):
+        if not worth_a_head_start(target, lane):
             continue
         try:
             source = engine.resolve_source(args["candidate"], "candidate")
         except KforgeError:
             continue  # verify reports it
         todo.append((i, target, source, lane))
-    if len(todo) < 2:
+    if len(todo) < at_least:
         return Prebuilds()
     pool = ThreadPoolExecutor(max_workers=engine.executor.slots("compile"), thread_name_prefix="kforge-prebuild")
 
@@ -72,3 +121,33 @@ def start_prebuilds(
     futures = {i: pool.submit(one, i, target, source, lane) for i, target, source, lane in todo}
     pool.shutdown(wait=False)
     return Prebuilds(futures)
+
+
+def warm_batch_baselines(engine, items: list[dict], on_progress: Callable[[str], None] | None, cancel) -> None:
+    """One ``baselines`` job per distinct problem and verify options among a batch's items built ahead."""
+    from .options import BASELINES, VERIFY
+
+    seen = set()
+    for args in items:
+        target = args.get("target", "triton")
+        lane = engine.lane_for(target, args.get("device"))
+        if not worth_a_head_start(target, lane):
+            continue
+        try:
+            problem = engine.resolve_source(args["problem"], "problem")
+        except KforgeError:
+            continue  # verify reports it
+        payload = {
+            "problem": problem.to_wire(),
+            "target": target,
+            "device": lane,
+            "precision": args.get("precision"),
+            "atol": args.get("atol"),
+            "rtol": args.get("rtol"),
+            "baselines": list(args.get("baselines", BASELINES)),
+            "timing_budget_s": args.get("timing_budget_s", VERIFY.timing_budget_s),
+        }
+        key = json.dumps(payload, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            warm_baselines(engine, payload, on_progress, cancel)

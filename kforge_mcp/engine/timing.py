@@ -151,15 +151,21 @@ def time_interleaved(
     warmup_calls: int = 2,
     feed: Callable[[], list] | None = None,
     check: tuple[str, int, int] | None = None,
+    shares: dict[str, float] | None = None,
 ) -> tuple[dict[str, TimingStats], dict[str, list[float]], list]:
     """Time each callable in ``rounds`` interleaved batches; each gets about ``budget_s``.
     ``feed``: fresh inputs for every call (the callables take them as arguments). ``check``:
     (name, how many, seed): that many of ``name``'s timed calls, chosen at random once the number
-    of calls is known, keep their inputs and output. Returns the statistics, the raw samples (ms)
+    of calls is known, keep their inputs and output. ``shares``: a callable's budget (and call cap) as
+    a share of the others' (default 1). Returns the statistics, the raw samples (ms)
     per name and the kept (inputs, output) pairs."""
     samplers = {name: Sampler(fn, device, feed) for name, fn in fns.items()}
     per_call = {name: s.warm_up(warmup_calls) for name, s in samplers.items()}
-    calls = {name: int(min(max_calls, max(min_calls, budget_s / t))) for name, t in per_call.items()}
+    share = shares or {}
+    calls = {
+        name: int(min(max_calls * share.get(name, 1.0), max(min_calls, budget_s * share.get(name, 1.0) / t)))
+        for name, t in per_call.items()
+    }
     if check is not None and check[0] in samplers:
         name, count, seed = check
         samplers[name].keep = set(random.Random(seed).sample(range(calls[name]), min(count, calls[name])))

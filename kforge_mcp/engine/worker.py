@@ -67,6 +67,12 @@ def handle_verify(req, progress, workdir, state) -> dict:
     return run_verify(req, progress, workdir, cache).model_dump()
 
 
+def handle_baselines(req, progress, workdir, state) -> dict:
+    from .verify import BaselineCache, run_baselines
+
+    return run_baselines(req, progress, workdir, state.setdefault("baselines", BaselineCache()))
+
+
 def device_healthy() -> bool:
     """A CUDA fault (illegal address, ...) poisons the context for the life of the process:
     report it, so the pool replaces this worker instead of failing every later job."""
@@ -123,6 +129,7 @@ HANDLERS = {
     "compile": handle_compile,
     "verify": handle_verify,
     "prebuild": handle_prebuild,
+    "baselines": handle_baselines,
     "profile": handle_profile,
     "roofline": handle_roofline,
 }

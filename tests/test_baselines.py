@@ -1,0 +1,106 @@
+"""Baselines kept warm in the worker (engine/baselines.py): reused only while an anchor timed with
+the candidate agrees with the kept timing, timed again when it does not; the ``baselines`` job
+that makes them ahead of a verify; and the cheaper seeding every timed call draws under."""
+
+from __future__ import annotations
+
+import time
+import types
+
+import pytest
+import torch
+from conftest import example, problem
+
+from kforge_mcp.engine import baselines
+from kforge_mcp.problem import seed_everything
+
+
+class Sleeper:
+    """A callable that takes a set time on the host clock (the CPU timing path)."""
+
+    def __init__(self, ms: float):
+        self.ms = ms
+
+    def __call__(self, *args):
+        end = time.perf_counter() + self.ms / 1e3
+        while time.perf_counter() < end:
+            pass
+
+
+def verifier(cache: baselines.BaselineCache) -> types.SimpleNamespace:
+    """The parts of a Verifier the timing uses."""
+    v = types.SimpleNamespace(
+        cache=cache,
+        req={"baselines": ["eager"]},
+        device="cpu",
+        problem=types.SimpleNamespace(source=types.SimpleNamespace(digest="p")),
+        judge=types.SimpleNamespace(dtype=None),
+        progress=lambda _m: None,
+        timing_feed=lambda: list,
+        findings=[],
+    )
+    v.finding = v.findings.append
+    return v
+
+
+def test_kept_baselines_are_reused_while_the_anchor_agrees_and_timed_again_when_it_moves():
+    cache, eager = baselines.BaselineCache(), Sleeper(4.0)
+    fns = {"candidate": Sleeper(2.0), "eager": eager}
+    check = ("candidate", 2, 0)
+
+    first = verifier(cache)
+    stats, _, _ = baselines.time_with_baselines(first, fns, 0.05, check)
+    assert not first.findings and stats["eager"].median_ms == pytest.approx(4.0, rel=0.1)
+    kept = cache.kept[baselines.timing_key(first, ["eager"])]
+
+    again = verifier(cache)
+    stats, samples, _ = baselines.time_with_baselines(again, fns, 0.05, check)
+    assert [f.code for f in again.findings] == ["baselines_reused"]
+    assert stats["eager"] is kept.stats["eager"] and samples["eager"] is kept.samples["eager"]
+    assert stats["candidate"].median_ms == pytest.approx(2.0, rel=0.1)
+
+    eager.ms = 8.0  # the device slowed down (clocks, a neighbour): the kept 4 ms no longer stands
+    moved = verifier(cache)
+    stats, _, _ = baselines.time_with_baselines(moved, fns, 0.05, check)
+    assert not moved.findings
+    assert stats["eager"].median_ms == pytest.approx(8.0, rel=0.1)
+    assert cache.kept[baselines.timing_key(moved, ["eager"])].stats["eager"].median_ms == pytest.approx(8.0, rel=0.1)
+
+
+def test_kept_baselines_expire():
+    cache = baselines.BaselineCache()
+    fns = {"candidate": Sleeper(1.0), "eager": Sleeper(1.0)}
+    baselines.time_with_baselines(verifier(cache), fns, 0.02, ("candidate", 1, 0))
+    for kept in cache.kept.values():
+        kept.at -= baselines.REUSE_FOR_S
+    late = verifier(cache)
+    baselines.time_with_baselines(late, fns, 0.02, ("candidate", 1, 0))
+    assert not late.findings
+
+
+def test_the_baselines_job_keeps_them_for_the_next_call(engine):
+    payload = {
+        "problem": engine.resolve_source(problem("fused_bias_gelu"), "problem").to_wire(),
+        "target": "triton",
+        "device": "cpu",
+        "baselines": ["eager"],
+        "timing_budget_s": 0.05,
+    }
+    first = engine.executor.run("cpu", "baselines", payload, timeout_s=120)
+    second = engine.executor.run("cpu", "baselines", payload, timeout_s=120)
+    assert first["ok"] and first["value"]["baselines"] == ["eager"] and not first["value"]["kept_already"]
+    assert second["ok"] and second["value"]["kept_already"]
+
+
+def test_a_verify_reports_where_its_time_went(engine):
+    report = engine.verify(problem("fused_bias_gelu"), example("fused_bias_gelu", "triton"), target="triton", trials=1)
+    assert report.verdict == "pass"
+    assert {"load", "correctness", "timing"} <= set(report.phases)
+    assert sum(report.phases.values()) <= report.seconds
+
+
+def test_seeding_draws_what_torch_manual_seed_draws():
+    seed_everything(1234)
+    ours = torch.randn(64), torch.rand(3, generator=None)
+    torch.manual_seed(1234)
+    assert all(torch.equal(a, b) for a, b in zip(ours, (torch.randn(64), torch.rand(3))))
