@@ -1,5 +1,5 @@
 """MCP resources over the run store: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best,
-kforge://runs/{run_id}/report. At server start, runs whose process died are marked interrupted."""
+kforge://runs/{run_id}/report and its plot kforge://runs/{run_id}/report.png. At server start, runs whose process died are marked interrupted."""
 
 from __future__ import annotations
 
@@ -67,3 +67,12 @@ def register(mcp: MCPServer, app: App) -> None:
 
         get_run(run_id)
         return Path(write_report(store(), run_id).html).read_text()
+
+    @mcp.resource("kforge://runs/{run_id}/report.png", name="run plot", mime_type="image/png")
+    def report_png(run_id: str) -> bytes:
+        """The run report's plot alone: speedup and verdict per attempt (what the Apps view shows).
+        Drawn, not written: a read mid-run must not leave a report that the run's end would keep."""
+        from ..run_report import render
+
+        get_run(run_id)
+        return render(store(), run_id)[1]
