@@ -2,7 +2,7 @@
 ui://kforge/run in a sandboxed iframe and forwards the view's requests, through the SDK's client, to
 a real kforge server over stdio. The host calls loop_start; this test submits a wrong then a right
 Triton candidate (CPU interpreter) while the view is open, and the view must show each attempt's
-verdict and speedup as it lands, the advice and the plot. A screenshot goes to bench/results/."""
+verdict and speedup as it lands, the advice, the roofline and the plot. A screenshot goes to bench/results/."""
 
 from __future__ import annotations
 
@@ -120,6 +120,9 @@ async def test_the_run_view_shows_a_run_live_in_chromium(tmp_path):
             # the plot of the finished run (both attempts), not one drawn mid-run
             final = (await client.read_resource(f"kforge://runs/{run_id}/report.png")).contents[0].blob
             await until(lambda: shows(view.locator("#plot"), final), "the final plot")
+            assert next(a for a in advice if "_summary" in a)["_roofline"]["sol_ms"] > 0  # and its roofline
+            roof = (await client.read_resource(f"kforge://runs/{run_id}/roofline.png")).contents[0].blob
+            await until(lambda: shows(view.locator("#roofline"), roof), "the roofline")
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             await page.screenshot(path=str(SCREENSHOT), full_page=True)
             await browser.close()

@@ -45,7 +45,9 @@ async def test_a_host_without_apps_sees_the_same_results(server):
         assert "run_id" in tools["loop_start"].output_schema["properties"]
 
 
-@pytest.mark.parametrize("uri", ["ui://kforge/nope", "kforge://runs/no-such-run/report.png"])
+@pytest.mark.parametrize(
+    "uri", ["ui://kforge/nope", "kforge://runs/no-such-run/report.png", "kforge://runs/no-such-run/roofline.png"]
+)
 async def test_an_unknown_view_or_run_is_invalid_params(server, uri):
     async with Client(server) as client:
         with pytest.raises(MCPError) as e:
