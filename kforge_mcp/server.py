@@ -13,6 +13,7 @@ from .api import Engine
 from .tools import (
     analyze_profile,
     app_view,
+    bench,
     completions,
     jobs,
     list_targets,
@@ -33,7 +34,7 @@ Python (class Model, get_inputs, get_init_inputs); a candidate defines class Mod
 same constructor and forward, doing its work in kernels of one target. Call list_targets first
 to see what runs here; compile gives line-level diagnostics and per-kernel resources without a
 GPU; verify checks correctness against the reference and times eager and torch.compile
-baselines (verify_batch: many candidates at once, on every worker); profile measures kernels and the roofline, and analyze_profile turns a profile (or a captured
+baselines (verify_batch: many candidates at once, on every worker; bench: a suite of problems scored with fast_p); profile measures kernels and the roofline, and analyze_profile turns a profile (or a captured
 ncu / torch.profiler / proton file) into ranked advice. Calls that outlive wait_s return a job_id: poll job_status / job_result.
 run_loop runs the whole generate / repair / optimize loop with your model via sampling; without sampling, drive it
 with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best, kforge://runs/{run_id}/report (HTML), kforge://runs/{run_id}/report.png;
@@ -50,6 +51,7 @@ TOOL_MODULES = (
     prompts,
     runs,
     verify_batch,
+    bench,
     completions,
     run_watch,
 )

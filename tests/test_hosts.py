@@ -112,7 +112,7 @@ async def test_every_tool_carries_annotations(server):
         assert None not in hints, (tool.name, a)
     for name in ("list_targets", "compile", "analyze_profile", "job_status", "job_result"):
         assert tools[name].annotations.read_only_hint and tools[name].annotations.idempotent_hint, name
-    for name in ("verify", "profile", "verify_batch"):
+    for name in ("verify", "profile", "verify_batch", "bench"):
         assert not tools[name].annotations.read_only_hint and not tools[name].annotations.destructive_hint, name
     assert tools["job_cancel"].annotations.destructive_hint
 
