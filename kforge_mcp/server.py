@@ -13,6 +13,7 @@ from .api import Engine
 from .tools import (
     analyze_profile,
     app_view,
+    artifacts,
     bench,
     completions,
     jobs,
@@ -54,6 +55,7 @@ TOOL_MODULES = (
     bench,
     completions,
     run_watch,
+    artifacts,
 )
 
 

@@ -69,11 +69,11 @@ def link(uri: str, name: str, mime_type: str, description: str) -> ResourceLink:
     return ResourceLink(type="resource_link", uri=uri, name=name, mime_type=mime_type, description=description)
 
 
-async def profile_image(result: BaseModel) -> BaseModel | CallToolResult:
-    """A profile with a roofline: the same result, plus the roofline drawn as an image."""
+async def profile_image(result: BaseModel, links: list[ResourceLink]) -> BaseModel | CallToolResult:
+    """A profile: the same result, plus links to its raw files and its roofline drawn as an image."""
     roof = getattr(result, "roofline", None)
     if roof is None or getattr(result, "job_id", None):
-        return result
+        return with_artifacts(result, links)
     import tempfile
 
     from ..analysis.roofline_plot import draw_roofline
@@ -84,4 +84,4 @@ async def profile_image(result: BaseModel) -> BaseModel | CallToolResult:
         except Exception as e:  # noqa: BLE001  (no plot is no reason to lose the result)
             logger.warning("could not draw the roofline: %s: %s", type(e).__name__, e)
             png = None
-        return with_artifacts(result, [], png)
+        return with_artifacts(result, links, png)
