@@ -144,6 +144,25 @@ async def test_a_2025_client_subscribed_to_a_run_hears_when_it_changes(server, e
         assert len(heard) == 1
 
 
+async def test_a_subscriber_hears_when_only_the_advice_of_a_run_changes(server, engine):
+    store = RunStore.for_home(engine.home)
+    run = store.create_run(problem="x", target="triton", provider="client")
+    store.add_attempt(run.id, "functional", candidate="class ModelNew: ...", speedup=1.2, correct=True)
+    heard = []
+
+    async def on_message(message):
+        if isinstance(message, ResourceUpdatedNotification):
+            heard.append(message.params.uri)
+
+    async with Client(server, mode="legacy", message_handler=on_message) as client:
+        await client.subscribe_resource(f"kforge://runs/{run.id}")
+        await anyio.sleep(1.5)  # a poll with nothing new: nothing heard
+        assert heard == []
+        store.set_recommendations(run.id, 0, [{"title": "fuse the epilogue"}])  # no status, no new attempt
+        await wait_until(lambda: heard)
+    assert heard == [f"kforge://runs/{run.id}"]
+
+
 async def test_a_2026_client_listening_to_a_run_hears_when_it_changes(server, engine):
     store = RunStore.for_home(engine.home)
     run = store.create_run(problem="x", target="triton", provider="client")
