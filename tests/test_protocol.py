@@ -377,3 +377,20 @@ async def test_a_finished_loop_attempt_links_its_run_best_candidate_and_report(s
             contents = (await client.read_resource(uri)).contents[0]
             assert contents.mime_type == shown.mime_type and contents.text, uri
         assert "class ModelNew" in (await client.read_resource(f"{base}/best")).contents[0].text
+
+
+async def test_the_plot_of_a_finished_run_shows_every_attempt_even_after_a_mid_run_read(server):
+    options = {"max_iterations": 2, "baselines": ["eager"], "trials": 1, "profile": False}
+    async with Client(server) as client:
+        start = await client.call_tool(
+            "loop_start", {"problem": problem("fused_bias_gelu"), "target": "triton", **options}
+        )
+        run_id = start.structured_content["run_id"]
+        for name in ("triton_wrong", "triton"):
+            done = await client.call_tool(
+                "loop_submit", {"run_id": run_id, "candidate": example("fused_bias_gelu", name), "wait_s": 600}
+            )
+            await client.read_resource(f"kforge://runs/{run_id}/report")  # draws (and writes) the report now
+        final = (await client.read_resource(f"kforge://runs/{run_id}/report.png")).contents[0].blob
+    (image,) = [c for c in done.content if c.type == "image"]
+    assert image.data == final  # the finished run's plot, not the one the first read wrote

@@ -51,9 +51,14 @@ async def run_links(result: BaseModel, home: Path) -> BaseModel | CallToolResult
     if over:
         links.append(link(f"{base}/report", "run report", "text/html", "speedup and verdict per attempt"))
         png = Path(home) / "reports" / run_id / "report.png"
-        if not png.is_file():  # a client-driven run that just ended: draw it now, as run_loop's runs are
+        if await anyio.to_thread.run_sync(stale, home, run_id, png):  # draw it now, as run_loop's runs are
             await anyio.to_thread.run_sync(draw_report, home, run_id)
     return with_artifacts(result, links, png)
+
+
+def stale(home: Path, run_id: str, png: Path) -> bool:
+    """No plot yet, or one drawn before the run's last change (its report read while it ran)."""
+    return not png.is_file() or png.stat().st_mtime < RunStore.for_home(home).get_run(run_id).updated
 
 
 def draw_report(home: Path, run_id: str) -> None:
