@@ -379,6 +379,7 @@ async def test_a_finished_loop_attempt_links_its_run_best_candidate_and_report(s
         assert "class ModelNew" in (await client.read_resource(f"{base}/best")).contents[0].text
 
 
+@pytest.mark.slow  # two loop attempts: 7-20 s on 2 cores
 async def test_the_plot_of_a_finished_run_shows_every_attempt_even_after_a_mid_run_read(server):
     options = {"max_iterations": 2, "baselines": ["eager"], "trials": 1, "profile": False}
     async with Client(server) as client:
