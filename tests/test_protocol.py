@@ -233,7 +233,7 @@ async def http_client(server: ServerProcess, mode: str, **kwargs):
 async def test_http_serves_both_protocols_with_increasing_progress(http_server, mode):
     async with http_client(http_server, mode) as client:
         assert client.protocol_version == ("2025-11-25" if mode == "legacy" else mode)
-        assert len((await client.list_tools()).tools) == 12
+        assert len((await client.list_tools()).tools) == 13
         await verify_with_progress(client)
 
 
@@ -307,7 +307,7 @@ async def test_http_bad_input_gets_the_spec_codes_and_one_log_line_each_and_the_
     assert log.count("refused: Validation error") == 1, log
     assert "Traceback" not in log, log
     async with http_client(http_server, "legacy") as client:
-        assert len((await client.list_tools()).tools) == 12
+        assert len((await client.list_tools()).tools) == 13
 
 
 def test_stdio_bad_input_gets_the_spec_codes_and_one_log_line_each(tmp_path):
