@@ -12,6 +12,9 @@ from . import __version__
 from .api import Engine
 from .tools import (
     analyze_profile,
+    app_view,
+    artifacts,
+    bench,
     completions,
     jobs,
     list_targets,
@@ -32,10 +35,10 @@ Python (class Model, get_inputs, get_init_inputs); a candidate defines class Mod
 same constructor and forward, doing its work in kernels of one target. Call list_targets first
 to see what runs here; compile gives line-level diagnostics and per-kernel resources without a
 GPU; verify checks correctness against the reference and times eager and torch.compile
-baselines (verify_batch: many candidates at once, on every worker); profile measures kernels and the roofline, and analyze_profile turns a profile (or a captured
+baselines (verify_batch: many candidates at once, on every worker; bench: a suite of problems scored with fast_p); profile measures kernels and the roofline, and analyze_profile turns a profile (or a captured
 ncu / torch.profiler / proton file) into ranked advice. Calls that outlive wait_s return a job_id: poll job_status / job_result.
 run_loop runs the whole generate / repair / optimize loop with your model via sampling; without sampling, drive it
-with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best, kforge://runs/{run_id}/report (HTML);
+with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best, kforge://runs/{run_id}/report (HTML), kforge://runs/{run_id}/report.png;
 subscribe to one (resources/subscribe, or subscriptions/listen) to hear when the run changes."""
 
 TOOL_MODULES = (
@@ -49,8 +52,10 @@ TOOL_MODULES = (
     prompts,
     runs,
     verify_batch,
+    bench,
     completions,
     run_watch,
+    artifacts,
 )
 
 
@@ -85,7 +90,12 @@ class KforgeServer(MCPServer):
 def build_server(engine: Engine | None = None) -> MCPServer:
     app = App(engine=engine or Engine(), bus=run_watch.ListenerCount())
     mcp = KforgeServer(
-        "kforge", instructions=INSTRUCTIONS, version=__version__, subscriptions=app.bus, lifespan=app.lifespan
+        "kforge",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        subscriptions=app.bus,
+        lifespan=app.lifespan,
+        extensions=[app_view.extension()],  # MCP Apps: the ui://kforge/run view of a loop run
     )
     mcp.middleware.append(log_refusals)
     for module in TOOL_MODULES:

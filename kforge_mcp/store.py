@@ -396,6 +396,8 @@ class RunStore:
                 "UPDATE attempts SET recommendations = ? WHERE run_id = ? AND idx = ?",
                 (json.dumps(recs), run_id, index),
             )
+            # new advice is a change of the run: watchers (tools/run_watch.py) compare `updated`
+            db.execute("UPDATE runs SET updated = ? WHERE id = ?", (time.time(), run_id))
 
     def get_attempt(self, run_id: str, index: int) -> Attempt:
         with closing(self._connect()) as db:

@@ -92,14 +92,16 @@ async def test_unknown_prompt_or_resource_is_invalid_params_and_the_server_serve
                 lambda: client.get_prompt("no_such_prompt", {}),
                 lambda: client.read_resource("kforge://no/such/thing"),
                 lambda: client.read_resource("kforge://runs/no-such-run"),
+                lambda: client.read_resource("ui://kforge/no-such-view"),
             ):
                 with pytest.raises(MCPError) as raised:
                     await ask()
                 assert raised.value.code == INVALID_PARAMS, raised.value.error
-            assert len((await client.list_tools()).tools) == 12  # still serving
+            assert len((await client.list_tools()).tools) == 13  # still serving
     text = log.read_text()
     assert "Traceback" not in text and "ERROR" not in text, text
-    assert "no_such_prompt" in text and "no-such-run" in text  # one line each, for whoever reads the log
+    for name in ("no_such_prompt", "no-such-run", "no-such-view"):  # one line each, for whoever reads the log
+        assert len([line for line in text.splitlines() if name in line]) == 1, text
 
 
 async def test_every_tool_carries_annotations(server):
@@ -112,7 +114,7 @@ async def test_every_tool_carries_annotations(server):
         assert None not in hints, (tool.name, a)
     for name in ("list_targets", "compile", "analyze_profile", "job_status", "job_result"):
         assert tools[name].annotations.read_only_hint and tools[name].annotations.idempotent_hint, name
-    for name in ("verify", "profile", "verify_batch"):
+    for name in ("verify", "profile", "verify_batch", "bench"):
         assert not tools[name].annotations.read_only_hint and not tools[name].annotations.destructive_hint, name
     assert tools["job_cancel"].annotations.destructive_hint
 

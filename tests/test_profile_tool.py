@@ -43,7 +43,8 @@ async def test_profile_gemm_on_cpu_has_roofline_and_cpu_ops(server):
     roof = r["roofline"]
     assert roof["flops"] == 2 * 256 * 512 * 384 and roof["bytes"] > 0 and roof["sol_ms"] > 0
     assert roof["bound"] in ("memory", "compute") and roof["fraction_of_sol"] is not None
-    assert [c.type for c in result.content] == ["text", "image"]  # the roofline drawn for the host
+    # the trace linked (tests/test_artifacts.py reads it) and the roofline drawn for the host
+    assert [c.type for c in result.content] == ["text", "resource_link", "image"]
 
     advice = await call(server, "analyze_profile", {"profile": r})
     assert not advice.is_error and "no device kernels" in advice.structured_content["summary"]

@@ -144,6 +144,25 @@ async def test_a_2025_client_subscribed_to_a_run_hears_when_it_changes(server, e
         assert len(heard) == 1
 
 
+async def test_a_subscriber_hears_when_only_the_advice_of_a_run_changes(server, engine):
+    store = RunStore.for_home(engine.home)
+    run = store.create_run(problem="x", target="triton", provider="client")
+    store.add_attempt(run.id, "functional", candidate="class ModelNew: ...", speedup=1.2, correct=True)
+    heard = []
+
+    async def on_message(message):
+        if isinstance(message, ResourceUpdatedNotification):
+            heard.append(message.params.uri)
+
+    async with Client(server, mode="legacy", message_handler=on_message) as client:
+        await client.subscribe_resource(f"kforge://runs/{run.id}")
+        await anyio.sleep(1.5)  # a poll with nothing new: nothing heard
+        assert heard == []
+        store.set_recommendations(run.id, 0, [{"title": "fuse the epilogue"}])  # no status, no new attempt
+        await wait_until(lambda: heard)
+    assert heard == [f"kforge://runs/{run.id}"]
+
+
 async def test_a_2026_client_listening_to_a_run_hears_when_it_changes(server, engine):
     store = RunStore.for_home(engine.home)
     run = store.create_run(problem="x", target="triton", provider="client")
@@ -214,7 +233,7 @@ async def http_client(server: ServerProcess, mode: str, **kwargs):
 async def test_http_serves_both_protocols_with_increasing_progress(http_server, mode):
     async with http_client(http_server, mode) as client:
         assert client.protocol_version == ("2025-11-25" if mode == "legacy" else mode)
-        assert len((await client.list_tools()).tools) == 12
+        assert len((await client.list_tools()).tools) == 13
         await verify_with_progress(client)
 
 
@@ -288,7 +307,7 @@ async def test_http_bad_input_gets_the_spec_codes_and_one_log_line_each_and_the_
     assert log.count("refused: Validation error") == 1, log
     assert "Traceback" not in log, log
     async with http_client(http_server, "legacy") as client:
-        assert len((await client.list_tools()).tools) == 12
+        assert len((await client.list_tools()).tools) == 13
 
 
 def test_stdio_bad_input_gets_the_spec_codes_and_one_log_line_each(tmp_path):
@@ -358,3 +377,21 @@ async def test_a_finished_loop_attempt_links_its_run_best_candidate_and_report(s
             contents = (await client.read_resource(uri)).contents[0]
             assert contents.mime_type == shown.mime_type and contents.text, uri
         assert "class ModelNew" in (await client.read_resource(f"{base}/best")).contents[0].text
+
+
+@pytest.mark.slow  # two loop attempts: 7-20 s on 2 cores
+async def test_the_plot_of_a_finished_run_shows_every_attempt_even_after_a_mid_run_read(server):
+    options = {"max_iterations": 2, "baselines": ["eager"], "trials": 1, "profile": False}
+    async with Client(server) as client:
+        start = await client.call_tool(
+            "loop_start", {"problem": problem("fused_bias_gelu"), "target": "triton", **options}
+        )
+        run_id = start.structured_content["run_id"]
+        for name in ("triton_wrong", "triton"):
+            done = await client.call_tool(
+                "loop_submit", {"run_id": run_id, "candidate": example("fused_bias_gelu", name), "wait_s": 600}
+            )
+            await client.read_resource(f"kforge://runs/{run_id}/report")  # draws (and writes) the report now
+        final = (await client.read_resource(f"kforge://runs/{run_id}/report.png")).contents[0].blob
+    (image,) = [c for c in done.content if c.type == "image"]
+    assert image.data == final  # the finished run's plot, not the one the first read wrote

@@ -36,6 +36,7 @@ async def test_stdio_server_serves_every_tool(tmp_path):
             "loop_start",
             "loop_submit",
             "verify_batch",
+            "bench",
         }
         targets = (await client.call_tool("list_targets", {})).structured_content["targets"]
         assert next(t for t in targets if t["name"] == "triton")["available"]

@@ -37,6 +37,7 @@ async def test_tools_are_the_contract(server):
         "loop_start",
         "loop_submit",
         "verify_batch",
+        "bench",
     }
 
 

@@ -12,6 +12,7 @@ import sys
 import time
 
 PROBLEM, CANDIDATE = "examples/problems/row_softmax.py", "examples/candidates/row_softmax/triton.py"
+SUITE = ".ci/mcp/suite"
 QUICK = {"target": "triton", "baselines": ["eager"], "trials": 1, "wait_s": 300}
 
 
@@ -56,6 +57,9 @@ def main(url: str, node: str, cli: str) -> int:
     check("verify", report["verdict"] == "pass", f"verdict pass: {report.get('verdict')}")
     batch = ok("verify_batch", items=[{"problem": PROBLEM, "candidate": CANDIDATE}], **QUICK)
     check("verify_batch", batch["reports"][0]["verdict"] == "pass", f"one pass: {batch.get('summary')}")
+    # a suite of one problem and one candidate (.ci/mcp/suite links to the examples)
+    suite = ok("bench", problems=f"{SUITE}/problems", candidates=f"{SUITE}/candidates", **QUICK)["bench"]["suite"]
+    check("bench", (suite["problems"], suite["correct"]) == (1, 1), f"one problem, correct: {suite}")
     prof = ok("profile", problem=PROBLEM, target="triton", iterations=1, wait_s=300)
     check("profile", prof["kernels"] or prof.get("ops") or prof.get("roofline"), "kernels or a roofline")
     advice = ok("analyze_profile", path="tests/data/profiles/fused_bias_gelu-triton_naive.ncu-raw.csv")

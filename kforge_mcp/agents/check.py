@@ -96,4 +96,6 @@ def profile_advice(engine, run: Run, code: str, opts: LoopOptions, cancel) -> li
     except KforgeError as e:
         return [{"_summary": f"profiling failed: {e}"}]
     recs = [r.model_dump(mode="json") for r in analysis.recommendations]
-    return recs + [{"_summary": analysis.summary}]
+    # the roofline rides with the summary, so a run's view can draw it (kforge://runs/{id}/roofline.png)
+    roof = analysis.roofline.model_dump(mode="json") if analysis.roofline else None
+    return recs + [{"_summary": analysis.summary, "_roofline": roof}]

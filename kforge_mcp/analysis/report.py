@@ -187,6 +187,9 @@ class ProfileReport(JobAware):
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
     seconds: float = 0.0
+    # the profilers' own output by file name (trace.json, ncu.csv): the worker sends it, the MCP tool
+    # keeps it as resources (tools/artifacts.py); never part of the report's JSON
+    raw: dict[str, str] = Field(default_factory=dict, exclude=True)
 
     def device_kernels(self) -> list[KernelProfile]:
         return [k for k in self.kernels if k.kind == "device"]

@@ -30,6 +30,7 @@ from .timing import sync_device
 
 INPUT_SEED = 7
 NCU_TIMEOUT_S = 300
+RAW_MAX_BYTES = 16 * 1024 * 1024  # a raw profile kept as a resource: the worker's reply carries it once
 
 
 def device_name(device: str) -> str:
@@ -89,7 +90,9 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
         wall_ms = (time.perf_counter() - t0) * 1e3 / iters
     trace = workdir / "trace.json"
     prof.export_chrome_trace(str(trace))
-    parsed = report_from_trace(trace.read_text(), "<torch.profiler trace>", forwards=iters)
+    text = trace.read_text()
+    keep_raw(report, "trace.json", text)
+    parsed = report_from_trace(text, "<torch.profiler trace>", forwards=iters)
     for key in (
         "kernels",
         "forwards",
@@ -273,6 +276,7 @@ def _merge_ncu(report: ProfileReport, req: dict, workdir: Path) -> None:
             return
         try:
             ncu_report = ncu_parse.report_from_raw(proc.stdout, "<ncu stdout>", forwards=1)
+            keep_raw(report, "ncu.csv", proc.stdout)
             break
         except ncu_parse.ProfileParseError as e:
             tail = (proc.stderr or "")[-600:]
@@ -281,6 +285,14 @@ def _merge_ncu(report: ProfileReport, req: dict, workdir: Path) -> None:
         report.notes.append(failure)
         return
     merge_ncu(report, ncu_report)
+
+
+def keep_raw(report: ProfileReport, name: str, text: str) -> None:
+    """The profiler's own file, for the tool to keep as a resource; past RAW_MAX_BYTES only a note."""
+    if len(text) > RAW_MAX_BYTES:
+        report.notes.append(f"{name} ({len(text) / 1e6:.1f} MB) is too large to keep as a resource")
+    else:
+        report.raw[name] = text
 
 
 def merge_ncu(report: ProfileReport, ncu_report: ProfileReport) -> None:

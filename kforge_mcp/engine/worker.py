@@ -90,7 +90,8 @@ def device_healthy() -> bool:
 def handle_profile(req, progress, workdir, state) -> dict:
     from .profile import run_profile
 
-    return run_profile(req, progress, workdir).model_dump()
+    report = run_profile(req, progress, workdir)
+    return {**report.model_dump(), "raw": report.raw}  # raw is excluded from dumps: send it anyway
 
 
 def handle_roofline(req, progress, workdir, state) -> dict:

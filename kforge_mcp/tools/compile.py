@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from ..schemas import CompileReport
+from .artifacts import file_name, keep
 from .common import DEFAULT_WAIT_S, READ_ONLY, App, run_tool_job, target_field
+from .links import with_artifacts
 
 
 def register(mcp: MCPServer, app: App) -> None:
@@ -45,7 +48,7 @@ def register(mcp: MCPServer, app: App) -> None:
                 cancel=cancel,
             )
 
-        return await run_tool_job(
+        result = await run_tool_job(
             app,
             "compile",
             work,
@@ -53,3 +56,9 @@ def register(mcp: MCPServer, app: App) -> None:
             ctx,
             lambda job: CompileReport(ok=False, target=target, status="running", job_id=job.id),
         )
+        if not result.ptx:
+            return result
+        files = {file_name(kernel, ".ptx"): text for kernel, text in result.ptx.items()}
+        files |= {file_name(kernel, ".sass"): text for kernel, text in (result.sass or {}).items()}
+        links = await anyio.to_thread.run_sync(keep, app.engine.home, files, "PTX or SASS of a kernel")
+        return with_artifacts(result, links)  # also as files a host can open

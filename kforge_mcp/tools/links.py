@@ -51,9 +51,14 @@ async def run_links(result: BaseModel, home: Path) -> BaseModel | CallToolResult
     if over:
         links.append(link(f"{base}/report", "run report", "text/html", "speedup and verdict per attempt"))
         png = Path(home) / "reports" / run_id / "report.png"
-        if not png.is_file():  # a client-driven run that just ended: draw it now, as run_loop's runs are
+        if await anyio.to_thread.run_sync(stale, home, run_id, png):  # draw it now, as run_loop's runs are
             await anyio.to_thread.run_sync(draw_report, home, run_id)
     return with_artifacts(result, links, png)
+
+
+def stale(home: Path, run_id: str, png: Path) -> bool:
+    """No plot yet, or one drawn before the run's last change (its report read while it ran)."""
+    return not png.is_file() or png.stat().st_mtime < RunStore.for_home(home).get_run(run_id).updated
 
 
 def draw_report(home: Path, run_id: str) -> None:
@@ -69,11 +74,11 @@ def link(uri: str, name: str, mime_type: str, description: str) -> ResourceLink:
     return ResourceLink(type="resource_link", uri=uri, name=name, mime_type=mime_type, description=description)
 
 
-async def profile_image(result: BaseModel) -> BaseModel | CallToolResult:
-    """A profile with a roofline: the same result, plus the roofline drawn as an image."""
+async def profile_image(result: BaseModel, links: list[ResourceLink]) -> BaseModel | CallToolResult:
+    """A profile: the same result, plus links to its raw files and its roofline drawn as an image."""
     roof = getattr(result, "roofline", None)
     if roof is None or getattr(result, "job_id", None):
-        return result
+        return with_artifacts(result, links)
     import tempfile
 
     from ..analysis.roofline_plot import draw_roofline
@@ -84,4 +89,4 @@ async def profile_image(result: BaseModel) -> BaseModel | CallToolResult:
         except Exception as e:  # noqa: BLE001  (no plot is no reason to lose the result)
             logger.warning("could not draw the roofline: %s: %s", type(e).__name__, e)
             png = None
-        return with_artifacts(result, [], png)
+        return with_artifacts(result, links, png)

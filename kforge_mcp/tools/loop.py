@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from ..agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, estimate_tokens
 from ..errors import KforgeError
 from ..options import VERIFY, Baselines, Trials
+from .app_view import TOOL_META
 from .common import DEFAULT_WAIT_S, App, hints, run_tool_job, target_field
 from .links import run_links
 
@@ -86,7 +87,7 @@ def register(mcp: MCPServer, app: App) -> None:
         return run.id
 
     # a new run each call; open world: the attempts come from the client's model (sampling)
-    @mcp.tool(annotations=hints(read_only=False, idempotent=False, open_world=True))
+    @mcp.tool(annotations=hints(read_only=False, idempotent=False, open_world=True), meta=TOOL_META)
     async def run_loop(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
         target: Annotated[str, target_field("cuda, cute, triton or metal (with prompt templates: see prompts/)")],
@@ -205,7 +206,7 @@ def register(mcp: MCPServer, app: App) -> None:
         )
 
     # a new run in the store each call
-    @mcp.tool(annotations=hints(read_only=False, idempotent=False))
+    @mcp.tool(annotations=hints(read_only=False, idempotent=False), meta=TOOL_META)
     async def loop_start(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
         target: Annotated[str, target_field()],
@@ -231,7 +232,7 @@ def register(mcp: MCPServer, app: App) -> None:
         return LoopStart(run_id=rid, prompt=prompt, pass_=pass_)
 
     # each call records another attempt
-    @mcp.tool(annotations=hints(read_only=False, idempotent=False))
+    @mcp.tool(annotations=hints(read_only=False, idempotent=False), meta=TOOL_META)
     async def loop_submit(
         run_id: str,
         candidate: Annotated[

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from ..analysis.report import ProfileReport
 from ..options import PROFILE, Depth, Iterations, TimeoutS
+from .artifacts import keep
 from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
 from .links import profile_image
 
@@ -64,4 +66,5 @@ def register(mcp: MCPServer, app: App) -> None:
         result = await run_tool_job(
             app, "profile", work, wait_s, ctx, lambda job: ProfileReport(status="running", job_id=job.id, target=target)
         )
-        return await profile_image(result)  # the roofline drawn, for hosts that show images
+        links = await anyio.to_thread.run_sync(keep, app.engine.home, result.raw, "the profiler's own output")
+        return await profile_image(result, links)  # the raw files linked, the roofline drawn

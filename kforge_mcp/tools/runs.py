@@ -1,5 +1,6 @@
 """MCP resources over the run store: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best,
-kforge://runs/{run_id}/report. At server start, runs whose process died are marked interrupted."""
+kforge://runs/{run_id}/report, its plot kforge://runs/{run_id}/report.png and the roofline of the latest
+profiled attempt kforge://runs/{run_id}/roofline.png. At server start, runs whose process died are marked interrupted."""
 
 from __future__ import annotations
 
@@ -67,3 +68,30 @@ def register(mcp: MCPServer, app: App) -> None:
 
         get_run(run_id)
         return Path(write_report(store(), run_id).html).read_text()
+
+    @mcp.resource("kforge://runs/{run_id}/report.png", name="run plot", mime_type="image/png")
+    def report_png(run_id: str) -> bytes:
+        """The run report's plot alone: speedup and verdict per attempt (what the Apps view shows).
+        Drawn, not written: a read mid-run must not leave a report that the run's end would keep."""
+        from ..run_report import render
+
+        get_run(run_id)
+        return render(store(), run_id)[1]
+
+    @mcp.resource("kforge://runs/{run_id}/roofline.png", name="run roofline", mime_type="image/png")
+    def roofline_png(run_id: str) -> bytes:
+        """The roofline of the latest attempt the analysis agent profiled: speed of light and measured forward."""
+        import tempfile
+
+        from ..analysis.report import Roofline
+        from ..analysis.roofline_plot import draw_roofline
+
+        get_run(run_id)
+        roofs = [
+            r["_roofline"] for a in store().attempts(run_id) for r in a.recommendations or [] if r.get("_roofline")
+        ]
+        with tempfile.TemporaryDirectory(prefix="kforge-roofline-") as tmp:
+            png = draw_roofline(Roofline.model_validate(roofs[-1]), Path(tmp) / "roofline.png") if roofs else None
+            if png is None:
+                raise ValueError(f"run '{run_id}' has no profiled attempt with a roofline yet")
+            return png.read_bytes()

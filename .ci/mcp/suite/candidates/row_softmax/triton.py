@@ -1,0 +1,1 @@
+../../../../../examples/candidates/row_softmax/triton.py

@@ -1,0 +1,1 @@
+../../../../examples/problems/row_softmax.py
