@@ -109,7 +109,9 @@ async def test_the_run_view_shows_a_run_live_in_chromium(tmp_path):
                 row = rows.nth(index - 1)
                 assert (await row.locator(".verdict").inner_text()) == verdict
             speedup = done.structured_content["speedup"]
-            assert (await rows.nth(1).locator(".speedup").inner_text()) == (f"{speedup:#.3g}x" if speedup < 100 else f"{speedup:.0f}x")
+            assert (await rows.nth(1).locator(".speedup").inner_text()) == (
+                f"{speedup:#.3g}x" if speedup < 100 else f"{speedup:.0f}x"
+            )
             assert "mismatch" in (await rows.nth(0).locator(".problem").inner_text()).lower()
             await until(lambda: text(view, "#status", lambda t: t.startswith("done")), "the run done")
 
