@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sysconfig
 import subprocess
 from pathlib import Path
 
@@ -124,3 +125,34 @@ def test_object_cache_never_trusts_a_corrupt_or_foreign_entry(tmp_path):
     path.write_bytes(b"\x7fELF truncat")  # a crash mid-write, or another toolchain's file under this name
     assert cache.get("k1") is None and not path.exists()  # rebuilt, never trusted
     assert cache.get("k2") is None  # another key (flags, toolchain, torch) is another object
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_lean_bindings_take_what_kernelbench_declarations_use(tmp_path):
+    """main.cpp with torch/python.h instead of torch/extension.h (the split build's first try without a
+    precompiled header) still knows the types load_inline declarations use; one that needs the C++
+    frontend fails there, and the build then compiles the full header."""
+    from kforge_mcp.targets.cuda import torch_include_dirs
+    from kforge_mcp.targets.cuda_fast_build import FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER
+
+    includes = [f"-I{d}" for d in [*torch_include_dirs(), "/usr/local/cuda/include", sysconfig.get_paths()["include"]]]
+    typical = (
+        "torch::Tensor a(torch::Tensor x, double s);\nat::Tensor b(const at::Tensor& x, int64_t n);\n"
+        "std::vector<torch::Tensor> c(std::vector<torch::Tensor> xs, c10::optional<torch::Tensor> y, torch::Scalar z);\n"
+    )
+    frontend = "void d(torch::nn::Linear layer);\n"
+    body = 'PYBIND11_MODULE(m, mod) { mod.def("a", torch::wrap_pybind_function(a)); }\n'
+    results = []
+    for decls in (typical, frontend):
+        (tmp_path / "main.cpp").write_text(f"{LEAN_BINDINGS_HEADER}\n{decls}{body}")
+        run = subprocess.run(
+            ["g++", "-std=c++17", "-fsyntax-only", *includes, "main.cpp"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        results.append(run.returncode)
+    assert results[0] == 0 and results[1] != 0
+    assert FULL_BINDINGS_HEADER == "#include <torch/extension.h>"  # what torch's main.cpp opens with

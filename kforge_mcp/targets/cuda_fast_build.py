@@ -95,6 +95,7 @@ class BuildInfo:
     compiled: dict[str, float] = field(default_factory=dict)
     reused: list[str] = field(default_factory=list)
     pch: str = "none"
+    bindings: str = "torch/extension.h"  # the header main.cpp was compiled with
     fallback: str | None = None
 
 
@@ -243,6 +244,13 @@ def _compile(cmd: list[str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+# torch's main.cpp opens with torch/extension.h = torch/all.h (the C++ frontend: nn, optim, data...) +
+# torch/python.h; the bindings need only Tensor and pybind11's casters, all in python.h. Without a
+# precompiled header the lean form is tried first; declarations that need more get the full header.
+FULL_BINDINGS_HEADER = "#include <torch/extension.h>"
+LEAN_BINDINGS_HEADER = "#include <torch/python.h>"
+
+
 def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch: bool = True) -> BuildInfo:
     """Compile what the caches lack, side by side, and link ``out_dir/<module_name>.so``."""
     started = time.perf_counter()
@@ -266,13 +274,21 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
         host_flags += ["-include", str(prelude)]
     # main.cpp starts with torch/extension.h: the same precompiled header serves it once built
     main_pch = ["-Winvalid-pch", "-include", str(pch.header)] if pch is not None and pch.ready else []
-    (work / "main.cpp").write_text(plan.main_cpp)
+    lean = not main_pch and plan.main_cpp.startswith(FULL_BINDINGS_HEADER)
+    info.bindings = "torch/python.h" if lean else "torch/extension.h" + (" (precompiled)" if main_pch else "")
+
+    def main_job(source: str) -> tuple[str, list[str]]:
+        (work / "main.cpp").write_text(source)
+        return (
+            _digest("main", source, plan.cxx, plan.cflags, plan.post_cflags, versions),
+            [*plan.cxx, *plan.cflags, *main_pch, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags],
+        )
+
     (work / "host.cpp").write_text(units.host)
     (work / "device.cu").write_text(units.device)
     jobs = {
-        "main": (
-            _digest("main", plan.main_cpp, plan.cxx, plan.cflags, plan.post_cflags, versions),
-            [*plan.cxx, *plan.cflags, *main_pch, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags],
+        "main": main_job(
+            plan.main_cpp.replace(FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER, 1) if lean else plan.main_cpp
         ),
         "host": (
             _digest("host", units.host, plan.cxx, plan.host_cflags, plan.post_cflags, versions, PRELUDE),
@@ -326,6 +342,12 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
         if not take(unit, 900):
             raise FastBuildError(unit, "another build held this object for 900 s")
     finish()
+    if lean and any(f.unit == "main" for f in failures):  # the declarations need more than python.h
+        failures[:] = [f for f in failures if f.unit != "main"]
+        info.bindings = "torch/extension.h (torch/python.h was not enough)"
+        jobs["main"] = main_job(plan.main_cpp)
+        take("main", 900)
+        finish()
     failed = failures[0] if failures else None
     if pch is not None and not pch.ready:
         pch.start_build()  # the next host build parses torch's headers from it
