@@ -36,6 +36,14 @@ class Prebuilds:
             self.futures[index].result()
 
 
+def describe_build(build: dict) -> str:
+    """'split: compiled host 9.6 s, device 1.2 s; reused main' from a BuildInfo's fields."""
+    compiled = ", ".join(f"{unit} {s:.1f} s" for unit, s in (build.get("compiled") or {}).items())
+    parts = [f"compiled {compiled}"] if compiled else []
+    parts += [f"reused {'+'.join(build['reused'])}"] if build.get("reused") else []
+    return f"{build.get('path', '?')}: {', '.join(parts) or 'nothing to do'}"
+
+
 def worth_a_head_start(target: str, lane: str) -> bool:
     """A build long next to its verify, on a GPU lane (a CPU-only host builds nothing ahead)."""
     return target in PREBUILT_TARGETS and lane.startswith("cuda")
@@ -115,7 +123,7 @@ def start_prebuilds(
             return
         if on_progress:
             builds = (reply.get("value") or {}).get("builds", []) if reply.get("ok") else []
-            how = ", ".join(b.get("path", "?") for b in builds) or "not built ahead"
+            how = "; ".join(map(describe_build, builds)) or "not built ahead"
             on_progress(f"item {i}: built on a CPU worker in {time.perf_counter() - started:.1f} s ({how}); next: GPU")
 
     futures = {i: pool.submit(one, i, target, source, lane) for i, target, source, lane in todo}

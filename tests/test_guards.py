@@ -85,3 +85,21 @@ def test_honest_examples_are_never_flagged(engine, name):
     )
     assert report.verdict == "pass"
     assert all(f.severity in ("info",) for f in report.findings), report.findings
+
+
+def test_a_dlpack_export_is_not_compute():
+    """CuTe DSL takes torch tensors through DLPack (zero-copy): the six honest CuTe kernels on the H100
+    were flagged torch_compute_in_forward for __dlpack__ alone; a real op beside it still is."""
+    import torch
+
+    from kforge_mcp.engine.guards import TorchOpRecorder, torch_op_findings
+
+    x = torch.ones(4)
+    with TorchOpRecorder() as ops:
+        x.__dlpack__()
+        x.__dlpack_device__()
+    assert ops.compute_ops() == {} and torch_op_findings(ops, launches=1) == []
+    with TorchOpRecorder() as ops:
+        x.__dlpack__()
+        x.sum()
+    assert set(ops.compute_ops()) == {"sum"}

@@ -24,7 +24,10 @@ from .timing import time_interleaved
 
 REUSE_FOR_S = 600.0  # past this the device may have changed in ways an anchor misses
 ANCHOR_SHARE = 0.25  # the anchor's timing budget, as a share of the candidate's
-ANCHOR_TOLERANCE = 0.02  # the anchor's median against the kept one: beyond this, time everything again
+# the anchor's median against the kept one: beyond this, time everything again; or beyond half the kept
+# timing's own interquartile spread, where that is wider (a host-bound 20 us kernel moves by more
+# than 2% between runs, and timing its baselines again would give a number no truer)
+ANCHOR_TOLERANCE = 0.02
 
 
 @dataclass
@@ -99,7 +102,8 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple) -> tuple[dict
             shares={anchor: ANCHOR_SHARE},
         )
         drift = stats[anchor].median_ms / kept.stats[anchor].median_ms - 1
-        if abs(drift) <= ANCHOR_TOLERANCE:
+        tolerance = max(ANCHOR_TOLERANCE, kept.stats[anchor].spread / 2)
+        if abs(drift) <= tolerance:
             v.finding(
                 Finding(
                     code="baselines_reused",
@@ -108,10 +112,11 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple) -> tuple[dict
                         "anchor": anchor,
                         "anchor_median_ms": stats[anchor].median_ms,
                         "kept_median_ms": kept.stats[anchor].median_ms,
+                        "tolerance": round(tolerance, 4),
                     },
                     message=f"baseline timings ({', '.join(names)}) kept from {time.monotonic() - kept.at:.0f} s "
                     f"ago on this device: the {anchor} anchor timed with the candidate now is within "
-                    f"{abs(drift):.1%} of its kept median (limit {ANCHOR_TOLERANCE:.0%})",
+                    f"{abs(drift):.1%} of its kept median (limit {tolerance:.1%}: 2% or half the kept spread)",
                 )
             )
             return (

@@ -61,6 +61,8 @@ ALLOWED_TORCH_OPS = {
     "numel",
     "is_contiguous",
     "data_ptr",
+    "__dlpack__",  # a zero-copy export (how CuTe DSL, CuPy and JAX take a torch tensor), not compute
+    "__dlpack_device__",
     "element_size",
     "storage_offset",
     "to",
