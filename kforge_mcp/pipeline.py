@@ -122,9 +122,11 @@ def start_prebuilds(
         except Exception:  # noqa: BLE001  (a head start only; the GPU worker builds it otherwise)
             return
         if on_progress:
-            builds = (reply.get("value") or {}).get("builds", []) if reply.get("ok") else []
-            how = "; ".join(map(describe_build, builds)) or "not built ahead"
-            on_progress(f"item {i}: built on a CPU worker in {time.perf_counter() - started:.1f} s ({how}); next: GPU")
+            value = (reply.get("value") or {}) if reply.get("ok") else {}
+            how = "; ".join(map(describe_build, value.get("builds", []))) or "not built ahead"
+            inside = f"{value['seconds']:.1f} s in the worker; " if "seconds" in value else ""
+            wall = time.perf_counter() - started
+            on_progress(f"item {i}: built on a CPU worker in {wall:.1f} s ({inside}{how}); next: GPU")
 
     futures = {i: pool.submit(one, i, target, source, lane) for i, target, source, lane in todo}
     pool.shutdown(wait=False)

@@ -14,6 +14,7 @@ import platform
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -56,8 +57,9 @@ def handle_prebuild(req, progress, workdir, state) -> dict:
     from ..problem import Source
     from ..targets import get_target
 
+    started = time.perf_counter()
     builds = get_target(req["target"]).prebuild(Source.from_wire(req["candidate"]), req["device"], workdir)
-    return {"builds": [vars(b) for b in builds]}
+    return {"builds": [vars(b) for b in builds], "seconds": round(time.perf_counter() - started, 2)}
 
 
 def handle_verify(req, progress, workdir, state) -> dict:
