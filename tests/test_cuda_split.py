@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kforge_mcp.targets.cuda_fast_build import PRELUDE, candidate_errors
+from kforge_mcp.targets.cuda_fast_build import candidate_errors
 from kforge_mcp.targets.cuda_split import CannotSplit, lower_launches, split
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,12 +96,17 @@ def test_device_unit_compiles_without_torch_headers(path, tmp_path):
 @needs_nvcc
 @pytest.mark.slow
 def test_host_unit_type_checks_with_torch_headers(tmp_path):
-    """The lowered launches call the stubs with the kernels' own parameter types (g++, torch's headers)."""
+    """The lowered launches call the stubs with the kernels' own parameter types (g++, torch's headers),
+    with the lean header the split build tries first (torch/types.h in place of torch/extension.h)."""
     from kforge_mcp.targets.cuda import torch_include_dirs
+    from kforge_mcp.targets.cuda_fast_build import _EXTENSION_INCLUDE, LEAN_HOST_HEADER, LEAN_PRELUDE
 
     path = ROOT / "examples/candidates/gemm_bias_relu/cuda.py"
-    (tmp_path / "prelude.h").write_text(PRELUDE)
-    (tmp_path / "host.cpp").write_text(split(cuda_source(path)).host)
+    host = split(cuda_source(path)).host
+    lean = _EXTENSION_INCLUDE.sub(LEAN_HOST_HEADER, host)
+    assert lean != host and lean.count("\n") == host.count("\n") and "torch/extension.h" not in LEAN_PRELUDE
+    (tmp_path / "prelude.h").write_text(LEAN_PRELUDE)
+    (tmp_path / "host.cpp").write_text(lean)
     includes = [f"-I{d}" for d in [*torch_include_dirs(), "/usr/local/cuda/include"]]
     run = subprocess.run(
         ["g++", "-std=c++17", "-fsyntax-only", *includes, "-include", "prelude.h", "host.cpp"],
