@@ -23,7 +23,7 @@ from ..targets import get_target
 from . import guards, precision
 from .baselines import BaselineCache, baseline_fns, time_with_baselines, warm
 from .correctness import compare_outputs
-from .timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device, time_interleaved
+from .timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device
 
 # offsets of the sub-seeds drawn from a call's seed (seed * 2**20 + offset)
 CORRECTNESS_SEED_BASE = 1000
