@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 import types
 from pathlib import Path
@@ -33,6 +34,26 @@ from .cuda_source import map_pieces
 from .nvcc import build_errors, nvcc_version
 
 
+# The split build's units name every candidate file alike in their #line directives, as ccache's
+# base_dir makes paths alike: the same code in two files (a batch's candidates) then shares its
+# objects. The compiler's messages are given back the file's own name; a TORCH_CHECK raised at run
+# time names this one, at the candidate's own line.
+SHARED_NAME = "candidate.py"
+
+
+def shared_names(texts, file: str):
+    """The sources with ``file`` in their #line directives renamed SHARED_NAME."""
+    directive = re.compile(r'^(#line \d+ )"' + re.escape(file) + '"$', re.M)
+    if isinstance(texts, str):
+        return directive.sub(lambda m: f'{m.group(1)}"{SHARED_NAME}"', texts)
+    return [shared_names(t, file) for t in texts]
+
+
+def own_name(output: str, file: str) -> str:
+    """Compiler output with SHARED_NAME given back as the candidate's file."""
+    return re.sub(r"(^|[\s(])" + re.escape(SHARED_NAME) + r"(?=[:(])", lambda m: m.group(1) + file, output, flags=re.M)
+
+
 def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, file: str, import_module=True):
     """(module, info) from the split build; (None, info) sends the caller to the stock build.
     A device-unit error located in the candidate's own code is the candidate's: raised at once."""
@@ -44,6 +65,7 @@ def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_di
     if args or not kwargs.get("is_python_module", True):
         info.fallback = "load_inline arguments the split build does not take"
         return None, info
+    cpp_src, cuda_src = shared_names(cpp_src, file), shared_names(cuda_src, file)
     bind_key = hashlib.sha256(
         json.dumps([cpp_src, functions, kwargs, torch_versions()], sort_keys=True, default=str).encode()
     ).hexdigest()[:16]
@@ -60,6 +82,7 @@ def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_di
             import_module,
         )
     except FastBuildError as e:
+        e.output = own_name(e.output, file)
         if e.unit == "device" and candidate_errors(e.output, file):
             raise
         first = next((ln for ln in e.output.splitlines() if "error" in ln), e.output.strip()[:300])
