@@ -62,7 +62,8 @@ def test_kept_baselines_are_reused_while_the_anchor_agrees_and_timed_again_when_
     eager.ms = 8.0  # the device slowed down (clocks, a neighbour): the kept 4 ms no longer stands
     moved = verifier(cache)
     stats, _, _ = baselines.time_with_baselines(moved, fns, 0.05, check)
-    assert not moved.findings
+    assert [f.code for f in moved.findings] == ["baselines_timed_again"]
+    assert moved.findings[0].evidence["drift"] == pytest.approx(1.0, rel=0.15)
     assert stats["eager"].median_ms == pytest.approx(8.0, rel=0.1)
     assert cache.kept[baselines.timing_key(moved, ["eager"])].stats["eager"].median_ms == pytest.approx(8.0, rel=0.1)
 

@@ -125,6 +125,14 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple) -> tuple[dict
                 earlier,
             )
         v.progress(f"the {anchor} anchor moved {drift:+.1%}: timing every baseline again")
+        v.finding(
+            Finding(
+                code="baselines_timed_again",
+                evidence={"anchor": anchor, "drift": round(drift, 4), "tolerance": round(tolerance, 4)},
+                message=f"the kept baseline timings were not reused: the {anchor} anchor moved {drift:+.1%} "
+                f"(limit {tolerance:.1%}), so every callable was timed again, interleaved",
+            )
+        )
     stats, samples, calls = time_interleaved(fns, v.device, budget, feed=v.timing_feed(), check=check)
     v.cache.kept[key] = Kept({n: stats[n] for n in names}, {n: samples[n] for n in names})
     return stats, samples, earlier + calls
