@@ -49,6 +49,8 @@ def summary(out: dict) -> str:
     text = out.get("verdict", "ok" if out.get("ok") else "?")
     if build:
         ev = build.get("evidence", {})
+        if ev.get("first_build"):  # built ahead on a CPU worker while the GPU timed the baselines
+            ev = {**ev["first_build"], "path": f"{ev['first_build'].get('path')} (ahead)"}
         text += f" ({ev.get('path')} build {ev.get('seconds', 0):.1f} s"
         text += f", reused {'+'.join(ev['reused'])})" if ev.get("reused") else ")"
     return text

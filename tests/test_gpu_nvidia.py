@@ -107,7 +107,8 @@ def test_split_build_reuses_what_an_edit_left_unchanged(engine):
     started = time.perf_counter()
     edited = engine.verify(problem("fused_bias_gelu"), kernel_edit, target="cuda", baselines=["eager"])
     assert edited.verdict == "pass", edited.errors
-    assert set(cuda_build(edited)["reused"]) == {"main", "host"}, cuda_build(edited)
+    built = cuda_build(edited).get("first_build") or cuda_build(edited)  # built ahead on a CPU worker, or here
+    assert set(built["reused"]) == {"main", "host"}, cuda_build(edited)
     assert time.perf_counter() - started < 30
 
 

@@ -298,7 +298,13 @@ class CudaTarget(Target):
                 code="cuda_build",
                 message=f"load_inline built by the {b.path} path in {b.seconds:.1f} s"
                 + (f" (reused: {', '.join(b.reused)})" if b.reused else "")
-                + (f"; stock because {b.fallback}" if b.fallback else ""),
+                + (f"; stock because {b.fallback}" if b.fallback else "")
+                + (
+                    f"; first built in {b.first_build.get('seconds', 0):.1f} s (compiled "
+                    f"{', '.join(b.first_build.get('compiled') or {}) or 'nothing'})"
+                    if b.first_build
+                    else ""
+                ),
                 evidence={k: v for k, v in vars(b).items() if v not in (None, [], {})},
             )
             for b in getattr(self, "builds", [])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -97,6 +98,7 @@ class BuildInfo:
     pch: str = "none"
     headers: dict[str, str] = field(default_factory=dict)  # unit -> the torch header it was compiled with
     fallback: str | None = None
+    first_build: dict | None = None  # a reused extension: how it was built (often ahead, by a CPU worker)
 
 
 def plan_build(real_load_inline, module_name: str, cpp_src, cuda_src, functions, kwargs: dict, where: Path) -> Plan:
@@ -399,14 +401,19 @@ def load_split(
 
     so = build_dir / f"{module_name}.so"
     if _sealed(so):
-        return load(), BuildInfo(reused=["extension"])
+        try:
+            first = json.loads(so.with_name(so.name + ".build.json").read_text())
+        except (OSError, ValueError):
+            first = None
+        return load(), BuildInfo(reused=["extension"], first_build=first)
     started = time.perf_counter()
     plan = plan_build(real_load_inline, module_name, cpp_src, cuda_src, functions, kwargs, build_dir / "plan")
     info = build(plan, module_name, build_dir, build_dir.parent, use_pch=pch)
     if info.path != "split":
         return None, info
-    _seal(so)
     info.seconds = round(time.perf_counter() - started, 2)
+    _write_whole(so.with_name(so.name + ".build.json"), json.dumps(vars(info)).encode())
+    _seal(so)
     return load(), info
 
 
