@@ -49,7 +49,10 @@ def test_a_memo_keyed_on_a_fingerprint_gets_no_hit_while_timed(engine):
     honest = verify(engine, "honest")
     memo = verify(engine, "memo_fingerprint")
     assert memo.verdict == "pass" and honest.verdict == "pass"
-    assert memo.speedup < 20 * honest.speedup, (memo.speedup, honest.speedup)
+    # the candidates' own times, not speedups: the eager baseline of a 20 us op moved 400x between two
+    # verifies on an oversubscribed 2-core CI machine (torch's thread pool waiting on the scheduler)
+    memo_ms, honest_ms = memo.timing.candidate.median_ms, honest.timing.candidate.median_ms
+    assert memo_ms > honest_ms / 20, (memo_ms, honest_ms)
 
 
 def test_returning_after_a_few_calls_is_caught_on_a_timed_call(engine):
