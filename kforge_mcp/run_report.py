@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 from pydantic import BaseModel, Field
 
+from .analysis.drawing import one_at_a_time
 from .store import RunStore
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -37,8 +38,9 @@ def report_dir(store: RunStore, run_id: str) -> Path:
     return store.path.parent / "reports" / run_id
 
 
+@one_at_a_time
 def plot(run, summaries, best_index: int | None) -> bytes:
-    # Figure without pyplot: the Agg canvas, no global backend state, safe off the main thread
+    # Figure without pyplot: the Agg canvas, no global backend state (mathtext is shared: one_at_a_time)
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 

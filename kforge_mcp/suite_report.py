@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, Field
 
+from .analysis.drawing import one_at_a_time
 from .schemas import VerifyReport
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -187,6 +188,7 @@ def suite_metrics(problems: Sequence[ProblemResult]) -> SuiteMetrics:
     )
 
 
+@one_at_a_time
 def write_plot(summary: BenchSummary, path: Path) -> str | None:
     """bench.png: best speedup per problem (log scale, failures marked) and the fast_p curve.
     Returns why there is no plot, or None."""

@@ -105,3 +105,37 @@ async def test_bad_profiles_name_the_file_and_the_server_keeps_serving(server, t
             assert result.is_error and str(tmp_path / name) in result.content[0].text and why in result.content[0].text
         ok = await client.call_tool("analyze_profile", {"path": str(DATA / "fused_bias_gelu-triton_naive.ncu-raw.csv")})
         assert not ok.is_error and ok.structured_content["recommendations"][0]["rule"] == "fuse_launches"
+
+
+def test_plots_drawn_on_several_threads_at_once_all_draw(tmp_path):
+    """A host reads a run's plot and its roofline at once, each drawn on a worker thread; matplotlib's
+    mathtext parser (log-scale tick labels) is shared and not thread-safe: without the drawing lock 47
+    of 48 such draws raised ParseException (a CI run's Apps view lost its plot to it)."""
+    import threading
+
+    from kforge_mcp.analysis.report import Roofline
+    from kforge_mcp.analysis.roofline_plot import draw_roofline
+
+    roofs = [
+        Roofline(
+            flops=0, bytes=4.2e6, device="CPU", peak_flops=1e11, peak_bandwidth=5e10, sol_ms=0.084, measured_ms=33
+        ),
+        Roofline(
+            flops=2e9, bytes=4.2e6, device="GPU", peak_flops=1e14, peak_bandwidth=3e12, sol_ms=0.02, measured_ms=0.5
+        ),
+    ]
+    errors = []
+
+    def draw(i: int) -> None:
+        for j in range(3):
+            try:
+                draw_roofline(roofs[(i + j) % 2], tmp_path / f"{i}-{j}.png")
+            except Exception as e:  # noqa: BLE001
+                errors.append(repr(e)[:200])
+
+    threads = [threading.Thread(target=draw, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(list(tmp_path.glob("*.png"))) == 18

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .drawing import one_at_a_time
 from .report import Roofline
 
 
+@one_at_a_time
 def draw_roofline(roof: Roofline, out: Path) -> Path | None:
     """``out`` with the plot drawn, or None when there is nothing to draw (no bytes, no peaks)."""
     if roof.bytes <= 0 or roof.peak_bandwidth <= 0 or roof.sol_ms <= 0:

@@ -1,0 +1,64 @@
+"""Warm verify through MCP: the same verify called several times in a row on one in-memory SDK client
+and a fresh home; wall seconds per call as the client sees them, with the worker's phases.
+
+    python bench/warm_verify.py --device cpu --out bench/results/warm-verify-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from mcp import Client
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def run(args) -> list[dict]:
+    from kforge_mcp.api import Engine
+    from kforge_mcp.server import build_server
+
+    home = Path(tempfile.mkdtemp(prefix="kforge-warm-verify-"))
+    engine = Engine(home=home, allow_dirs=[ROOT, home])
+    rows = []
+    try:
+        async with Client(build_server(engine)) as client:
+            for i in range(args.calls):
+                started = time.perf_counter()
+                res = await client.call_tool(
+                    "verify",
+                    {"problem": args.problem, "candidate": args.candidate, "target": "triton", "device": args.device},
+                )
+                out = res.structured_content or {}
+                rows.append(
+                    {
+                        "call": i + 1,
+                        "seconds": round(time.perf_counter() - started, 2),
+                        "verdict": out.get("verdict"),
+                        "phases": out.get("phases"),
+                        "findings": [f["code"] for f in out.get("findings", [])],
+                    }
+                )
+                print(json.dumps(rows[-1]), flush=True)
+    finally:
+        engine.close()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--problem", default=str(ROOT / "bench/problems/vector_add.py"))
+    ap.add_argument("--candidate", default=str(ROOT / "bench/candidates/vector_add/triton.py"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--calls", type=int, default=6)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    Path(args.out).write_text(json.dumps(asyncio.run(run(args)), indent=1))
+
+
+if __name__ == "__main__":
+    main()
