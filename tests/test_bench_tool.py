@@ -40,3 +40,9 @@ async def test_bench_scores_a_suite_and_shows_its_fast_p_plot(server, tmp_path):
     assert len(images) == 1 and images[0].mime_type == "image/png", result.content
     width, height = png_size(base64.b64decode(images[0].data))
     assert width > 400 and height > 200
+
+
+async def test_bench_lists_no_folder_outside_the_allowed_ones(server, tmp_path):
+    async with Client(server) as client:
+        result = await client.call_tool("bench", {"problems": "/etc", "candidates": str(tmp_path), "wait_s": 60})
+    assert result.is_error and "outside the allowed directories" in result.content[0].text, result.content

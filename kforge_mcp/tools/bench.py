@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
+from ..errors import KforgeError
 from ..options import VERIFY, Baselines, TimeoutS, Trials
+from ..problem import check_allowed_path
 from ..schemas import JobAware
 from ..suite import run_bench
 from ..suite_report import BenchSummary
@@ -43,6 +46,11 @@ def register(mcp: MCPServer, app: App) -> None:
         is) and score it: per problem the best correct candidate and its speedup; in all the correct
         share, geomean speedup and fast_p (the share correct and faster than p x the baseline).
         Results are kept under the engine's home, so a rerun judges only new or changed files."""
+        for role, folder in (("problems", problems), ("candidates", candidates)):  # listed only where allowed
+            try:
+                check_allowed_path(folder, role, app.engine.allow_dirs)
+            except KforgeError as e:
+                raise ToolError(str(e)) from None
         # one output folder per (problems, candidates, target): its results.jsonl makes reruns cheap
         key = hashlib.sha256(f"{Path(problems).resolve()}\0{Path(candidates).resolve()}\0{target}".encode())
         out = Path(app.engine.home) / "bench" / key.hexdigest()[:16]
