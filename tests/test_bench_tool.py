@@ -40,6 +40,12 @@ async def test_bench_scores_a_suite_and_shows_its_fast_p_plot(server, tmp_path):
     assert len(images) == 1 and images[0].mime_type == "image/png", result.content
     width, height = png_size(base64.b64decode(images[0].data))
     assert width > 400 and height > 200
+    links = {c.name: c.uri for c in result.content if c.type == "resource_link"}
+    assert set(links) == {"summary.json", "bench.html"}, result.content
+    async with Client(server) as client:
+        kept = json.loads((await client.read_resource(links["summary.json"])).contents[0].text)
+        page = (await client.read_resource(links["bench.html"])).contents[0].text
+    assert kept["suite"] == suite and "fused_bias_gelu" in page
 
 
 async def test_bench_lists_no_folder_outside_the_allowed_ones(server, tmp_path):

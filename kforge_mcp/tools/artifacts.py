@@ -1,5 +1,6 @@
 """Files a tool made that a host may want whole: a kernel's PTX from ``compile``, the profilers' own
-output from ``profile`` (torch.profiler's chrome trace, Nsight Compute's raw CSV). Each is kept under
+output from ``profile`` (torch.profiler's chrome trace, Nsight Compute's raw CSV), a suite's report
+from ``bench`` (summary.json, bench.html). Each is kept under
 <home>/artifacts/<digest>/<name> (content-addressed: the same file is kept once), linked from the
 result and read back as kforge://artifacts/{digest}/{name}."""
 
@@ -18,7 +19,7 @@ from .common import App, logger
 from .links import link
 
 KEEP = 512  # artifact folders kept; the oldest go first
-MIME = {".ptx": "text/plain", ".json": "application/json", ".csv": "text/csv"}
+MIME = {".ptx": "text/plain", ".json": "application/json", ".csv": "text/csv", ".html": "text/html"}
 DIGEST = re.compile(r"^[0-9a-f]{16}$")
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 

@@ -18,6 +18,7 @@ from ..problem import check_allowed_path
 from ..schemas import JobAware
 from ..suite import run_bench
 from ..suite_report import BenchSummary
+from . import artifacts
 from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
 from .links import with_artifacts
 
@@ -75,5 +76,7 @@ def register(mcp: MCPServer, app: App) -> None:
         result = await run_tool_job(
             app, "bench", work, wait_s, ctx, lambda job: BenchResult(status="running", job_id=job.id)
         )
-        png = result.bench.files.get("png") if result.bench else None
-        return with_artifacts(result, [], Path(png) if png else None)
+        files = result.bench.files if result.bench else {}
+        reports = {Path(files[k]).name: Path(files[k]).read_text() for k in ("summary", "html") if k in files}
+        links = artifacts.keep(app.engine.home, reports, "the suite's report") if reports else []
+        return with_artifacts(result, links, Path(files["png"]) if "png" in files else None)
