@@ -84,6 +84,21 @@ def head_start_one(engine, candidate: str, payload: dict, on_progress, cancel) -
         warm_baselines(engine, payload, on_progress, cancel)
 
 
+def items_worth_a_head_start(engine, items: list[dict], role: str):
+    """(index, target, lane, source of ``role``) of each item worth a head start whose source resolves
+    (one that does not is left to its verify, which reports it)."""
+    for i, args in enumerate(items):
+        target = args.get("target", "triton")
+        lane = engine.lane_for(target, args.get("device"))
+        if not worth_a_head_start(target, lane):
+            continue
+        try:
+            source = engine.resolve_source(args[role], role)
+        except KforgeError:
+            continue
+        yield i, target, lane, source
+
+
 def start_prebuilds(
     engine,
     items: list[dict],
@@ -92,22 +107,12 @@ def start_prebuilds(
     at_least: int = 2,
 ) -> Prebuilds:
     """Start building ahead the items worth it, when there are ``at_least`` of them."""
-    todo = []
-    for i, args in enumerate(items):
-        target = args.get("target", "triton")
-        lane = engine.lane_for(target, args.get("device"))
-        if not worth_a_head_start(target, lane):
-            continue
-        try:
-            source = engine.resolve_source(args["candidate"], "candidate")
-        except KforgeError:
-            continue  # verify reports it
-        todo.append((i, target, source, lane))
+    todo = list(items_worth_a_head_start(engine, items, "candidate"))
     if len(todo) < at_least:
         return Prebuilds()
     pool = ThreadPoolExecutor(max_workers=engine.executor.slots("compile"), thread_name_prefix="kforge-prebuild")
 
-    def one(i: int, target: str, source, device: str) -> None:
+    def one(i: int, target: str, device: str, source) -> None:
         if cancel is not None and cancel.is_set():
             return
         started = time.perf_counter()
@@ -128,7 +133,7 @@ def start_prebuilds(
             wall = time.perf_counter() - started
             on_progress(f"item {i}: built on a CPU worker in {wall:.1f} s ({inside}{how}); next: GPU")
 
-    futures = {i: pool.submit(one, i, target, source, lane) for i, target, source, lane in todo}
+    futures = {item[0]: pool.submit(one, *item) for item in todo}
     pool.shutdown(wait=False)
     return Prebuilds(futures)
 
@@ -138,15 +143,8 @@ def warm_batch_baselines(engine, items: list[dict], on_progress: Callable[[str],
     from .options import BASELINES, VERIFY
 
     seen = set()
-    for args in items:
-        target = args.get("target", "triton")
-        lane = engine.lane_for(target, args.get("device"))
-        if not worth_a_head_start(target, lane):
-            continue
-        try:
-            problem = engine.resolve_source(args["problem"], "problem")
-        except KforgeError:
-            continue  # verify reports it
+    for i, target, lane, problem in items_worth_a_head_start(engine, items, "problem"):
+        args = items[i]
         payload = {
             "problem": problem.to_wire(),
             "target": target,

@@ -45,6 +45,12 @@ class BaselineCache:
         self.kept: dict[tuple, Kept] = {}
 
 
+def fresh(cache: BaselineCache, key: tuple) -> Kept | None:
+    """The timings kept under ``key`` while younger than REUSE_FOR_S."""
+    kept = cache.kept.get(key)
+    return kept if kept is not None and time.monotonic() - kept.at < REUSE_FOR_S else None
+
+
 def problem_key(v) -> tuple:
     return (v.problem.source.digest, v.device, str(v.judge.dtype))
 
@@ -88,9 +94,9 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple) -> tuple[dict
     baseline timings when an anchor says the device still runs as it did, else all timed now."""
     names = [n for n in fns if n != "candidate"]
     key = timing_key(v, names)
-    kept = v.cache.kept.get(key)
+    kept = fresh(v.cache, key)
     earlier: list = []
-    if kept is not None and names and time.monotonic() - kept.at < REUSE_FOR_S:
+    if kept is not None and names:
         anchor = names[0]
         v.progress(f"timing candidate with a short {anchor} anchor (baselines kept from an earlier verify)")
         stats, samples, earlier = time_interleaved(
@@ -143,18 +149,11 @@ def warm(v, inputs: list) -> dict:
     the reference and time the baselines, unless they are kept already."""
     fns = baseline_fns(v, inputs)
     key = timing_key(v, list(fns))
-    kept = v.cache.kept.get(key)
-    if fns and (kept is None or time.monotonic() - kept.at >= REUSE_FOR_S):
+    kept_already = fresh(v.cache, key) is not None
+    if fns and not kept_already:
         v.progress(f"timing {', '.join(fns)} ahead of the candidate")
-        with v.phase("timing"):
-            stats, samples, _ = time_interleaved(
-                fns, v.device, float(v.req.get("timing_budget_s", 1.0)), feed=v.timing_feed()
-            )
+        stats, samples, _ = time_interleaved(
+            fns, v.device, float(v.req.get("timing_budget_s", 1.0)), feed=v.timing_feed()
+        )
         v.cache.kept[key] = Kept(stats, samples)
-        kept = None
-    return {
-        "baselines": list(fns),
-        "kept_already": kept is not None,
-        "phases": v.report.phases,
-        "findings": [f.model_dump() for f in v.report.findings],
-    }
+    return {"baselines": list(fns), "kept_already": kept_already}
