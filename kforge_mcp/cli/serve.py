@@ -127,10 +127,13 @@ def cmd_serve(args) -> int:
         )
     if not sys.stderr.isatty():  # a host's log file: one record per line (rich wraps at 80 columns)
         logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    from ..server import build_server
-
     interrupted = False
     with open_engine(args.home, args.allow_dir or [os.getcwd()], args=args) as engine:
+        # the probe starts before the MCP server's imports (~0.8 s), so a fresh home's first
+        # list_targets finds it further on (a probed home answers from the last one at once)
+        threading.Thread(target=quietly(engine.list_targets), daemon=True, name="kforge-probe").start()
+        from ..server import build_server
+
         server = build_server(engine)
         banner(args, engine)
         try:
@@ -139,8 +142,6 @@ def cmd_serve(args) -> int:
 
                 from .. import stdio_transport
 
-                # the host's first list_targets finds the probe done (or the last one's answer, at once)
-                threading.Thread(target=quietly(engine.list_targets), daemon=True, name="kforge-probe").start()
                 anyio.run(stdio_transport.run, server, int(args.max_request_mb * 2**20))
             else:
                 from .. import http_transport
