@@ -1,5 +1,5 @@
-"""Baselines kept warm in the worker (engine/baselines.py): reused only while an anchor timed with
-the candidate agrees with the kept timing, timed again when it does not; the ``baselines`` job
+"""Baselines kept warm in the worker (engine/baselines.py): the anchor timed with the candidate, the
+other kept timings scaled by its move, all timed again when it moved far; the ``baselines`` job
 that makes them ahead of a verify; and the cheaper seeding every timed call draws under."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def verifier(cache: baselines.BaselineCache) -> types.SimpleNamespace:
     """The parts of a Verifier the timing uses."""
     v = types.SimpleNamespace(
         cache=cache,
-        req={"baselines": ["eager"]},
+        req={"baselines": ["eager", "compiled"]},
         device="cpu",
         problem=types.SimpleNamespace(source=types.SimpleNamespace(digest="p")),
         judge=types.SimpleNamespace(dtype=None),
@@ -43,29 +43,36 @@ def verifier(cache: baselines.BaselineCache) -> types.SimpleNamespace:
     return v
 
 
-def test_kept_baselines_are_reused_while_the_anchor_agrees_and_timed_again_when_it_moves():
-    cache, eager = baselines.BaselineCache(), Sleeper(4.0)
-    fns = {"candidate": Sleeper(2.0), "eager": eager}
+def test_kept_baselines_are_scaled_by_the_anchor_and_timed_again_when_it_moves_far():
+    cache, eager, compiled = baselines.BaselineCache(), Sleeper(4.0), Sleeper(3.0)
+    fns = {"candidate": Sleeper(2.0), "eager": eager, "compiled": compiled}
     check = ("candidate", 2, 0)
 
     first = verifier(cache)
     stats, _, _ = baselines.time_with_baselines(first, fns, 0.05, check)
     assert not first.findings and stats["eager"].median_ms == pytest.approx(4.0, rel=0.1)
-    kept = cache.kept[baselines.timing_key(first, ["eager"])]
+    kept = cache.kept[baselines.timing_key(first, ["eager", "compiled"])]
 
+    eager.ms, compiled.ms = 4.4, 30.0  # the host is 10% slower; compiled is not run again, so its 30 ms goes unseen
     again = verifier(cache)
     stats, samples, _ = baselines.time_with_baselines(again, fns, 0.05, check)
     assert [f.code for f in again.findings] == ["baselines_reused"]
-    assert stats["eager"] is kept.stats["eager"] and samples["eager"] is kept.samples["eager"]
+    factor = again.findings[0].evidence["factor"]
+    assert factor == pytest.approx(1.1, rel=0.05) and again.findings[0].evidence["scaled"] == ["compiled"]
+    assert stats["eager"].median_ms == pytest.approx(4.4, rel=0.05)  # measured now, with the candidate
+    assert stats["compiled"].median_ms == pytest.approx(kept.stats["compiled"].median_ms * factor, rel=1e-3)
+    assert samples["compiled"] == pytest.approx([x * factor for x in kept.samples["compiled"]], rel=1e-3)
     assert stats["candidate"].median_ms == pytest.approx(2.0, rel=0.1)
 
-    eager.ms = 8.0  # the device slowed down (clocks, a neighbour): the kept 4 ms no longer stands
+    eager.ms = 8.0  # the device runs at half speed (clocks, a neighbour): a factor cannot stand for that
     moved = verifier(cache)
     stats, _, _ = baselines.time_with_baselines(moved, fns, 0.05, check)
     assert [f.code for f in moved.findings] == ["baselines_timed_again"]
     assert moved.findings[0].evidence["drift"] == pytest.approx(1.0, rel=0.15)
     assert stats["eager"].median_ms == pytest.approx(8.0, rel=0.1)
-    assert cache.kept[baselines.timing_key(moved, ["eager"])].stats["eager"].median_ms == pytest.approx(8.0, rel=0.1)
+    assert stats["compiled"].median_ms == pytest.approx(30.0, rel=0.1)
+    retimed = cache.kept[baselines.timing_key(moved, ["eager", "compiled"])].stats
+    assert retimed["eager"].median_ms == pytest.approx(8.0, rel=0.1)
 
 
 def test_kept_baselines_expire():
