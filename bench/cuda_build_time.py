@@ -80,7 +80,7 @@ def step(text: str, env: dict, scratch: Path, label: str) -> dict:
 def wait_pch(ext_dir: Path, limit_s: float = 240) -> float | None:
     started = time.perf_counter()
     while time.perf_counter() - started < limit_s:
-        if list(ext_dir.glob("kforge-cuda/pch-*/kforge_cuda_host.h.gch.ok")):
+        if len(list(ext_dir.glob("kforge-cuda/pch-*/kforge_*.h.gch.ok"))) >= 2:  # host and bindings
             return time.perf_counter() - started
         time.sleep(0.5)
     return None

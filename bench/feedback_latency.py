@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "examples"
 KERNEL_EDIT = ("0.5f * v * (1.0f", "0.5f * v * (1.00f")
 HOST_EDIT = ("const int threads = 256;", "const int threads = 128;")
+HOST_EDIT_2 = ("const int threads = 128;", "const int threads = 64;")
 
 
 async def call(client: Client, tool: str, args: dict) -> tuple[float, dict]:
@@ -49,11 +50,33 @@ def summary(out: dict) -> str:
     text = out.get("verdict", "ok" if out.get("ok") else "?")
     if build:
         ev = build.get("evidence", {})
-        if ev.get("first_build"):  # built ahead on a CPU worker while the GPU timed the baselines
-            ev = {**ev["first_build"], "path": f"{ev['first_build'].get('path')} (ahead)"}
-        text += f" ({ev.get('path')} build {ev.get('seconds', 0):.1f} s"
-        text += f", reused {'+'.join(ev['reused'])})" if ev.get("reused") else ")"
+        if ev.get("first_build"):  # the extension it loaded was built before (ahead, or an earlier verify)
+            ev = ev["first_build"]
+            text += f" (extension first built: {ev.get('path')} {ev.get('seconds', 0):.1f} s"
+        else:
+            text += f" ({ev.get('path')} build {ev.get('seconds', 0):.1f} s"
+        text += f", compiled {'+'.join(ev['compiled'])}" if ev.get("compiled") else ""
+        text += f", reused {'+'.join(ev['reused'])}" if ev.get("reused") else ""
+        text += f", precompiled headers {ev['pch']}" if ev.get("pch") else ""
+        text += ")"
+    for f in out.get("findings", []):  # whether the kept baseline timings stood, and why not
+        ev = f.get("evidence", {})
+        if f.get("code") == "baselines_reused":
+            text += f"; {ev.get('anchor')} timed now, moved {ev.get('factor', 1) - 1:+.1%} since kept"
+            text += f", {'+'.join(ev['scaled'])} kept and scaled" if ev.get("scaled") else ""
+        elif f.get("code") == "baselines_timed_again":
+            text += f"; baselines timed again (anchor {ev.get('drift', 0):+.1%}, limit {ev.get('limit', 0):.0%})"
     return text
+
+
+def wait_for_precompiled_headers(home: Path, limit_s: float = 120) -> float | None:
+    """Seconds waited until the split build's precompiled headers (bindings and host) are ready."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit_s:
+        if len(list(home.glob("**/kforge-cuda/pch-*/kforge_*.h.gch.ok"))) >= 2:
+            return round(time.perf_counter() - started, 1)
+        time.sleep(0.5)
+    return None
 
 
 async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[dict]:
@@ -85,7 +108,9 @@ async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[d
             path = str(EX / "candidates/fused_bias_gelu/triton.py")
             steps += [
                 ("Triton verify, first", "verify", {"candidate": path, "target": "triton"}),
-                ("Triton verify, warm", "verify", {"candidate": path, "target": "triton"}),
+            ]
+            steps += [
+                (f"Triton verify, warm ({i + 1})", "verify", {"candidate": path, "target": "triton"}) for i in range(3)
             ]
         for label, tool, args in steps:
             if tool == "verify":
@@ -94,6 +119,14 @@ async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[d
             rows.append({"step": label, "seconds": seconds, "result": summary(out)})
             rows[-1].update(worker_s=out.get("seconds"), phases=out.get("phases"))  # where the time went
             print(f"[{name}] {label}: {seconds:.2f} s  {summary(out)}  worker {out.get('phases')}", flush=True)
+        if has_gpu and name != "before":  # the edits above may come before the headers are precompiled
+            waited = wait_for_precompiled_headers(Path(home))
+            label = "CUDA verify after another host edit, headers precompiled"
+            edited = {"problem": problem, "candidate": host.replace(*HOST_EDIT_2), "target": "cuda"}
+            seconds, out = await call(client, "verify", edited)
+            rows.append({"step": label, "seconds": seconds, "result": summary(out), "waited_for_headers_s": waited})
+            rows[-1].update(worker_s=out.get("seconds"), phases=out.get("phases"))
+            print(f"[{name}] {label} (waited {waited} s for them): {seconds:.2f} s  {summary(out)}", flush=True)
     t0 = time.perf_counter()  # a new server on the same home: the last probe answers at once
     async with Client(params, mode="legacy") as client:
         await call(client, "list_targets", {})

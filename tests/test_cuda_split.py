@@ -119,7 +119,7 @@ def test_host_unit_type_checks_with_torch_headers(tmp_path):
 
 
 def test_object_cache_never_trusts_a_corrupt_or_foreign_entry(tmp_path):
-    from kforge_mcp.targets.cuda_fast_build import ObjectCache
+    from kforge_mcp.targets.cuda_build_cache import ObjectCache
 
     cache = ObjectCache(tmp_path / "objects")
     built = tmp_path / "x.o"

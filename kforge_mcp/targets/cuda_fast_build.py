@@ -7,20 +7,18 @@ and links them as torch would:
 - ``main.o``, the Python bindings: depends only on ``cpp_sources`` and ``functions`` (the module
   name is a hash of those), so kernel and host edits reuse it;
 - ``host.o``, the host functions (cuda_split.py) by the C++ compiler with torch's headers,
-  through a precompiled header where one is ready;
+  through a precompiled lean header where one is ready;
 - ``device.o``, the kernels by nvcc without torch's headers (seconds).
 
-Objects are cached by content, flags and toolchain versions under the extension cache, written
-atomically with a checksum beside them; one that fails its checksum is rebuilt. When the source
+Objects are cached by content, flags and toolchain versions under the extension cache
+(cuda_build_cache.py); one that fails its checksum is rebuilt. When the source
 cannot be split, or a unit fails in a way the stock build might not, the caller runs the stock
 build, so the verdict never depends on this path.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
 import json
 import os
 import re
@@ -34,6 +32,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from .cuda_build_cache import ObjectCache, Pch, digest, seal, sealed, write_whole
 from .cuda_split import CannotSplit, split
 
 PRELUDE = """// kforge: what the host unit needs before the candidate's own text (precompiled when ready)
@@ -95,7 +94,7 @@ class BuildInfo:
     seconds: float = 0.0
     compiled: dict[str, float] = field(default_factory=dict)
     reused: list[str] = field(default_factory=list)
-    pch: str = "none"
+    pch: dict[str, str] = field(default_factory=dict)  # unit -> its precompiled header: used or building
     headers: dict[str, str] = field(default_factory=dict)  # unit -> the torch header it was compiled with
     fallback: str | None = None
     first_build: dict | None = None  # a reused extension: how it was built (often ahead, by a CPU worker)
@@ -131,61 +130,6 @@ def plan_build(real_load_inline, module_name: str, cpp_src, cuda_src, functions,
     )
 
 
-def _digest(*parts) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(repr(p).encode())
-        h.update(b"\0")
-    return h.hexdigest()[:24]
-
-
-def _file_sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    """Write through a temp file and ``os.replace``: two servers sharing a home each write whole
-    files, and the last one wins."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def _seal(path: Path) -> None:
-    """A checksum beside ``path``, written after it: a file without a matching one is not trusted."""
-    _write_whole(path.with_name(path.name + ".sha256"), _file_sha(path).encode())
-
-
-def _sealed(path: Path) -> bool:
-    try:
-        return path.with_name(path.name + ".sha256").read_text().strip() == _file_sha(path)
-    except OSError:
-        return False
-
-
-class ObjectCache:
-    """Objects by key, each sealed with its checksum, which is checked on every reuse."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-
-    def get(self, key: str) -> Path | None:
-        obj = self.root / f"{key}.o"
-        if _sealed(obj):
-            return obj
-        with contextlib.suppress(OSError):  # corrupt or half-written by a crashed build: never trusted
-            obj.unlink()
-            obj.with_name(obj.name + ".sha256").unlink()
-        return None
-
-    def put(self, key: str, built: Path) -> Path:
-        obj = self.root / f"{key}.o"
-        _write_whole(obj, built.read_bytes())
-        _seal(obj)
-        return obj
-
-
 @functools.lru_cache(maxsize=8)
 def _tool_version(cmd: tuple[str, ...]) -> str:
     try:
@@ -199,63 +143,34 @@ def toolchain_id(plan: Plan) -> tuple[str, str]:
     return _tool_version(tuple(plan.cxx)), _tool_version(tuple(plan.nvcc))
 
 
-class Pch:
-    """torch's headers precompiled once per toolchain and flags; built in the background."""
-
-    def __init__(self, root: Path, plan: Plan, versions: tuple):
-        self.dir = root / f"pch-{_digest(plan.cxx, plan.host_cflags, versions, PRELUDE)}"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.header = self.dir / "kforge_cuda_host.h"
-        if not self.header.exists():
-            _write_whole(self.header, PRELUDE.encode())
-        self.gch = self.dir / "kforge_cuda_host.h.gch"
-        self.ok = self.dir / "kforge_cuda_host.h.gch.ok"
-        self.cmd = [*plan.cxx, *plan.host_cflags, "-x", "c++-header", str(self.header)]
-
-    @property
-    def ready(self) -> bool:
-        return self.ok.exists() and self.gch.exists()
-
-    def start_build(self) -> None:
-        """Start building the header in a detached process, unless one is built or building."""
-        marker = self.dir / "building"
-        with contextlib.suppress(OSError):
-            if time.time() - marker.stat().st_mtime > 900:
-                marker.unlink()  # a build that died long ago
-        if self.ready:
-            return
-        try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return
-        os.close(fd)
-        tmp = self.dir / f".gch.{os.getpid()}"
-        script = (
-            f"{shlex.join([*self.cmd, '-o', str(tmp)])} && mv -f {shlex.quote(str(tmp))} {shlex.quote(str(self.gch))}"
-            f" && touch {shlex.quote(str(self.ok))}; rm -f {shlex.quote(str(marker))} {shlex.quote(str(tmp))}"
-        )
-        subprocess.Popen(
-            ["sh", "-c", script],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # outlives the worker that started it
-        )
-
-
 def _compile(cmd: list[str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 # torch/extension.h = torch/all.h (the C++ frontend: nn, optim, data, jit...) + torch/python.h (pybind11).
-# Without a precompiled header each unit first gets the least it is likely to need: the bindings
-# (main.cpp) torch/python.h (Tensor and pybind11's casters), the host functions torch/types.h (ATen,
-# TORCH_CHECK); a unit that needs more fails there and is compiled again with the full header. On the
-# H100 the bindings took 16 s this way against 23 s, on 2 loaded cores 28 s against 63 s.
+# Each unit first gets the least it is likely to need: the bindings (main.cpp) torch/python.h (Tensor and
+# pybind11's casters), the host functions torch/types.h (ATen, TORCH_CHECK); a unit that needs more fails
+# there and is compiled again with the full header. Those lean headers are what gets precompiled: on 2 CPU
+# cores (bench/results/host-header-options-cpu.md) the host unit took 28.8 s with torch/extension.h,
+# 12.2 s with it precompiled, 9.1 s with torch/types.h and 2.8 s with torch/types.h precompiled; the
+# bindings 28.7 s, 13.7 s, 17.7 s with torch/python.h and 8.3 s with torch/python.h precompiled.
 FULL_BINDINGS_HEADER = "#include <torch/extension.h>"
 LEAN_BINDINGS_HEADER = "#include <torch/python.h>"
 LEAN_HOST_HEADER = "#include <torch/types.h>"
 LEAN_PRELUDE = PRELUDE.replace("#include <torch/extension.h>\n", "")
+BINDINGS_PRELUDE = (
+    "// kforge: what the bindings need (precompiled when ready)\n#pragma once\n" + LEAN_BINDINGS_HEADER + "\n"
+)
+PCH_PRELUDES = {"main": ("bindings", BINDINGS_PRELUDE), "host": ("host", LEAN_PRELUDE)}
 _EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"][ \t]*$", re.M)
+
+
+def pchs_for(plan: Plan, cache_root: Path, versions: tuple) -> dict[str, Pch]:
+    """The precompiled lean preludes, by unit."""
+    return {
+        unit: Pch(cache_root, plan.cxx, plan.host_cflags, versions, name, text)
+        for unit, (name, text) in PCH_PRELUDES.items()
+    }
 
 
 def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch: bool = True) -> BuildInfo:
@@ -269,45 +184,51 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
         return info
     versions = toolchain_id(plan)
     objects = ObjectCache(cache_root / "objects")
-    pch = Pch(cache_root, plan, versions) if use_pch else None
+    pchs = pchs_for(plan, cache_root, versions) if use_pch else {}
+    info.pch = {unit: "used" if p.ready else "building" for unit, p in pchs.items()}
     work = Path(tempfile.mkdtemp(prefix="build-", dir=out_dir))
-    # both units start with torch/extension.h: the precompiled header serves them once it is built
-    precompiled = ["-Winvalid-pch", "-include", str(pch.header)] if pch is not None and pch.ready else []
-    if pch is not None:
-        info.pch = "used" if precompiled else "building"
+
+    def lean_prelude(unit: str) -> tuple[str, list[str]]:
+        """The unit's lean prelude and the flags that include it: precompiled when ready."""
+        name, text = PCH_PRELUDES[unit]
+        if unit in pchs:
+            return text, pchs[unit].flags()
+        (work / f"kforge_{name}.h").write_text(text)
+        return text, ["-include", str(work / f"kforge_{name}.h")]
 
     def main_job(lean: bool) -> tuple[str, list[str]]:
         source = plan.main_cpp.replace(FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER, 1) if lean else plan.main_cpp
         info.headers["main"] = LEAN_BINDINGS_HEADER if lean else FULL_BINDINGS_HEADER
+        prelude, include = lean_prelude("main") if lean else ("", [])
         (work / "main.cpp").write_text(source)
         return (
-            _digest("main", source, plan.cxx, plan.cflags, plan.post_cflags, versions),
-            [*plan.cxx, *plan.cflags, *precompiled, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags],
+            digest("main", source, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude),
+            [*plan.cxx, *plan.cflags, *include, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags],
         )
 
     def host_job(lean: bool) -> tuple[str, list[str]]:
         source = _EXTENSION_INCLUDE.sub(LEAN_HOST_HEADER, units.host) if lean else units.host
-        prelude = LEAN_PRELUDE if lean else PRELUDE
         info.headers["host"] = LEAN_HOST_HEADER if lean else FULL_BINDINGS_HEADER
-        if precompiled and not lean:
-            include = precompiled
+        if lean:
+            prelude, include = lean_prelude("host")
         else:
+            prelude = PRELUDE
             (work / "kforge_cuda_host.h").write_text(prelude)
             include = ["-include", str(work / "kforge_cuda_host.h")]
         (work / "host.cpp").write_text(source)
         return (
-            _digest("host", source, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude),
+            digest("host", source, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude),
             [*plan.cxx, *plan.host_cflags, *include, "-x", "c++", "-c", "host.cpp", "-o", "host.o", *plan.post_cflags],
         )
 
-    lean = {"main": not precompiled and plan.main_cpp.startswith(FULL_BINDINGS_HEADER), "host": not precompiled}
+    lean = {"main": plan.main_cpp.startswith(FULL_BINDINGS_HEADER), "host": True}
     full_jobs = {"main": main_job, "host": host_job}
     (work / "device.cu").write_text(units.device)
     jobs = {
         "main": main_job(lean["main"]),
         "host": host_job(lean["host"]),
         "device": (
-            _digest("device", units.device, plan.nvcc, plan.cuda_cflags, plan.cuda_post_cflags, versions),
+            digest("device", units.device, plan.nvcc, plan.cuda_cflags, plan.cuda_post_cflags, versions),
             [*plan.nvcc, *plan.cuda_cflags, "-c", "device.cu", "-o", "device.o", *plan.cuda_post_cflags],
         ),
     }
@@ -363,8 +284,9 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
             take(unit, 900)
         finish()
     failed = failures[0] if failures else None
-    if pch is not None and not pch.ready:
-        pch.start_build()  # the next host build parses torch's headers from it
+    for p in pchs.values():
+        if not p.ready:
+            p.start_build()  # the next build of that unit parses torch's headers from it
     if failed is not None:
         raise failed
     link = subprocess.run(
@@ -400,7 +322,7 @@ def load_split(
         return _import_module_from_library(module_name, str(build_dir), True) if import_module else None
 
     so = build_dir / f"{module_name}.so"
-    if _sealed(so):
+    if sealed(so):
         try:
             first = json.loads(so.with_name(so.name + ".build.json").read_text())
         except (OSError, ValueError):
@@ -412,8 +334,8 @@ def load_split(
     if info.path != "split":
         return None, info
     info.seconds = round(time.perf_counter() - started, 2)
-    _write_whole(so.with_name(so.name + ".build.json"), json.dumps(vars(info)).encode())
-    _seal(so)
+    write_whole(so.with_name(so.name + ".build.json"), json.dumps(vars(info)).encode())
+    seal(so)
     return load(), info
 
 
@@ -437,13 +359,14 @@ def torch_versions() -> list:
 
 
 def prewarm_pch(cache_root: Path) -> None:
-    """Start precompiling torch's headers (a GPU machine's first host build then uses them)."""
+    """Start precompiling the units' lean headers (a GPU machine's first builds then use them)."""
     import torch.utils.cpp_extension as ce
 
     where = Path(tempfile.mkdtemp(prefix="kforge-pch-plan-"))
     try:
         plan = plan_build(ce.load_inline, "kforge_pch_plan", "", "__global__ void k() {}", [], {}, where)
-        Pch(cache_root, plan, toolchain_id(plan)).start_build()
+        for pch in pchs_for(plan, cache_root, toolchain_id(plan)).values():
+            pch.start_build()
     except Exception:  # noqa: BLE001  (a head start only: the first build precompiles it otherwise)
         pass
     finally:
