@@ -198,3 +198,24 @@ def test_verify_takes_precision_and_seed(env):
     proc = kforge(env, "verify", softmax_problem, softmax_candidate, *args)
     report = json.loads(proc.stdout)
     assert (report["seed"], report["precision"], report["atol"]) == (7, "fp32", 1e-4), proc.stdout[-500:]
+
+
+def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other():
+    from types import SimpleNamespace
+
+    from kforge_mcp.cli.serve import warm_up
+    from kforge_mcp.schemas import TargetsReport, TargetStatus
+
+    def engine_with(*statuses):
+        started: list[str] = []
+        report = TargetsReport(targets=list(statuses), host={})
+        executor = SimpleNamespace(prewarm=started.append)
+        return SimpleNamespace(list_targets=lambda: report, executor=executor), started
+
+    gpu = TargetStatus(name="cuda", available=True, devices=["cuda:1", "cuda:0"])
+    cpu = TargetStatus(name="triton", available=True, devices=["cpu"])
+    unavailable = TargetStatus(name="cute", available=False, devices=["cuda:0"], reason="no DSL")
+    for statuses, expected in (((gpu, cpu), ["cuda:0"]), ((cpu, unavailable), [])):
+        engine, started = engine_with(*statuses)
+        warm_up(engine)
+        assert started == expected

@@ -106,6 +106,15 @@ def quietly(fn):
     return run
 
 
+def warm_up(engine) -> None:
+    """The probe, then the first GPU's worker started (it imports torch: 3.5-4.4 s on the H100
+    machine), so a host's first GPU job does not wait for it."""
+    report = engine.list_targets()
+    gpus = sorted({d for t in report.targets if t.available for d in t.devices if not d.startswith("cpu")})
+    if gpus:
+        engine.executor.prewarm(gpus[0])
+
+
 def targets_line(engine) -> Text:
     try:
         report = with_status("probing targets", lambda p: engine.list_targets(on_progress=p))
@@ -131,7 +140,7 @@ def cmd_serve(args) -> int:
     with open_engine(args.home, args.allow_dir or [os.getcwd()], args=args) as engine:
         # the probe starts before the MCP server's imports (~0.8 s), so a fresh home's first
         # list_targets finds it further on (a probed home answers from the last one at once)
-        threading.Thread(target=quietly(engine.list_targets), daemon=True, name="kforge-probe").start()
+        threading.Thread(target=quietly(lambda: warm_up(engine)), daemon=True, name="kforge-probe").start()
         from ..server import build_server
 
         server = build_server(engine)

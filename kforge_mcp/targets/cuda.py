@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 import sysconfig
-import threading
 import time
 import types
 from pathlib import Path
@@ -35,7 +34,7 @@ from ..settings import Settings
 from ..source import SourceRuntimeError
 from .base import Target, dist_version, find_tool
 from .cuda_build import CUTLASS_HEADER, InlineBuild, capture_builds, cutlass_include_dir, extension_cache_dir
-from .cuda_fast_build import BuildInfo, prewarm_pch
+from .cuda_fast_build import BuildInfo, start_pch_prewarm
 from .cuda_lean_header import TORCH_LEAN_H
 from .cuda_load import load_candidate
 from .cuda_source import Piece, map_pieces, top_level_blocks
@@ -134,7 +133,7 @@ class CudaTarget(Target):
         settings = Settings.read()
         if settings.split_cuda_builds and settings.cuda_pch_on:
             # torch's headers precompiled while the host starts up, before the first build needs them
-            threading.Thread(target=prewarm_pch, args=(extension_cache_dir(),), daemon=True).start()
+            start_pch_prewarm(extension_cache_dir())
         return TargetStatus(
             name=self.name, available=True, devices=gpus, can_compile=True, versions=versions, notes=notes
         )

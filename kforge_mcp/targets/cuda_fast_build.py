@@ -25,6 +25,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -367,7 +368,24 @@ def prewarm_pch(cache_root: Path) -> None:
         plan = plan_build(ce.load_inline, "kforge_pch_plan", "", "__global__ void k() {}", [], {}, where)
         for pch in pchs_for(plan, cache_root, toolchain_id(plan)).values():
             pch.start_build()
-    except Exception:  # noqa: BLE001  (a head start only: the first build precompiles it otherwise)
+    except Exception:  # noqa: BLE001  (a head start only: the first build precompiles them otherwise)
         pass
     finally:
         shutil.rmtree(where, ignore_errors=True)
+
+
+def start_pch_prewarm(cache_root: Path) -> None:
+    """prewarm_pch in a process of its own. Planning swaps functions of torch.utils.cpp_extension for
+    a moment; a thread of a worker did that under a job's feet (and, while a candidate's import had
+    load_inline swapped, built a whole dummy extension inside that job)."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    code = "import sys, pathlib; from kforge_mcp.targets.cuda_fast_build import prewarm_pch; "
+    code += "prewarm_pch(pathlib.Path(sys.argv[1]))"
+    subprocess.Popen(
+        [sys.executable, "-c", code, str(cache_root)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # outlives the worker that started it
+    )
