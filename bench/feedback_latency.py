@@ -32,9 +32,14 @@ HOST_EDIT = ("const int threads = 256;", "const int threads = 128;")
 HOST_EDIT_2 = ("const int threads = 128;", "const int threads = 64;")
 
 
-async def call(client: Client, tool: str, args: dict) -> tuple[float, dict]:
+async def call(client: Client, tool: str, args: dict, timeline: list | None = None) -> tuple[float, dict]:
     t0 = time.perf_counter()
-    res = await client.call_tool(tool, args)
+
+    async def progress(_done, _total, message):  # the server's progress messages, by time into the call
+        if timeline is not None:
+            timeline.append((round(time.perf_counter() - t0, 2), message))
+
+    res = await client.call_tool(tool, args, progress_callback=progress)
     out = res.structured_content or {}
     while out.get("job_id") and out.get("status") in ("running", "queued"):
         res = await client.call_tool("job_result", {"job_id": out["job_id"], "wait_s": 50})
@@ -115,8 +120,9 @@ async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[d
         for label, tool, args in steps:
             if tool == "verify":
                 args = {"problem": problem, **args}
-            seconds, out = await call(client, tool, args)
-            rows.append({"step": label, "seconds": seconds, "result": summary(out)})
+            timeline: list = []
+            seconds, out = await call(client, tool, args, timeline)
+            rows.append({"step": label, "seconds": seconds, "result": summary(out), "timeline": timeline})
             rows[-1].update(worker_s=out.get("seconds"), phases=out.get("phases"))  # where the time went
             print(f"[{name}] {label}: {seconds:.2f} s  {summary(out)}  worker {out.get('phases')}", flush=True)
         if has_gpu and name != "before":  # the edits above may come before the headers are precompiled
