@@ -10,6 +10,7 @@ import re
 import shutil
 import sysconfig
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,38 @@ def test_the_same_code_in_two_files_builds_the_same_units_and_errors_keep_each_f
         == "/runs/a/c.py:12:5: error: 'x' was not declared in this scope\n  (see /runs/a/c.py:3)"
     )
     assert own_name(nvcc, "/runs/a/c.py") == '/runs/a/c.py(40): error: identifier "y" is undefined'
+
+
+def test_a_precompiled_header_is_built_in_the_background_and_a_dead_builds_marker_does_not_block_it(tmp_path):
+    """A real g++ precompiles a small prelude; a 'building' marker left by a build that was killed
+    (its pid gone) is cleared, where a live one holds off a second build."""
+    from kforge_mcp.targets.cuda_build_cache import Pch
+
+    pch = Pch(
+        tmp_path, ["g++"], ["-std=c++17"], ("g++",), "host", "#pragma once\ninline int kforge_answer() { return 42; }\n"
+    )
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (pch.dir / "building").write_text(str(dead.pid))  # the marker of a build killed with its worker
+    pch.start_build()
+    deadline = time.monotonic() + 120
+    while not pch.ready and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pch.ready and not (pch.dir / "building").exists()
+    (tmp_path / "use.cpp").write_text("int main() { return kforge_answer() == 42 ? 0 : 1; }\n")
+    used = subprocess.run(
+        ["g++", "-std=c++17", *pch.flags(), "-H", "-c", "use.cpp", "-o", "use.o"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert used.returncode == 0 and f"! {pch.gch}" in used.stderr, used.stderr  # '!': the .gch was used
+
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        pch.ok.unlink()
+        (pch.dir / "building").write_text(str(live.pid))  # another build, still running
+        pch.start_build()
+        assert (pch.dir / "building").read_text() == str(live.pid)  # left to it
+    finally:
+        live.kill()

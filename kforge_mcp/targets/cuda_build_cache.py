@@ -97,9 +97,9 @@ class Pch:
     def start_build(self) -> None:
         """Start building the header in a detached process, unless one is built or building."""
         marker = self.dir / "building"
-        with contextlib.suppress(OSError):
-            if time.time() - marker.stat().st_mtime > 900:
-                marker.unlink()  # a build that died long ago
+        with contextlib.suppress(OSError, ValueError):
+            if time.time() - marker.stat().st_mtime > 900 or not _alive(int(marker.read_text() or 0)):
+                marker.unlink()  # a build that died (killed with the worker that started it) or hangs
         if self.ready:
             return
         try:
@@ -113,9 +113,24 @@ class Pch:
             f" && touch {shlex.quote(str(self.ok))}; rm -f {shlex.quote(str(marker))} {shlex.quote(str(tmp))}"
         )
         nice = ["nice", "-n", "10"] if shutil.which("nice") else []  # behind the builds a verify waits for
-        subprocess.Popen(
+        proc = subprocess.Popen(
             [*nice, "sh", "-c", script],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # outlives the worker that started it
         )
+        with contextlib.suppress(OSError):
+            marker.write_text(str(proc.pid))
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (0, not yet written by the build's starter: taken as running)."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
