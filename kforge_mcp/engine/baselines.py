@@ -99,7 +99,7 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple) -> tuple[dict
     key = timing_key(v, names)
     kept = fresh(v.cache, key)
     earlier: list = []
-    if kept is not None and names:
+    if kept is not None and names and kept.stats[names[0]].median_ms > 0:  # (a 0 ms anchor scales nothing)
         anchor, others = names[0], names[1:]
         v.progress(f"timing candidate with {anchor} (other baselines kept from an earlier verify)")
         stats, samples, earlier = time_interleaved(
