@@ -77,10 +77,12 @@ def step(text: str, env: dict, scratch: Path, label: str) -> dict:
     return out
 
 
-def wait_pch(ext_dir: Path, limit_s: float = 240) -> float | None:
+def wait_pch(root: Path, limit_s: float = 240) -> float | None:
+    """Seconds waited until the split build's precompiled headers (host and bindings) under ``root``
+    (an extension folder or a kforge home) are ready; None past ``limit_s``."""
     started = time.perf_counter()
     while time.perf_counter() - started < limit_s:
-        if len(list(ext_dir.glob("kforge-cuda/pch-*/kforge_*.h.gch.ok"))) >= 2:  # host and bindings
+        if len(list(root.glob("**/kforge-cuda/pch-*/kforge_*.h.gch.ok"))) >= 2:
             return time.perf_counter() - started
         time.sleep(0.5)
     return None

@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from cuda_build_time import wait_pch  # a sibling in bench/
 from mcp import Client, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,16 +75,6 @@ def summary(out: dict) -> str:
     return text
 
 
-def wait_for_precompiled_headers(home: Path, limit_s: float = 120) -> float | None:
-    """Seconds waited until the split build's precompiled headers (bindings and host) are ready."""
-    started = time.perf_counter()
-    while time.perf_counter() - started < limit_s:
-        if len(list(home.glob("**/kforge-cuda/pch-*/kforge_*.h.gch.ok"))) >= 2:
-            return round(time.perf_counter() - started, 1)
-        time.sleep(0.5)
-    return None
-
-
 async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[dict]:
     home = tempfile.mkdtemp(prefix=f"kforge-latency-{name}-")
     env = {**os.environ, "KFORGE_HOME": home, **extra_env}
@@ -126,7 +117,8 @@ async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[d
             rows[-1].update(worker_s=out.get("seconds"), phases=out.get("phases"))  # where the time went
             print(f"[{name}] {label}: {seconds:.2f} s  {summary(out)}  worker {out.get('phases')}", flush=True)
         if has_gpu and name != "before":  # the edits above may come before the headers are precompiled
-            waited = wait_for_precompiled_headers(Path(home))
+            waited = wait_pch(Path(home), limit_s=120)
+            waited = round(waited, 1) if waited is not None else None
             label = "CUDA verify after another host edit, headers precompiled"
             edited = {"problem": problem, "candidate": host.replace(*HOST_EDIT_2), "target": "cuda"}
             seconds, out = await call(client, "verify", edited)

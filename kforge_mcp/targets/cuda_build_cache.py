@@ -113,14 +113,14 @@ class Pch:
             f" && touch {shlex.quote(str(self.ok))}; rm -f {shlex.quote(str(marker))} {shlex.quote(str(tmp))}"
         )
         nice = ["nice", "-n", "10"] if shutil.which("nice") else []  # behind the builds a verify waits for
-        proc = subprocess.Popen(
-            [*nice, "sh", "-c", script],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # outlives the worker that started it
-        )
+        proc = start_detached([*nice, "sh", "-c", script])
         with contextlib.suppress(OSError):
             marker.write_text(str(proc.pid))
+
+
+def start_detached(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A background process that outlives the worker that starts it, its output discarded."""
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def _alive(pid: int) -> bool:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .cuda_build_cache import ObjectCache, Pch, digest, seal, sealed, write_whole
+from .cuda_build_cache import ObjectCache, Pch, digest, seal, sealed, start_detached, write_whole
 from .cuda_split import CannotSplit, split
 
 PRELUDE = """// kforge: what the host unit needs before the candidate's own text (precompiled when ready)
@@ -189,13 +189,15 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
     info.pch = {unit: "used" if p.ready else "building" for unit, p in pchs.items()}
     work = Path(tempfile.mkdtemp(prefix="build-", dir=out_dir))
 
+    def included(name: str, text: str) -> list[str]:
+        """Flags that include ``text`` first, from a header written for this build."""
+        (work / f"kforge_{name}.h").write_text(text)
+        return ["-include", str(work / f"kforge_{name}.h")]
+
     def lean_prelude(unit: str) -> tuple[str, list[str]]:
         """The unit's lean prelude and the flags that include it: precompiled when ready."""
         name, text = PCH_PRELUDES[unit]
-        if unit in pchs:
-            return text, pchs[unit].flags()
-        (work / f"kforge_{name}.h").write_text(text)
-        return text, ["-include", str(work / f"kforge_{name}.h")]
+        return text, pchs[unit].flags() if unit in pchs else included(name, text)
 
     def main_job(lean: bool) -> tuple[str, list[str]]:
         source = plan.main_cpp.replace(FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER, 1) if lean else plan.main_cpp
@@ -210,12 +212,7 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
     def host_job(lean: bool) -> tuple[str, list[str]]:
         source = _EXTENSION_INCLUDE.sub(LEAN_HOST_HEADER, units.host) if lean else units.host
         info.headers["host"] = LEAN_HOST_HEADER if lean else FULL_BINDINGS_HEADER
-        if lean:
-            prelude, include = lean_prelude("host")
-        else:
-            prelude = PRELUDE
-            (work / "kforge_cuda_host.h").write_text(prelude)
-            include = ["-include", str(work / "kforge_cuda_host.h")]
+        prelude, include = lean_prelude("host") if lean else (PRELUDE, included("cuda_host", PRELUDE))
         (work / "host.cpp").write_text(source)
         return (
             digest("host", source, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude),
@@ -382,10 +379,4 @@ def start_pch_prewarm(cache_root: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     code = "import sys, pathlib; from kforge_mcp.targets.cuda_fast_build import prewarm_pch; "
     code += "prewarm_pch(pathlib.Path(sys.argv[1]))"
-    subprocess.Popen(
-        [sys.executable, "-c", code, str(cache_root)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # outlives the worker that started it
-    )
+    start_detached([sys.executable, "-c", code, str(cache_root)], env)
