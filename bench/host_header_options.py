@@ -4,7 +4,8 @@ Times the two C++ units of a real candidate (examples/candidates/<name>/cuda.py,
 splits it) under each header option, with and without a precompiled header, one compile at a time:
 
 - host unit (the host functions): torch/extension.h, or torch/types.h (the lean prelude);
-- bindings (main.cpp): torch/extension.h, or torch/python.h.
+- bindings (main.cpp): torch/extension.h, torch/python.h, or the slim prelude (Tensor, pybind11 and
+  torch's casters: what the build gives bindings of declared functions).
 
 On a GPU machine the flags are torch's own (the build plan load_inline writes); elsewhere torch's
 include paths with -O3 -fPIC -std=c++17, which is what the plan holds besides the ABI and arch flags.
@@ -32,8 +33,7 @@ MAIN_CPP = """#include <torch/extension.h>
 torch::Tensor {fn}(torch::Tensor x, torch::Tensor bias, double scale);
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{
 m.def("{fn}", torch::wrap_pybind_function({fn}), "{fn}");
-}}
-"""
+}}"""  # as load_inline writes it
 
 
 def flags(candidate_cuda: str) -> tuple[list[str], list[str], str]:
@@ -66,6 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--candidate", default="fused_bias_gelu")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", help="preludes to time, comma-separated (extension, types, python, slim); default all")
     args = ap.parse_args()
     text = (ROOT / f"examples/candidates/{args.candidate}/cuda.py").read_text()
     cuda = re.search(r'cuda_source = r?"""(.*?)"""', text, re.S).group(1)
@@ -79,7 +80,9 @@ def main() -> None:
     (work / "main_lean.cpp").write_text(
         MAIN_CPP.format(fn=fn).replace(fb.FULL_BINDINGS_HEADER, fb.LEAN_BINDINGS_HEADER)
     )
+    (work / "main_slim.cpp").write_text(fb.bindings_unit(MAIN_CPP.format(fn=fn))[1])
     preludes = {"extension": fb.PRELUDE, "types": fb.LEAN_PRELUDE, "python": fb.BINDINGS_PRELUDE}
+    preludes["slim"] = fb.SLIM_BINDINGS_PRELUDE
     for name, prelude in preludes.items():
         (work / f"{name}.h").write_text(prelude)
     options = [  # (unit, header, source, prelude)
@@ -87,7 +90,10 @@ def main() -> None:
         ("host", "torch/types.h", "host_lean.cpp", "types"),
         ("bindings", "torch/extension.h", "main_full.cpp", "extension"),
         ("bindings", "torch/python.h", "main_lean.cpp", "python"),
+        ("bindings", "slim: ATen/core/Tensor.h + torch/csrc/utils/pybind.h", "main_slim.cpp", "slim"),
     ]
+    if args.only:
+        options = [o for o in options if o[3] in args.only.split(",")]
     rows, pch_s = [], {}
     for unit, header, source, prelude in options:
         compile_cmd = [*cxx, *cflags, "-DTORCH_EXTENSION_NAME=kforge_header_bench", "-Winvalid-pch"]

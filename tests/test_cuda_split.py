@@ -133,35 +133,82 @@ def test_object_cache_never_trusts_a_corrupt_or_foreign_entry(tmp_path):
     assert cache.get("k2") is None  # another key (flags, toolchain, torch) is another object
 
 
+def _torch_cxx(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    from kforge_mcp.targets.cuda import torch_include_dirs
+
+    dirs = [*torch_include_dirs(), "/usr/local/cuda/include", sysconfig.get_paths()["include"]]
+    cmd = ["g++", "-std=c++17", "-DTORCH_API_INCLUDE_EXTENSION_H", *[f"-I{d}" for d in dirs], *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
 @needs_nvcc
 @pytest.mark.slow
 def test_lean_bindings_take_what_kernelbench_declarations_use(tmp_path):
-    """main.cpp with torch/python.h instead of torch/extension.h (the split build's first try without a
-    precompiled header) still knows the types load_inline declarations use; one that needs the C++
-    frontend fails there, and the build then compiles the full header."""
-    from kforge_mcp.targets.cuda import torch_include_dirs
-    from kforge_mcp.targets.cuda_fast_build import FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER
+    """Both lean bindings preludes (the slim one for declarations, torch/python.h otherwise) know the types
+    load_inline declarations use; one that needs the C++ frontend fails there, and the build then compiles
+    the full header."""
+    from kforge_mcp.targets.cuda_fast_build import BINDINGS_PRELUDE, SLIM_BINDINGS_PRELUDE
 
-    includes = [f"-I{d}" for d in [*torch_include_dirs(), "/usr/local/cuda/include", sysconfig.get_paths()["include"]]]
     typical = (
         "torch::Tensor a(torch::Tensor x, double s);\nat::Tensor b(const at::Tensor& x, int64_t n);\n"
         "std::vector<torch::Tensor> c(std::vector<torch::Tensor> xs, c10::optional<torch::Tensor> y, torch::Scalar z);\n"
+        "torch::Tensor d(torch::Tensor x, at::IntArrayRef shape, c10::ScalarType t, bool flag);\n"
     )
-    frontend = "void d(torch::nn::Linear layer);\n"
+    frontend = "void e(torch::nn::Linear layer);\n"
     body = 'PYBIND11_MODULE(m, mod) { mod.def("a", torch::wrap_pybind_function(a)); }\n'
-    results = []
-    for decls in (typical, frontend):
-        (tmp_path / "main.cpp").write_text(f"{LEAN_BINDINGS_HEADER}\n{decls}{body}")
-        run = subprocess.run(
-            ["g++", "-std=c++17", "-fsyntax-only", *includes, "main.cpp"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        results.append(run.returncode)
-    assert results[0] == 0 and results[1] != 0
-    assert FULL_BINDINGS_HEADER == "#include <torch/extension.h>"  # what torch's main.cpp opens with
+    results = {}
+    for name, prelude in {"slim": SLIM_BINDINGS_PRELUDE, "python": BINDINGS_PRELUDE}.items():
+        (tmp_path / f"{name}.h").write_text(prelude)
+        for kind, decls in {"typical": typical, "frontend": frontend}.items():
+            (tmp_path / "main.cpp").write_text(f"{decls}{body}")
+            results[name, kind] = _torch_cxx(
+                "-fsyntax-only", "-include", f"{name}.h", "main.cpp", cwd=tmp_path
+            ).returncode
+    assert results == {
+        ("slim", "typical"): 0,
+        ("slim", "frontend"): 1,
+        ("python", "typical"): 0,
+        ("python", "frontend"): 1,
+    }
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_slim_bindings_see_every_type_caster_the_full_header_brings(tmp_path):
+    """pybind11 binds an argument type through the type_caster specialisations in scope; one missing would
+    compile and then refuse the call at run time. So every header torch/extension.h pulls in that declares
+    a caster (or makes a type opaque) must also come with the slim prelude, for the torch installed here."""
+    from kforge_mcp.targets.cuda_fast_build import FULL_BINDINGS_HEADER, SLIM_BINDINGS_PRELUDE
+
+    (tmp_path / "full.cpp").write_text(FULL_BINDINGS_HEADER + "\n")
+    (tmp_path / "slim.cpp").write_text(SLIM_BINDINGS_PRELUDE)
+    casting = re.compile(r"\btype_caster\s*<|PYBIND11_TYPE_CASTER|PYBIND11_MAKE_OPAQUE|PYBIND11_DECLARE_HOLDER_TYPE")
+    found = {}
+    for name in ("full", "slim"):
+        deps = _torch_cxx("-M", f"{name}.cpp", cwd=tmp_path)
+        assert deps.returncode == 0, deps.stderr[-2000:]
+        headers = {h for h in deps.stdout.replace("\\\n", " ").split() if h.endswith((".h", ".hpp"))}
+        found[name] = {h for h in headers if casting.search(Path(h).read_text(errors="replace"))}
+    assert len(found["full"]) >= 3  # pybind11's own casters and torch/csrc/utils/pybind.h at least
+    assert any(h.endswith("torch/csrc/utils/pybind.h") for h in found["full"])
+    assert found["full"] <= found["slim"], sorted(found["full"] - found["slim"])
+
+
+def test_bindings_of_declarations_get_the_slim_prelude_and_keep_their_lines():
+    """load_inline's main.cpp: the header, cpp_sources, the module it generates from ``functions``. Only
+    declarations get the slim prelude (a body might call more of torch); lines stay where they were."""
+    from kforge_mcp.targets.cuda_fast_build import FULL_BINDINGS_HEADER, bindings_unit
+
+    module = '\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\nm.def("f", torch::wrap_pybind_function(f), "f");\n}'
+    declared = f'{FULL_BINDINGS_HEADER}\n#line 3 "c.py"\n#include <torch/extension.h>\n/* {{ */ torch::Tensor f(torch::Tensor x); // {{\n'
+    name, source, header = bindings_unit(declared + module)
+    assert name == "bindings" and "ATen/core/Tensor.h" in header
+    assert source.count("\n") == (declared + module).count("\n") and "torch/extension.h>" not in source
+    assert source.splitlines()[3].startswith("/* { */ torch::Tensor f(")
+    with_body = f"{FULL_BINDINGS_HEADER}\ntorch::Tensor f(torch::Tensor x) {{ return torch::relu(x); }}\n"
+    assert bindings_unit(with_body + module)[0] == "bindings-python"
+    assert bindings_unit(declared)[0] == "bindings-python"  # no module from ``functions``: the source binds itself
+    assert bindings_unit("torch::Tensor f(torch::Tensor x);\n" + module)[0] is None  # no_implicit_headers
 
 
 def test_the_same_code_in_two_files_builds_the_same_units_and_errors_keep_each_file():

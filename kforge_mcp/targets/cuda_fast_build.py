@@ -144,17 +144,19 @@ def toolchain_id(plan: Plan) -> tuple[str, str]:
     return _tool_version(tuple(plan.cxx)), _tool_version(tuple(plan.nvcc))
 
 
-def _compile(cmd: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _compile(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:  # a file, not a pipe: units are polled, and one's errors can be long
+        return subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
 
 
 # torch/extension.h = torch/all.h (the C++ frontend: nn, optim, data, jit...) + torch/python.h (pybind11).
-# Each unit first gets the least it is likely to need: the bindings (main.cpp) torch/python.h (Tensor and
-# pybind11's casters), the host functions torch/types.h (ATen, TORCH_CHECK); a unit that needs more fails
-# there and is compiled again with the full header. Those lean headers are what gets precompiled: on 2 CPU
-# cores (bench/results/host-header-options-cpu.md) the host unit took 28.8 s with torch/extension.h,
-# 12.2 s with it precompiled, 9.1 s with torch/types.h and 2.8 s with torch/types.h precompiled; the
-# bindings 28.7 s, 13.7 s, 17.7 s with torch/python.h and 8.3 s with torch/python.h precompiled.
+# Each unit first gets the least it is likely to need; a unit that needs more fails there and is compiled
+# again with the full header. The host functions get torch/types.h (ATen, TORCH_CHECK). The bindings
+# (main.cpp) get, when cpp_sources only declares functions (what KernelBench candidates do), Tensor and
+# pybind11 with torch's type casters; otherwise torch/python.h. The lean preludes are what gets
+# precompiled. On 2 CPU cores (bench/results/host-header-options-cpu.md) the host unit took 28.8 s with
+# torch/extension.h, 12.2 s with it precompiled, 9.1 s with torch/types.h and 2.8 s with torch/types.h
+# precompiled; the bindings 28.7 s, 13.7 s precompiled, 17.7 s with torch/python.h and 7.2 s slim.
 FULL_BINDINGS_HEADER = "#include <torch/extension.h>"
 LEAN_BINDINGS_HEADER = "#include <torch/python.h>"
 LEAN_HOST_HEADER = "#include <torch/types.h>"
@@ -162,16 +164,47 @@ LEAN_PRELUDE = PRELUDE.replace("#include <torch/extension.h>\n", "")
 BINDINGS_PRELUDE = (
     "// kforge: what the bindings need (precompiled when ready)\n#pragma once\n" + LEAN_BINDINGS_HEADER + "\n"
 )
-PCH_PRELUDES = {"main": ("bindings", BINDINGS_PRELUDE), "host": ("host", LEAN_PRELUDE)}
+# Every pybind11 type caster torch/extension.h brings is in torch/csrc/utils/pybind.h (a test compares the
+# two with g++ -M on the installed torch), so declared functions are bound alike; a declaration naming
+# more than these fails to compile and gets the full header.
+SLIM_BINDINGS_PRELUDE = """// kforge: what bindings of declared functions need (precompiled when ready)
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/csrc/Exceptions.h>
+namespace torch {
+using namespace at;
+}
+"""
+SLIM_BINDINGS_HEADER = "#include <ATen/core/Tensor.h> + <torch/csrc/utils/pybind.h>"
+PCH_PRELUDES = {"bindings": SLIM_BINDINGS_PRELUDE, "bindings-python": BINDINGS_PRELUDE, "host": LEAN_PRELUDE}
+PREWARMED = ("bindings", "host")  # what most candidates build with; bindings-python is built when first used
 _EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"][ \t]*$", re.M)
+# what load_inline appends to cpp_sources when it is given ``functions``
+_GENERATED_MODULE = re.compile(r"\nPYBIND11_MODULE\(TORCH_EXTENSION_NAME, m\) \{\n(?:m\.def\([^\n]*\);\n)*\}\s*\Z")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
-def pchs_for(plan: Plan, cache_root: Path, versions: tuple) -> dict[str, Pch]:
-    """The precompiled lean preludes, by unit."""
-    return {
-        unit: Pch(cache_root, plan.cxx, plan.host_cflags, versions, name, text)
-        for unit, (name, text) in PCH_PRELUDES.items()
-    }
+def bindings_unit(main_cpp: str) -> tuple[str | None, str, str]:
+    """(lean prelude or None for the full header, main.cpp to compile, the header it stands for).
+    Line numbers are kept, so the compiler's messages still point at the candidate's lines."""
+    if not main_cpp.startswith(FULL_BINDINGS_HEADER + "\n"):
+        return None, main_cpp, FULL_BINDINGS_HEADER
+    module = _GENERATED_MODULE.search(main_cpp)
+    declared = main_cpp[len(FULL_BINDINGS_HEADER) : module.start()] if module else "{"
+    if "{" not in _COMMENT.sub("", declared):  # declarations only: no body that could call more of torch
+        mark = "// kforge: torch/extension.h left out; the bindings prelude declares what this needs"
+        return (
+            "bindings",
+            mark + _EXTENSION_INCLUDE.sub(mark, main_cpp[len(FULL_BINDINGS_HEADER) :]),
+            SLIM_BINDINGS_HEADER,
+        )
+    return "bindings-python", main_cpp.replace(FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER, 1), LEAN_BINDINGS_HEADER
+
+
+def pchs_for(plan: Plan, cache_root: Path, versions: tuple, names=tuple(PCH_PRELUDES)) -> dict[str, Pch]:
+    """The precompiled lean preludes, by name."""
+    return {name: Pch(cache_root, plan.cxx, plan.host_cflags, versions, name, PCH_PRELUDES[name]) for name in names}
 
 
 def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch: bool = True) -> BuildInfo:
@@ -185,8 +218,10 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
         return info
     versions = toolchain_id(plan)
     objects = ObjectCache(cache_root / "objects")
-    pchs = pchs_for(plan, cache_root, versions) if use_pch else {}
-    info.pch = {unit: "used" if p.ready else "building" for unit, p in pchs.items()}
+    main_prelude, lean_main_cpp, main_header = bindings_unit(plan.main_cpp)
+    preludes = {"main": main_prelude, "host": "host"}
+    pchs = pchs_for(plan, cache_root, versions, [n for n in preludes.values() if n]) if use_pch else {}
+    info.pch = {unit: "used" if pchs[n].ready else "building" for unit, n in preludes.items() if n in pchs}
     work = Path(tempfile.mkdtemp(prefix="build-", dir=out_dir))
 
     def included(name: str, text: str) -> list[str]:
@@ -196,12 +231,12 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
 
     def lean_prelude(unit: str) -> tuple[str, list[str]]:
         """The unit's lean prelude and the flags that include it: precompiled when ready."""
-        name, text = PCH_PRELUDES[unit]
-        return text, pchs[unit].flags() if unit in pchs else included(name, text)
+        name = preludes[unit]
+        return PCH_PRELUDES[name], pchs[name].flags() if name in pchs else included(name, PCH_PRELUDES[name])
 
     def main_job(lean: bool) -> tuple[str, list[str]]:
-        source = plan.main_cpp.replace(FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER, 1) if lean else plan.main_cpp
-        info.headers["main"] = LEAN_BINDINGS_HEADER if lean else FULL_BINDINGS_HEADER
+        source = lean_main_cpp if lean else plan.main_cpp
+        info.headers["main"] = main_header if lean else FULL_BINDINGS_HEADER
         prelude, include = lean_prelude("main") if lean else ("", [])
         (work / "main.cpp").write_text(source)
         return (
@@ -219,7 +254,7 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
             [*plan.cxx, *plan.host_cflags, *include, "-x", "c++", "-c", "host.cpp", "-o", "host.o", *plan.post_cflags],
         )
 
-    lean = {"main": plan.main_cpp.startswith(FULL_BINDINGS_HEADER), "host": True}
+    lean = {"main": main_prelude is not None, "host": True}
     full_jobs = {"main": main_job, "host": host_job}
     (work / "device.cu").write_text(units.device)
     jobs = {
@@ -246,24 +281,28 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
             found[unit] = hit
             info.reused.append(unit)
         else:
-            running[unit] = (_compile(cmd, work), time.perf_counter(), lock)
+            running[unit] = (_compile(cmd, work, work / f"{unit}.log"), time.perf_counter(), lock)
         return True
 
     failures: list[FastBuildError] = []
 
     def finish() -> None:
-        """Wait for the compiles started, keep their objects, release their locks."""
-        for unit, (proc, t0, lock) in list(running.items()):
-            try:
-                out, _ = proc.communicate()
-                info.compiled[unit] = round(time.perf_counter() - t0, 2)
-                if proc.returncode != 0:
-                    failures.append(FastBuildError(unit, out))
-                else:
-                    found[unit] = objects.put(jobs[unit][0], work / f"{unit}.o")
-            finally:
-                lock.release()
-                del running[unit]
+        """Wait for the compiles started (each timed to its own end), keep their objects, release their locks."""
+        while running:
+            for unit, (proc, t0, lock) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                try:
+                    info.compiled[unit] = round(time.perf_counter() - t0, 2)
+                    if proc.returncode != 0:
+                        failures.append(FastBuildError(unit, (work / f"{unit}.log").read_text(errors="replace")))
+                    else:
+                        found[unit] = objects.put(jobs[unit][0], work / f"{unit}.o")
+                finally:
+                    lock.release()
+                    del running[unit]
+            if running:
+                time.sleep(0.02)
 
     # a batch's builds share objects (the bindings): one compiles each; the others first finish
     # what only they need, holding no lock, then wait for it
@@ -363,7 +402,7 @@ def prewarm_pch(cache_root: Path) -> None:
     where = Path(tempfile.mkdtemp(prefix="kforge-pch-plan-"))
     try:
         plan = plan_build(ce.load_inline, "kforge_pch_plan", "", "__global__ void k() {}", [], {}, where)
-        for pch in pchs_for(plan, cache_root, toolchain_id(plan)).values():
+        for pch in pchs_for(plan, cache_root, toolchain_id(plan), PREWARMED).values():
             pch.start_build()
     except Exception:  # noqa: BLE001  (a head start only: the first build precompiles them otherwise)
         pass
