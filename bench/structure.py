@@ -29,6 +29,7 @@ FLOORS = [
     ("kforge_mcp.problem", 1),
     ("kforge_mcp.source", 1),
     ("kforge_mcp.device", 1),
+    ("kforge_mcp.driver_probe", 1),
     ("kforge_mcp.targets", 2),
     ("kforge_mcp.analysis", 2),
     ("kforge_mcp.engine", 3),

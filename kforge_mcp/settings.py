@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     sandbox_cgroup: str | None = Field(None, description="set by the pool: the worker's pids cgroup")
     cuda_build: str = Field("split", description="CUDA load_inline builds: 'split' (reused parts, seconds) or 'stock'")
     cuda_pch: str = Field("on", description="precompile torch's headers for split CUDA builds: on or off")
+    gpu_warmup: str = Field(
+        "on", description="a server warms torch.compile on its first GPU at start (the compiled baseline's fixed cost)"
+    )
     worker_lane: str | None = Field(None, description="set by the pool: the worker's lane")
     worker_tmp: str | None = Field(None, description="set by the pool: the worker's temp dir")
 
@@ -76,6 +79,10 @@ class Settings(BaseSettings):
     def cuda_pch_on(self) -> bool:
         """Split builds precompile torch's headers."""
         return self.cuda_pch.strip().lower() not in OFF
+
+    @property
+    def gpu_warmup_on(self) -> bool:
+        return self.gpu_warmup.strip().lower() not in OFF
 
     def sandbox_enabled(self, protection: str) -> bool:
         """Whether one sandbox protection (landlock, network, limits, cgroup) is on."""

@@ -200,7 +200,8 @@ def test_verify_takes_precision_and_seed(env):
     assert (report["seed"], report["precision"], report["atol"]) == (7, "fp32", 1e-4), proc.stdout[-500:]
 
 
-def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other():
+def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other(monkeypatch):
+    """...and warms torch.compile there (the first verify's compiled baseline), unless KFORGE_GPU_WARMUP=off."""
     from types import SimpleNamespace
 
     from kforge_mcp.cli.serve import warm_up
@@ -209,13 +210,19 @@ def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other():
     def engine_with(*statuses):
         started: list[str] = []
         report = TargetsReport(targets=list(statuses), host={})
-        executor = SimpleNamespace(prewarm=started.append)
+        run = lambda lane, kind, payload, timeout_s: started.append(f"{kind} on {lane}: {payload}")  # noqa: E731
+        executor = SimpleNamespace(prewarm=started.append, run=run)
         return SimpleNamespace(list_targets=lambda: report, executor=executor), started
 
     gpu = TargetStatus(name="cuda", available=True, devices=["cuda:1", "cuda:0"])
     cpu = TargetStatus(name="triton", available=True, devices=["cpu"])
     unavailable = TargetStatus(name="cute", available=False, devices=["cuda:0"], reason="no DSL")
-    for statuses, expected in (((gpu, cpu), ["cuda:0"]), ((cpu, unavailable), [])):
+    warmed = ["cuda:0", "warm_up on cuda:0: {'device': 'cuda:0'}"]
+    for statuses, expected in (((gpu, cpu), warmed), ((cpu, unavailable), [])):
         engine, started = engine_with(*statuses)
         warm_up(engine)
         assert started == expected
+    monkeypatch.setenv("KFORGE_GPU_WARMUP", "off")
+    engine, started = engine_with(gpu)
+    warm_up(engine)
+    assert started == ["cuda:0"]

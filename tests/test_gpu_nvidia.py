@@ -155,3 +155,17 @@ def test_batch_builds_ahead_on_cpu_workers(tmp_path):
     assert sum("built on a CPU worker" in m for m in messages) == 3, messages
     # each verify loads what a CPU worker built ahead (the messages say how each prebuild went)
     assert all(cuda_build(r)["reused"] == ["extension"] for r in reports), (messages, [cuda_build(r) for r in reports])
+
+
+def test_the_gpu_warm_up_leaves_a_worker_whose_compiled_baseline_still_judges(tmp_path):
+    """The server's warm-up job (torch.compile on a tiny function of its own) runs on the GPU lane, and the
+    verify after it compiles and times the problem's own reference as its compiled baseline."""
+    engine = Engine(home=tmp_path)
+    try:
+        reply = engine.executor.run("cuda:0", "warm_up", {"device": "cuda:0"}, timeout_s=300)
+        assert reply["ok"] and reply["value"]["seconds"] > 0, reply
+        report = engine.verify(problem("fused_bias_gelu"), example("fused_bias_gelu", "triton"), target="triton")
+        assert report.verdict == "pass" and report.timing.compiled is not None, report.findings
+        assert not [f for f in report.findings if f.code == "compiled_baseline_unavailable"]
+    finally:
+        engine.close()

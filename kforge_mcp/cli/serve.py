@@ -108,11 +108,13 @@ def quietly(fn):
 
 def warm_up(engine) -> None:
     """The probe, then the first GPU's worker started (it imports torch: 3.5-4.4 s on the H100
-    machine), so a host's first GPU job does not wait for it."""
+    machine) and torch.compile's fixed cost paid there, so a host's first verify pays neither."""
     report = engine.list_targets()
     gpus = sorted({d for t in report.targets if t.available for d in t.devices if not d.startswith("cpu")})
     if gpus:
         engine.executor.prewarm(gpus[0])
+        if Settings.read().gpu_warmup_on:
+            engine.executor.run(gpus[0], "warm_up", {"device": gpus[0]}, timeout_s=300)
 
 
 def targets_line(engine) -> Text:

@@ -165,3 +165,17 @@ def warm(v, inputs: list) -> dict:
         )
         v.cache.kept[key] = Kept(stats, samples)
     return {"baselines": list(fns), "kept_already": kept_already}
+
+
+def warm_inductor(device: str) -> None:
+    """torch.compile's fixed cost, paid before any problem is known: inductor's modules, its compile
+    workers, Triton's compiler and cuBLAS, through a tiny function no problem shares (its compiled code is
+    never reused for a baseline: dynamo keys compiled code by the function it traced)."""
+    import torch
+
+    def tiny(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w + 1.0).softmax(-1)
+
+    x = torch.randn(64, 64, device=device)
+    with torch.no_grad():
+        torch.compile(tiny)(x, x)

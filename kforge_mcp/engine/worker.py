@@ -21,20 +21,29 @@ from pathlib import Path
 
 
 def handle_probe(req, progress, workdir, state) -> dict:
-    import torch
-
-    from ..device import discover
+    from ..driver_probe import discover_without_torch
     from ..schemas import TargetsReport
     from ..targets import TARGETS
     from . import sandbox
 
-    devices, names = discover()
-    host = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
+    found = discover_without_torch()  # torch's answer without its import, where that is exact
+    if found is None:
+        import torch
+
+        from ..device import discover
+
+        devices, names = discover()
+        facts = {"torch": torch.__version__}
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            facts["arch"] = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+    else:
+        devices, names, facts = found
+    host = {"python": platform.python_version(), "torch": facts["torch"], "platform": platform.platform()}
     host.update({f"device {d}": n for d, n in names.items()})
     host["sandbox"] = sandbox.describe()
-    if torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability(0)
-        host["arch"] = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+    host.update({k: v for k, v in facts.items() if k == "arch"})
+    host["probe"] = "torch" if found is None else "driver"
     return TargetsReport(targets=[t.probe(devices) for t in TARGETS.values()], host=host).model_dump()
 
 
@@ -78,9 +87,8 @@ def handle_baselines(req, progress, workdir, state) -> dict:
 def device_healthy() -> bool:
     """A CUDA fault (illegal address, ...) poisons the context for the life of the process:
     report it, so the pool replaces this worker instead of failing every later job."""
-    import torch
-
-    if not torch.cuda.is_initialized():
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():  # (not imported: a probe that asked the driver)
         return True
     try:
         torch.cuda.synchronize()
@@ -112,6 +120,15 @@ def handle_roofline(req, progress, workdir, state) -> dict:
     ).model_dump()
 
 
+def handle_warm_up(req, progress, workdir, state) -> dict:
+    """Before any problem is known: torch.compile's fixed cost paid on this device (baselines.warm_inductor)."""
+    from .baselines import warm_inductor
+
+    started = time.perf_counter()
+    warm_inductor(req["device"])
+    return {"seconds": round(time.perf_counter() - started, 2)}
+
+
 def release_memory() -> None:
     """Give a job's freed host memory back to the OS, so a warm worker's footprint does not
     creep up across GPU-sized jobs until the memory limit kills it."""
@@ -135,6 +152,7 @@ HANDLERS = {
     "baselines": handle_baselines,
     "profile": handle_profile,
     "roofline": handle_roofline,
+    "warm_up": handle_warm_up,
 }
 
 
@@ -149,19 +167,30 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
     def progress(text: str) -> None:
         send({"type": "progress", "message": text})
 
-    import torch  # noqa: F401  (warm: a verify must not pay for this)
-
     from ..settings import Settings
     from . import guards, sandbox
 
-    clean_timers = guards.timer_snapshot()  # a job that patches these leaves a worker we do not reuse
+    clean_timers = None  # taken once torch is in: a job that patches these leaves a worker we do not reuse
 
+    def warm() -> None:
+        nonlocal clean_timers
+        if clean_timers is None:
+            import torch  # noqa: F401  (warm: a verify must not pay for this)
+
+            clean_timers = guards.timer_snapshot()
+
+    # The compile lane's first job is the probe, which asks the driver rather than torch where it can
+    # (driver_probe.py): it answers before torch's import (3.5-4.4 s on the H100 machines), then imports it.
+    if Settings.read().worker_lane != "compile":
+        warm()
     send({"type": "ready", "pid": os.getpid()})
     while True:
         try:
             request = json.loads(conn_in.recv_bytes())
         except EOFError:
             return
+        if request["kind"] != "probe":
+            warm()  # before any code of a candidate's runs, so the timers are taken clean
         sandbox.reset_cpu_limit()  # a CPU-time backstop per job, not per worker life
         workdir = Path(tempfile.mkdtemp(prefix="job-", dir=Settings.read().worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
@@ -170,7 +199,8 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
             # a poisoned device, patched clocks, or threads the candidate left running (they
             # would run on into the next job): this process is not reused
             left_threads = any(f.get("code") == "spawned_threads" for f in (value or {}).get("findings", []))
-            recycle = not device_healthy() or guards.timer_snapshot() != clean_timers or left_threads
+            patched = clean_timers is not None and guards.timer_snapshot() != clean_timers  # (None: our probe ran)
+            recycle = not device_healthy() or patched or left_threads
             recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
             send({"type": "result", "ok": True, "value": value, "recycle": recycle})
         except InputError as e:
@@ -197,6 +227,7 @@ def serve(conn_in: Connection, conn_out: Connection) -> None:
             os.chdir(workdir.parent)
             shutil.rmtree(workdir, ignore_errors=True)
             release_memory()
+        warm()  # after a probe answered without torch: import it now, while the lane is idle
 
 
 def main() -> None:

@@ -129,7 +129,12 @@ def device_resource(device: str | None) -> str | None:
 
 def xpu_unavailable_reason() -> str | None:
     """Why Triton cannot run on an Intel GPU here, naming what is needed; None when it can."""
+    from ..driver_probe import torch_build
+
     need = "needs an Intel GPU with the XPU build of torch (and pytorch-triton-xpu)"
+    build = torch_build()
+    if build is not None and "xpu" in build and not build["xpu"]:  # said without importing torch
+        return f"{need}; torch {build['__version__']} is not an XPU build"
     try:
         import torch
     except ImportError:

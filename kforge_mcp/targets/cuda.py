@@ -27,6 +27,7 @@ import time
 import types
 from pathlib import Path
 
+from ..driver_probe import torch_build
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
@@ -96,12 +97,15 @@ class CudaTarget(Target):
         return {d: dist_version(d) or "-" for d in ("nvidia-cutlass", "triton")}
 
     def probe(self, devices: list[str]) -> TargetStatus:
-        import torch
-
+        build = torch_build() or {}  # not torch itself: a fresh home's probe must not wait for its import
         nvcc = find_tool("nvcc")
         versions = {
             k: v
-            for k, v in {"nvcc": nvcc_version(), "torch": torch.__version__, "torch cuda": torch.version.cuda}.items()
+            for k, v in {
+                "nvcc": nvcc_version(),
+                "torch": build.get("__version__"),
+                "torch cuda": build.get("cuda"),
+            }.items()
             if v
         }
         gpus = [d for d in devices if d.startswith("cuda")]
@@ -121,7 +125,7 @@ class CudaTarget(Target):
             return TargetStatus(
                 name=self.name, available=False, reason=NEEDS_GPU, can_compile=True, versions=versions, notes=notes
             )
-        if torch.version.cuda is None:
+        if not build.get("cuda"):
             return TargetStatus(
                 name=self.name,
                 available=False,

@@ -22,6 +22,7 @@ import traceback
 import types
 from pathlib import Path
 
+from ..driver_probe import torch_build
 from ..errors import InputError
 from ..problem import Source
 from ..schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
@@ -148,15 +149,13 @@ class CuteTarget(Target):
         return {d: dist_version(d) or "-" for d in ("nvidia-cutlass-dsl", "nvidia-cutlass", "triton")}
 
     def probe(self, devices: list[str]) -> TargetStatus:
-        import torch
-
         dsl = dist_version("nvidia-cutlass-dsl")
         versions = {
             k: v
             for k, v in {
                 "nvidia-cutlass-dsl": dsl,
                 "nvidia-cutlass": dist_version("nvidia-cutlass"),
-                "torch": torch.__version__,
+                "torch": (torch_build() or {}).get("__version__"),
             }.items()
             if v
         }
