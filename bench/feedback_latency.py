@@ -1,12 +1,14 @@
 """An agent's feedback loop, timed through MCP: the real server over stdio, the SDK's client.
 
 For each setting (``--settings before,after``: ``before`` runs CUDA builds the stock way,
-``KFORGE_CUDA_BUILD=stock``; ``after`` is the default), a fresh server on a fresh home:
+``KFORGE_CUDA_BUILD=stock``; ``after`` is the default; ``no-warmup`` is the default without the GPU
+warm-up at start, ``KFORGE_GPU_WARMUP=off``), a fresh server on a fresh home:
 
     connect + list_targets, CUDA verify (cold build, same source again, after a one-character
     kernel edit, after a host edit), compile of the edited source, Triton verify (first, warm)
 
-Wall seconds per call as the client sees them (a call that outlives its wait_s is followed with
+``--think-s N`` waits N s after list_targets, as an agent writing its first kernel does; ``--cold-only``
+stops after the cold CUDA verify. Wall seconds per call as the client sees them (a call that outlives its wait_s is followed with
 job_result until done). Prints a markdown table and writes JSON.
 
     python bench/feedback_latency.py --out bench/results/feedback-latency-h100.json
@@ -75,7 +77,9 @@ def summary(out: dict) -> str:
     return text
 
 
-async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[dict]:
+async def one_setting(
+    name: str, extra_env: dict, triton: bool = True, think_s: float = 0, cold_only: bool = False, first: str = "cuda"
+) -> list[dict]:
     home = tempfile.mkdtemp(prefix=f"kforge-latency-{name}-")
     env = {**os.environ, "KFORGE_HOME": home, **extra_env}
     params = StdioServerParameters(
@@ -89,6 +93,9 @@ async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[d
         _, targets = await call(client, "list_targets", {})
         rows.append({"step": "connect + list_targets", "seconds": time.perf_counter() - t0, "result": "ok"})
         has_gpu = any(t["name"] == "cuda" and t["available"] for t in targets.get("targets", []))
+        if think_s:  # an agent writing its first kernel: the server's start-up work goes on meanwhile
+            await asyncio.sleep(think_s)
+            rows.append({"step": f"(the client thinks {think_s:g} s)", "seconds": think_s, "result": "-"})
         steps = []
         if has_gpu:
             kernel = cuda.replace(*KERNEL_EDIT)
@@ -100,7 +107,12 @@ async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[d
                 ("CUDA verify after a host (launch) edit", "verify", {"candidate": host, "target": "cuda"}),
                 ("compile of the edited source", "compile", {"source": host, "target": "cuda", "arch": "sm_90a"}),
             ]
-        if triton:  # the build path does not touch Triton: 'before' leaves these out to save GPU time
+        if first == "triton":  # a fresh home's first verify is a Triton one: no build, only the baselines
+            triton_path = str(EX / "candidates/fused_bias_gelu/triton.py")
+            steps = [("Triton verify, fresh home", "verify", {"candidate": triton_path, "target": "triton"})]
+        elif cold_only:
+            steps = steps[:1]
+        elif triton:  # the build path does not touch Triton: 'before' leaves these out to save GPU time
             path = str(EX / "candidates/fused_bias_gelu/triton.py")
             steps += [
                 ("Triton verify, first", "verify", {"candidate": path, "target": "triton"}),
@@ -116,7 +128,8 @@ async def one_setting(name: str, extra_env: dict, triton: bool = True) -> list[d
             rows.append({"step": label, "seconds": seconds, "result": summary(out), "timeline": timeline})
             rows[-1].update(worker_s=out.get("seconds"), phases=out.get("phases"))  # where the time went
             print(f"[{name}] {label}: {seconds:.2f} s  {summary(out)}  worker {out.get('phases')}", flush=True)
-        if has_gpu and name != "before":  # the edits above may come before the headers are precompiled
+        # the edits above may come before the headers are precompiled: one more host edit once they are
+        if has_gpu and name != "before" and not cold_only and first == "cuda":
             waited = wait_pch(Path(home), limit_s=120)
             waited = round(waited, 1) if waited is not None else None
             label = "CUDA verify after another host edit, headers precompiled"
@@ -152,11 +165,16 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--settings", default="before,after")
     ap.add_argument("--skip-triton", action="store_true", help="leave out the Triton steps (slow on a CPU)")
+    ap.add_argument("--think-s", type=float, default=0, help="seconds between list_targets and the first verify")
+    ap.add_argument("--cold-only", action="store_true", help="stop after the first (cold) CUDA verify")
+    ap.add_argument("--first", choices=("cuda", "triton"), default="cuda", help="triton: only a Triton verify, first")
     args = ap.parse_args()
-    envs = {"before": {"KFORGE_CUDA_BUILD": "stock"}, "after": {}}
+    # no-warmup: the server does not warm torch.compile on its first GPU at start (KFORGE_GPU_WARMUP=off)
+    envs = {"before": {"KFORGE_CUDA_BUILD": "stock"}, "after": {}, "no-warmup": {"KFORGE_GPU_WARMUP": "off"}}
     results = {}
     for name in args.settings.split(","):
-        results[name] = asyncio.run(one_setting(name, envs[name], triton=name != "before" and not args.skip_triton))
+        triton = name != "before" and not args.skip_triton
+        results[name] = asyncio.run(one_setting(name, envs[name], triton, args.think_s, args.cold_only, args.first))
         Path(args.out).write_text(json.dumps(results, indent=1))
     print(table(results))
     Path(args.out).with_suffix(".md").write_text(table(results) + "\n")
