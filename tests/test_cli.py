@@ -201,27 +201,36 @@ def test_verify_takes_precision_and_seed(env):
 
 
 def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other(monkeypatch):
-    """...and warms torch.compile there (the first verify's compiled baseline), unless KFORGE_GPU_WARMUP=off."""
+    """...and warms torch.compile there while that GPU is idle: its imports, then a tiny compile; none of it
+    once the lane is not idle (the executor says None), or with KFORGE_GPU_WARMUP=off."""
     from types import SimpleNamespace
 
     from kforge_mcp.cli.serve import warm_up
     from kforge_mcp.schemas import TargetsReport, TargetStatus
 
-    def engine_with(*statuses):
+    def engine_with(*statuses, idle_for=2):
         started: list[str] = []
         report = TargetsReport(targets=list(statuses), host={})
-        run = lambda lane, kind, payload, timeout_s: started.append(f"{kind} on {lane}: {payload}")  # noqa: E731
-        executor = SimpleNamespace(prewarm=started.append, run=run)
+
+        def warm(lane, payload, timeout_s):
+            if len([s for s in started if s.startswith("warm_up")]) >= idle_for:
+                return None
+            started.append(f"warm_up {payload['stage']} on {lane}")
+            return {"ok": True}
+
+        executor = SimpleNamespace(prewarm=started.append, warm_up=warm)
         return SimpleNamespace(list_targets=lambda: report, executor=executor), started
 
     gpu = TargetStatus(name="cuda", available=True, devices=["cuda:1", "cuda:0"])
     cpu = TargetStatus(name="triton", available=True, devices=["cpu"])
     unavailable = TargetStatus(name="cute", available=False, devices=["cuda:0"], reason="no DSL")
-    warmed = ["cuda:0", "warm_up on cuda:0: {'device': 'cuda:0'}"]
-    for statuses, expected in (((gpu, cpu), warmed), ((cpu, unavailable), [])):
-        engine, started = engine_with(*statuses)
+    imports, tiny = "warm_up imports on cuda:0", "warm_up compile on cuda:0"
+    cases = [((gpu, cpu), 2, ["cuda:0", imports, tiny]), ((cpu, unavailable), 2, [])]
+    cases += [((gpu,), 1, ["cuda:0", imports]), ((gpu,), 0, ["cuda:0"])]
+    for statuses, idle_for, expected in cases:
+        engine, started = engine_with(*statuses, idle_for=idle_for)
         warm_up(engine)
-        assert started == expected
+        assert started == expected, idle_for
     monkeypatch.setenv("KFORGE_GPU_WARMUP", "off")
     engine, started = engine_with(gpu)
     warm_up(engine)

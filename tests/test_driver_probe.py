@@ -1,5 +1,6 @@
-"""The probe without torch (driver_probe.py): it finds what torch finds, says nothing where only torch can
-tell, and lets the compile worker answer a fresh home's list_targets before torch's import."""
+"""A server's start-up: the probe without torch (driver_probe.py) finds what torch finds, says nothing where
+only torch can tell, and lets the compile worker answer a fresh home's list_targets before torch's import; the
+GPU warm-up runs only while its lane is idle."""
 
 from __future__ import annotations
 
@@ -99,3 +100,38 @@ def test_the_compile_worker_answers_the_probe_first_and_imports_torch_after(tmp_
         assert engine.compile("triton", str(Path(__file__).parents[1] / "examples/candidates/row_softmax/triton.py")).ok
     finally:
         engine.close()
+
+
+def test_a_warm_up_runs_only_while_its_lane_is_idle(tmp_path):
+    """The GPU warm-up's jobs: run on a lane nothing else has used, skipped (None) once a real job has run
+    there or while one waits for it, whichever of the two gets the lane first."""
+    import threading
+
+    from kforge_mcp.engine.pool import WorkerPool
+
+    pool = WorkerPool(tmp_path)
+    try:
+        assert pool.run("compile", "probe", {}, 120, warm_up=True)["ok"]  # idle: it runs
+        assert pool.run("compile", "probe", {}, 120, warm_up=True)["ok"]  # only warm-ups so far: still idle
+        assert pool.run("compile", "probe", {}, 120)["ok"]
+        assert pool.run("compile", "probe", {}, 120, warm_up=True) is None  # real work has run here
+        for first in ("job", "warm-up"):  # a fresh lane that a job is waiting for, as a verify sent at once
+            replies: dict = {}
+            lane = pool._lane(f"cpu-{first}")
+            run = {
+                "job": lambda ln: pool.run(ln, "probe", {}, 120),
+                "warm-up": lambda ln: pool.run(ln, "probe", {}, 120, warm_up=True),
+            }
+            with lane.lock:
+                threads = []
+                for name in (first, "warm-up" if first == "job" else "job"):
+                    threads.append(threading.Thread(target=lambda n=name: replies.setdefault(n, run[n](lane.name))))
+                    threads[-1].start()
+                    deadline = time.time() + 10
+                    while time.time() < deadline and lane.waiting < len(threads):
+                        time.sleep(0.01)
+            for t in threads:
+                t.join(120)
+            assert replies["warm-up"] is None and replies["job"]["ok"], (first, replies)
+    finally:
+        pool.shutdown()

@@ -108,13 +108,18 @@ def quietly(fn):
 
 def warm_up(engine) -> None:
     """The probe, then the first GPU's worker started (it imports torch: 3.5-4.4 s on the H100
-    machine) and torch.compile's fixed cost paid there, so a host's first verify pays neither."""
+    machine) and torch.compile's fixed cost paid there, its imports then a tiny compile, so a host's
+    first verify pays neither. Only while that GPU is idle: a verify sent at once pays the same cost
+    itself, and a warm-up ahead of it measured 2-3.5 s slower (bench/results/feedback-latency-h100.md)."""
     report = engine.list_targets()
     gpus = sorted({d for t in report.targets if t.available for d in t.devices if not d.startswith("cpu")})
-    if gpus:
-        engine.executor.prewarm(gpus[0])
-        if Settings.read().gpu_warmup_on:
-            engine.executor.run(gpus[0], "warm_up", {"device": gpus[0]}, timeout_s=300)
+    if not gpus:
+        return
+    engine.executor.prewarm(gpus[0])
+    if Settings.read().gpu_warmup_on:
+        for stage in ("imports", "compile"):
+            if engine.executor.warm_up(gpus[0], {"device": gpus[0], "stage": stage}, timeout_s=300) is None:
+                return
 
 
 def targets_line(engine) -> Text:

@@ -15,6 +15,7 @@ candidate (pipeline.py).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -167,11 +168,21 @@ def warm(v, inputs: list) -> dict:
     return {"baselines": list(fns), "kept_already": kept_already}
 
 
-def warm_inductor(device: str) -> None:
-    """torch.compile's fixed cost, paid before any problem is known: inductor's modules, its compile
-    workers, Triton's compiler and cuBLAS, through a tiny function no problem shares (its compiled code is
-    never reused for a baseline: dynamo keys compiled code by the function it traced)."""
+def warm_inductor(device: str, stage: str = "all") -> None:
+    """torch.compile's fixed cost, paid before any problem is known. Stage ``imports``: dynamo, inductor and
+    Triton's compiler (most of it on a cold machine, bench/results/inductor-warmup-h100.md); stage ``compile``:
+    a tiny function no problem shares compiled and run (inductor's compile workers, Triton's first kernels,
+    cuBLAS). Its compiled code is never reused for a baseline: dynamo keys compiled code by the function."""
     import torch
+
+    if stage in ("imports", "all"):
+        import torch._dynamo  # noqa: F401
+        import torch._inductor.compile_fx  # noqa: F401
+
+        with contextlib.suppress(ImportError):  # inductor's GPU code is Triton; without it compile says why
+            import triton.compiler  # noqa: F401
+    if stage not in ("compile", "all"):
+        return
 
     def tiny(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.relu(x @ w + 1.0).softmax(-1)

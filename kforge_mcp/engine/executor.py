@@ -43,6 +43,10 @@ class Executor(Protocol):
 
     def prewarm(self, lane: str) -> None: ...
 
+    def warm_up(self, lane: str, payload: dict, timeout_s: float) -> dict | None:
+        """A ``warm_up`` job run only while the lane is idle (pool.run's ``warm_up``); None when not run."""
+        ...
+
     def describe(self) -> dict:
         """What this executor is and what each of its nodes offers (for list_targets)."""
         ...
@@ -101,6 +105,9 @@ class LocalExecutor:
 
     def prewarm(self, lane: str) -> None:
         self.pool.prewarm(lane)
+
+    def warm_up(self, lane: str, payload: dict, timeout_s: float) -> dict | None:
+        return self.pool.run(lane, "warm_up", payload, timeout_s, warm_up=True)
 
     def describe(self) -> dict:
         return {"executor": self.name, "cpu_workers": self.cpu_workers, "nodes": []}

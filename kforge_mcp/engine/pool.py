@@ -243,6 +243,8 @@ class Lane:
     name: str
     lock: threading.Lock = field(default_factory=threading.Lock)
     worker: Worker | None = None
+    waiting: int = 0  # jobs blocked on ``lock`` (changed under the pool's lanes lock)
+    worked: bool = False  # a job other than a warm-up has run here
 
 
 class WorkerPool:
@@ -324,12 +326,22 @@ class WorkerPool:
         timeout_s: float,
         on_progress: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
-    ) -> dict:
+        warm_up: bool = False,
+    ) -> dict | None:
+        """The worker's reply. ``warm_up``: a job that only helps later ones, run only while the lane is idle
+        (no job waiting for it, none but warm-ups run on it yet); None when it was not run."""
         # we must see our workers' exit status: something in this process (ray.init) may have set
         # SIGCHLD to ignored since the last job, and then a crash would read as "exit code 0"
         sandbox.default_sigchld()
         state = self._lane(lane)
+        with self._lanes_lock:
+            state.waiting += 1
         with state.lock:
+            with self._lanes_lock:
+                state.waiting -= 1
+                if warm_up and (state.waiting or state.worked):
+                    return None
+                state.worked = state.worked or not warm_up
             if cancel is not None and cancel.is_set():
                 raise JobCancelled()
             if state.worker is None or not state.worker.alive() or state.worker.jobs_served >= self.max_jobs_per_worker:

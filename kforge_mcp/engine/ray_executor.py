@@ -401,6 +401,9 @@ class RayExecutor:
     def prewarm(self, lane: str) -> None:
         pass  # actors start on the first job; a cluster's nodes may not even be there yet
 
+    def warm_up(self, lane: str, payload: dict, timeout_s: float) -> dict | None:
+        return None  # which actor serves a cluster's first job is not known: nothing to warm ahead
+
     def describe(self) -> dict:
         report = self.probe_cluster()
         return {"executor": self.name, "nodes": report["nodes"]}

@@ -125,7 +125,7 @@ def handle_warm_up(req, progress, workdir, state) -> dict:
     from .baselines import warm_inductor
 
     started = time.perf_counter()
-    warm_inductor(req["device"])
+    warm_inductor(req["device"], req.get("stage", "all"))
     return {"seconds": round(time.perf_counter() - started, 2)}
 
 
