@@ -171,10 +171,12 @@ def main() -> None:
     args = ap.parse_args()
     # no-warmup: the server does not warm torch.compile on its first GPU at start (KFORGE_GPU_WARMUP=off)
     envs = {"before": {"KFORGE_CUDA_BUILD": "stock"}, "after": {}, "no-warmup": {"KFORGE_GPU_WARMUP": "off"}}
+    envs["one-compile-thread"] = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}  # inductor compiles in the GPU worker itself
     results = {}
     for name in args.settings.split(","):
         triton = name != "before" and not args.skip_triton
-        results[name] = asyncio.run(one_setting(name, envs[name], triton, args.think_s, args.cold_only, args.first))
+        key = name if name not in results else f"{name} ({sum(k.split(' (')[0] == name for k in results) + 1})"
+        results[key] = asyncio.run(one_setting(name, envs[name], triton, args.think_s, args.cold_only, args.first))
         Path(args.out).write_text(json.dumps(results, indent=1))
     print(table(results))
     Path(args.out).with_suffix(".md").write_text(table(results) + "\n")
