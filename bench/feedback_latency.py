@@ -173,9 +173,11 @@ def main() -> None:
     envs = {"before": {"KFORGE_CUDA_BUILD": "stock"}, "after": {}, "no-warmup": {"KFORGE_GPU_WARMUP": "off"}}
     envs["one-compile-thread"] = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}  # inductor compiles in the GPU worker itself
     results = {}
+    runs: dict[str, int] = {}  # a setting named again is run again, kept as "name (2)", ...
     for name in args.settings.split(","):
         triton = name != "before" and not args.skip_triton
-        key = name if name not in results else f"{name} ({sum(k.split(' (')[0] == name for k in results) + 1})"
+        runs[name] = runs.get(name, 0) + 1
+        key = name if runs[name] == 1 else f"{name} ({runs[name]})"
         results[key] = asyncio.run(one_setting(name, envs[name], triton, args.think_s, args.cold_only, args.first))
         Path(args.out).write_text(json.dumps(results, indent=1))
     print(table(results))

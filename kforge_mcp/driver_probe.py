@@ -21,6 +21,12 @@ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 DRIVER_LIBRARIES = ("libcuda.so.1", "libcuda.so", "nvcuda.dll")
 
 
+def sm_arch(major: int, minor: int) -> str:
+    """The arch a probe reports for a compute capability: sm_90a on Hopper and later (their wgmma and TMA
+    need the arch-specific target), sm_86 before."""
+    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+
+
 def torch_build() -> dict | None:
     """torch/version.py's constants (``__version__``, ``cuda``, ``hip``, ``xpu``...), or None without torch.
     Importing ``torch.version`` would import all of torch first."""
@@ -100,8 +106,7 @@ def discover_without_torch() -> tuple[list[str], dict[str, str], dict[str, str]]
             devices.append(f"cuda:{i}")
             names[f"cuda:{i}"] = f"{name} (sm_{major}{minor})"
         if gpus:
-            major, minor = gpus[0][1:]
-            facts["arch"] = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+            facts["arch"] = sm_arch(*gpus[0][1:])
     devices.append("cpu")
     names["cpu"] = platform.processor() or platform.machine()
     return devices, names, facts

@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 def handle_probe(req, progress, workdir, state) -> dict:
-    from ..driver_probe import discover_without_torch
+    from ..driver_probe import discover_without_torch, sm_arch
     from ..schemas import TargetsReport
     from ..targets import TARGETS
     from . import sandbox
@@ -35,8 +35,7 @@ def handle_probe(req, progress, workdir, state) -> dict:
         devices, names = discover()
         facts = {"torch": torch.__version__}
         if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability(0)
-            facts["arch"] = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+            facts["arch"] = sm_arch(*torch.cuda.get_device_capability(0))
     else:
         devices, names, facts = found
     host = {"python": platform.python_version(), "torch": facts["torch"], "platform": platform.platform()}
