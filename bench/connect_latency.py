@@ -28,7 +28,7 @@ def mark(name):
     global t
     now = time.perf_counter(); times[name] = round(now - t, 3); t = now
 import torch; mark("import torch")
-from kforge_mcp.device import discover; from kforge_mcp.targets import TARGETS; mark("import kforge targets")
+from kforge_mcp.devices.device import discover; from kforge_mcp.targets import TARGETS; mark("import kforge targets")
 devices, _ = discover(); mark("discover devices")
 for name, target in TARGETS.items():
     target.probe(devices); mark(f"probe {name}")

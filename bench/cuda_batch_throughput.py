@@ -45,8 +45,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     from kforge_mcp.api import Engine
-    from kforge_mcp.engine.executor import LocalExecutor
-    from kforge_mcp.engine.pool import WorkerPool
+    from kforge_mcp.runtime.executor import LocalExecutor
+    from kforge_mcp.runtime.pool import WorkerPool
 
     home = Path(tempfile.mkdtemp(prefix="kforge-cuda-batch-"))
     folder = home / "candidates"

@@ -38,16 +38,17 @@ HOST_EDIT = ("const int threads = 256;", "const int threads = 128;")
 STEP = r"""
 import json, sys, time, torch
 from pathlib import Path
-from kforge_mcp.problem import Source, load_problem, build_models
-from kforge_mcp.targets.cuda import CudaTarget
+from kforge_mcp.core.problem import Source, load_problem, build_models
+from kforge_mcp.targets.cuda.target import CudaTarget
 src = Source(text=Path(sys.argv[1]).read_text(), name="candidate.py")
 work = Path(sys.argv[3]); work.mkdir(parents=True, exist_ok=True)
 torch.cuda.init()
 target = CudaTarget()
 t0 = time.perf_counter()
-module = target.load(src, "cuda", work)
+loaded = target.load(src, "cuda", work)
 seconds = time.perf_counter() - t0
-findings = [f.model_dump() for f in target.load_findings()]
+module = loaded.module
+findings = [f.model_dump() for f in loaded.findings]
 problem = load_problem(Source(text=Path(sys.argv[2]).read_text(), name="problem.py"), work)
 ref, cand = build_models(problem, module, "cuda")
 inputs = problem.make_inputs(0, "cuda")

@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kforge_mcp.problem import resolve_source
-from kforge_mcp.targets import cuda
+from kforge_mcp.core.problem import resolve_source
+from kforge_mcp.targets.cuda import target as cuda
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"]

@@ -91,7 +91,7 @@ def run_examples(engine: Engine) -> dict:
 
 def load_pair(name: str, target: str, engine_home: Path):
     """ModelNew and inputs in this process, built the way a worker builds them."""
-    from kforge_mcp.problem import build_models, load_problem, resolve_source
+    from kforge_mcp.core.problem import build_models, load_problem, resolve_source
     from kforge_mcp.targets import get_target
 
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(engine_home / "cache" / "torch_extensions"))

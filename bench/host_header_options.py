@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kforge_mcp.targets import cuda_fast_build as fb
-from kforge_mcp.targets.cuda_split import split
+from kforge_mcp.targets.cuda import fast_build as fb
+from kforge_mcp.targets.cuda.split import split
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN_CPP = """#include <torch/extension.h>

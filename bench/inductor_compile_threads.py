@@ -4,14 +4,17 @@ compile threads against TORCHINDUCTOR_COMPILE_THREADS=1 (GPU machine).
     python bench/inductor_compile_threads.py   (results: bench/results/inductor-compile-threads-h100.md)
 """
 
-import json, os, subprocess, sys, tempfile
+import os
+import subprocess
+import sys
+import tempfile
 
 CODE = r"""
 import time, json
 t0 = time.perf_counter()
 import torch
 from pathlib import Path
-from kforge_mcp.problem import Source, load_problem, reference_model
+from kforge_mcp.core.problem import Source, load_problem, reference_model
 t1 = time.perf_counter()
 w = Path(__import__("tempfile").mkdtemp())
 p = load_problem(Source(text=Path("examples/problems/fused_bias_gelu.py").read_text(), name="p.py"), w)

@@ -27,14 +27,14 @@ import json, sys, time
 t0 = time.perf_counter()
 import torch
 from pathlib import Path
-from kforge_mcp.problem import Source, load_problem, reference_model
+from kforge_mcp.core.problem import Source, load_problem, reference_model
 times = {"import torch": time.perf_counter() - t0}
 mode, name = sys.argv[1], sys.argv[2]
 def timed(label, fn):
     t = time.perf_counter(); fn(); torch.cuda.synchronize(); times[label] = time.perf_counter() - t
 timed("cuda init", lambda: torch.empty(1, device="cuda"))
 if mode == "warmed":
-    from kforge_mcp.engine.baselines import warm_inductor
+    from kforge_mcp.judge.baselines import warm_inductor
     timed("warm-up", lambda: warm_inductor("cuda"))
 elif mode == "imports":
     def imports():

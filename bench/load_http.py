@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kforge_mcp.engine.sandbox import tree_pids  # noqa: E402  (the process tree, as the sandbox walks it)
+from kforge_mcp.runtime.sandbox import tree_pids  # noqa: E402  (the process tree, as the sandbox walks it)
 
 PROFILES = ROOT / "tests" / "data" / "profiles"
 VECTOR_ADD = (str(ROOT / "bench/problems/vector_add.py"), str(ROOT / "bench/candidates/vector_add/triton.py"))

@@ -38,7 +38,7 @@ def main() -> None:
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="kforge-prebuild-profile-"))
     os.environ["TORCH_EXTENSIONS_DIR"] = str(home / "cache" / "torch_extensions")
-    from kforge_mcp.source import Source
+    from kforge_mcp.core.source import Source
     from kforge_mcp.targets import get_target
 
     base = BASE.read_text()
@@ -57,8 +57,8 @@ def main() -> None:
         print(text_out.getvalue(), flush=True)
 
     from kforge_mcp.api import Engine
-    from kforge_mcp.engine.executor import LocalExecutor
-    from kforge_mcp.engine.pool import WorkerPool
+    from kforge_mcp.runtime.executor import LocalExecutor
+    from kforge_mcp.runtime.pool import WorkerPool
 
     engine = Engine(home=home, allow_dirs=[ROOT, home], executor=LocalExecutor(WorkerPool(home), cpu_workers=1))
     try:

@@ -20,41 +20,43 @@ PKG = ROOT / "kforge_mcp"
 # The floors, bottom (0) to top. A module may import its own floor or any floor below it.
 # The first matching prefix wins (so "kforge_mcp.cli" matches before "kforge_mcp").
 FLOORS = [
-    ("kforge_mcp.schemas", 0),
-    ("kforge_mcp.errors", 0),
-    ("kforge_mcp.settings", 0),
-    ("kforge_mcp.options", 0),
-    ("kforge_mcp.home", 1),
-    ("kforge_mcp.store", 1),
-    ("kforge_mcp.problem", 1),
-    ("kforge_mcp.source", 1),
-    ("kforge_mcp.device", 1),
-    ("kforge_mcp.driver_probe", 1),
+    ("kforge_mcp.core", 0),
+    ("kforge_mcp.devices", 1),
     ("kforge_mcp.targets", 2),
-    ("kforge_mcp.analysis", 2),
-    ("kforge_mcp.engine", 3),
-    ("kforge_mcp.run_report", 4),
-    ("kforge_mcp.agents", 4),
-    ("kforge_mcp.suite", 5),
-    ("kforge_mcp.api", 5),
+    ("kforge_mcp.runtime", 3),
+    ("kforge_mcp.judge", 4),
+    ("kforge_mcp.profiling", 5),
+    ("kforge_mcp.advice", 6),
+    ("kforge_mcp.worker_jobs", 7),
+    ("kforge_mcp.store", 8),
+    ("kforge_mcp.run_report", 8),
+    ("kforge_mcp.agents", 8),
+    ("kforge_mcp.suite", 9),
+    ("kforge_mcp.suite_report", 9),
+    ("kforge_mcp.api", 9),
     ("kforge_mcp.prompts", 2),  # one-shot examples: data, imported by nothing at runtime
-    ("kforge_mcp.tools", 6),
-    ("kforge_mcp.server", 6),
-    ("kforge_mcp.http_transport", 6),
-    ("kforge_mcp.stdio_transport", 6),
-    ("kforge_mcp.cli", 6),
-    ("kforge_mcp.bench_cli", 6),
-    ("kforge_mcp.agents.cli_loop", 6),
-    ("kforge_mcp", 5),  # the package's __init__: the headless API
+    ("kforge_mcp.tools", 10),
+    ("kforge_mcp.server", 11),
+    ("kforge_mcp.http_transport", 12),
+    ("kforge_mcp.stdio_transport", 12),
+    ("kforge_mcp.cli", 13),
+    ("kforge_mcp", 9),  # the package's __init__: the headless API
 ]
 FLOOR_NAMES = [
-    "schemas, errors, settings",
-    "home, store, problem, device",
-    "targets, analysis",
-    "engine",
-    "agents, run report",
+    "core",
+    "devices",
+    "targets",
+    "runtime",
+    "judge",
+    "profiling",
+    "advice",
+    "worker jobs",
+    "store, agents, run report",
     "api, suite, the package's functions",
-    "tools, server, cli",
+    "tools",
+    "server",
+    "transports",
+    "cli",
 ]
 
 
@@ -155,7 +157,7 @@ def main() -> None:
         if p == Path(__file__).resolve():
             continue
         parts = p.relative_to(ROOT).parts
-        where = "kforge_mcp/analysis" if parts[:2] == ("kforge_mcp", "analysis") else parts[0]
+        where = parts[0]
         fmt_skip[where] += p.read_text().count("# fmt: " + "skip")
     env_named, env_read, kforge_read = set(), set(), set()
     names: set[str] = set()

@@ -32,8 +32,8 @@ def main() -> None:
     ap.add_argument("--out", default="timed-inputs-ab.json")
     ap.add_argument("--only", help="the cases whose candidate or problem path contains this")
     args = ap.parse_args()
-    from kforge_mcp.engine.verify import BaselineCache, run_verify
-    from kforge_mcp.source import Source
+    from kforge_mcp.core.source import Source
+    from kforge_mcp.judge.verify import BaselineCache, run_verify
 
     cache, rows = BaselineCache(), []
 

@@ -22,10 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kforge_mcp.problem import Source, build_models, load_problem  # noqa: E402
-from kforge_mcp.source import import_source  # noqa: E402
-from kforge_mcp.targets.triton_compile import compile_candidate  # noqa: E402
-from kforge_mcp.targets.triton_launches import jit_functions  # noqa: E402
+from kforge_mcp.core.problem import Source, build_models, load_problem  # noqa: E402
+from kforge_mcp.core.source import import_source  # noqa: E402
+from kforge_mcp.targets.triton.compile import compile_candidate  # noqa: E402
+from kforge_mcp.targets.triton.launches import jit_functions  # noqa: E402
 
 # Test candidates that exercise autotune configs and device-side descriptors, with their problem.
 EXTRAS = [

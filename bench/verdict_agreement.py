@@ -111,7 +111,7 @@ def tf32_rounding() -> dict:
     import triton
     import triton.language as tl
 
-    from kforge_mcp.targets.triton_precision import emulated_product, tf32
+    from kforge_mcp.targets.triton.precision import emulated_product, tf32
 
     @triton.jit
     def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr, PRECISION: tl.constexpr):

@@ -29,8 +29,8 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=45)
     ap.add_argument("--out", help="JSON of every run's phases")
     args = ap.parse_args()
-    from kforge_mcp.engine.verify import BaselineCache, run_verify
-    from kforge_mcp.source import Source
+    from kforge_mcp.core.source import Source
+    from kforge_mcp.judge.verify import BaselineCache, run_verify
 
     def wire(path: str) -> dict:
         return Source(text=Path(path).read_text(), name=path).to_wire()

@@ -30,7 +30,7 @@ __all__ = [
 
 def __getattr__(name):  # keep `import kforge_mcp` cheap: no torch, no SDK until asked
     if name == "Engine":
-        from .api import Engine
+        from kforge_mcp.api import Engine
 
         return Engine
     raise AttributeError(name)
@@ -38,28 +38,28 @@ def __getattr__(name):  # keep `import kforge_mcp` cheap: no torch, no SDK until
 
 def list_targets(refresh: bool = False):
     """Every target with whether it works here, why not, devices and toolchain versions."""
-    from .api import default_engine
+    from kforge_mcp.api import default_engine
 
     return default_engine().list_targets(refresh=refresh)
 
 
 def compile(target: str, source: str, arch: str | None = None, problem: str | None = None, **kwargs):
     """Compile a candidate without running it: diagnostics and per-kernel resources."""
-    from .api import default_engine
+    from kforge_mcp.api import default_engine
 
     return default_engine().compile(target, source, arch=arch, problem=problem, **kwargs)
 
 
 def verify(problem: str, candidate: str, target: str = "triton", **kwargs):
     """Check a candidate against its reference and time both: a VerifyReport."""
-    from .api import default_engine
+    from kforge_mcp.api import default_engine
 
     return default_engine().verify(problem, candidate, target=target, **kwargs)
 
 
 def profile(problem: str, candidate: str | None = None, target: str = "triton", **kwargs):
     """Profile a candidate (the reference when candidate is None): kernels, launches, roofline."""
-    from .api import default_engine
+    from kforge_mcp.api import default_engine
 
     return default_engine().profile(problem, candidate, target=target, **kwargs)
 
@@ -68,7 +68,7 @@ def analyze_profile(
     profile=None, path: str | None = None, image: str | None = None, problem: str | None = None, **kwargs
 ):
     """Ranked recommendations from a ProfileReport (or its dict), a captured profiler file, or a screenshot."""
-    from .api import default_engine
+    from kforge_mcp.api import default_engine
 
     if profile is not None and hasattr(profile, "model_dump"):
         profile = profile.model_dump()
@@ -81,7 +81,7 @@ def run_bench(
     """Judge a suite (KernelBench layout: ``candidates/<problem stem>/*.py``) and score it: results.jsonl,
     summary.json (correctness, geomean speedup, fast_p), bench.png and bench.html under ``out``. A BenchSummary.
     ``generate=callable`` or ``provider=...`` runs the loop per problem instead; a rerun skips what is done."""
-    from .suite import run_bench as _run_bench
+    from kforge_mcp.suite import run_bench as _run_bench
 
     return _run_bench(problems, candidates, target, out, **kwargs)
 
@@ -97,8 +97,8 @@ def run_loop(
     """The whole KForge loop headless: ``generate(prompt) -> reply`` (or provider='anthropic'|'openai')
     writes candidates; repaired until correct, then optimized from profiles. A LoopResult (run_id, best, attempts,
     report). ``run_id=...`` resumes a stopped or interrupted run from its last attempt. max_iterations: default 8."""
-    from .agents.loop import run_loop as _run_loop
-    from .api import default_engine
+    from kforge_mcp.agents.loop import run_loop as _run_loop
+    from kforge_mcp.api import default_engine
 
     engine = kwargs.pop("engine", None) or default_engine()
     return _run_loop(
@@ -109,8 +109,8 @@ def run_loop(
 def write_report(run_id: str, out: str | None = None, home: str | None = None):
     """Draw a loop run: an HTML page (plot, attempts, best kernel) and a PNG, in ``out`` (default
     <KFORGE_HOME>/reports/<run_id>/). Returns their paths (ReportFiles)."""
-    from .api import default_home
-    from .run_report import write_report as _write
-    from .store import RunStore
+    from kforge_mcp.api import default_home
+    from kforge_mcp.run_report import write_report as _write
+    from kforge_mcp.store import RunStore
 
     return _write(RunStore.for_home(home or default_home()), run_id, out)

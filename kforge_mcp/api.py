@@ -9,19 +9,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .engine.cache import CompileCache
-from .engine.executor import Executor, LocalExecutor
-from .engine.pool import JobCancelled, WorkerFailure, WorkerPool
-from .errors import InputError, KforgeError
-from .home import check_home, default_home
-from .options import BASELINES, PROFILE, VERIFY, check_precision
-from .pipeline import head_start_one, start_prebuilds, warm_batch_baselines
-from .probe_cache import KnownTargets
-from .problem import Source, check_allowed_path, default_allowed_roots
-from .problem import resolve_source as _resolve_source
-from .schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
-from .settings import Settings
-from .targets import get_target
+from kforge_mcp.core.errors import InputError, KforgeError
+from kforge_mcp.core.home import check_home, default_home
+from kforge_mcp.core.options import BASELINES, PROFILE, VERIFY, check_precision
+from kforge_mcp.core.problem import Source, check_allowed_path, default_allowed_roots
+from kforge_mcp.core.problem import resolve_source as _resolve_source
+from kforge_mcp.core.schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
+from kforge_mcp.core.settings import Settings
+from kforge_mcp.judge.pipeline import head_start_one, start_prebuilds, warm_batch_baselines
+from kforge_mcp.runtime.cache import CompileCache
+from kforge_mcp.runtime.executor import Executor, LocalExecutor
+from kforge_mcp.runtime.pool import JobCancelled, WorkerFailure, WorkerPool
+from kforge_mcp.runtime.probe_cache import KnownTargets
+from kforge_mcp.targets import get_target
 
 Progress = Callable[[str], None] | None
 DEFAULT_TIMEOUT_S = VERIFY.timeout_s  # compile and the probe wait as long as a verify
@@ -299,7 +299,7 @@ class Engine:
         cancel: threading.Event | None = None,
     ):
         """Profile the candidate (the reference when candidate is None): a ProfileReport."""
-        from .analysis.report import ProfileReport
+        from kforge_mcp.profiling.report import ProfileReport
 
         started = time.perf_counter()
         if depth not in ("timeline", "metrics"):
@@ -349,7 +349,7 @@ class Engine:
         rtol: float | None = None,
     ):
         """The reference's roofline, computed in a worker (the reference is code too)."""
-        from .analysis.report import Roofline
+        from kforge_mcp.core.schemas import Roofline
 
         prob = self.resolve_source(problem, "problem")
         payload = {"problem": prob.to_wire(), "device_name": device_name, "measured_ms": measured_ms, "peaks": peaks}
@@ -377,10 +377,11 @@ class Engine:
     ):
         """Recommendations from a ProfileReport (dict), a captured file, or a screenshot: an AnalysisReport.
         Parsing runs here (it runs no submitted code); a problem's roofline is computed in a worker."""
-        from .analysis import agent, loader
-        from .analysis.ncu import ProfileParseError
-        from .analysis.report import ProfileReport
-        from .analysis.roofline import with_measured
+        from kforge_mcp.advice import agent
+        from kforge_mcp.judge.roofline import with_measured
+        from kforge_mcp.profiling import loader
+        from kforge_mcp.profiling.ncu import ProfileParseError
+        from kforge_mcp.profiling.report import ProfileReport
 
         given = [n for n, v in (("profile", profile), ("path", path), ("image", image)) if v]
         if len(given) != 1:

@@ -13,8 +13,8 @@ from pathlib import Path
 import jinja2
 from pydantic import BaseModel, Field
 
-from .analysis.drawing import one_at_a_time
-from .store import RunStore
+from kforge_mcp.advice.drawing import one_at_a_time
+from kforge_mcp.store import RunStore
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 COLORS = {
@@ -103,7 +103,7 @@ def plot(run, summaries, best_index: int | None) -> bytes:
 
 def render(store: RunStore, run_id: str) -> tuple[str, bytes]:
     """(HTML page, PNG) of a run."""
-    from .agents.results import best_of, summarize
+    from kforge_mcp.agents.results import best_of, summarize
 
     run = store.get_run(run_id)
     attempts = store.attempts(run_id)

@@ -8,9 +8,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST, METHOD_NOT_FOUND
 from pydantic import ValidationError
 
-from . import __version__
-from .api import Engine
-from .tools import (
+from kforge_mcp import __version__
+from kforge_mcp.api import Engine
+from kforge_mcp.tools import (
     analyze_profile,
     app_view,
     artifacts,
@@ -26,8 +26,8 @@ from .tools import (
     verify,
     verify_batch,
 )
-from .tools import compile as compile_tool
-from .tools.common import App, invalid_params, logger
+from kforge_mcp.tools import compile as compile_tool
+from kforge_mcp.tools.common import App, invalid_params, logger
 
 INSTRUCTIONS = """\
 kforge turns a PyTorch reference module into a faster kernel. A problem is KernelBench-form

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from .errors import InputError, KforgeError
+from kforge_mcp.core.errors import InputError, KforgeError
 
 RunStatus = Literal["running", "done", "failed", "stopped", "interrupted"]
 HOST = socket.gethostname()
@@ -188,7 +188,9 @@ class RunStore:
         return cls(Path(home) / "runs.db")
 
     def _connect(self) -> sqlite3.Connection:
-        from .home import connect_store  # a read-only or full home: a KforgeError naming the file and cause
+        from kforge_mcp.core.home import (
+            connect_store,
+        )  # a read-only or full home: a KforgeError naming the file and cause
 
         db = connect_store(self.path, timeout=30.0)
         db.row_factory = sqlite3.Row

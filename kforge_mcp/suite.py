@@ -24,12 +24,12 @@ from typing import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
-from .errors import InputError
-from .options import BASELINES, VERIFY
-from .problem import REQUIRED_PROBLEM_NAMES, check_allowed_path, default_allowed_roots
-from .schemas import VerifyReport
-from .suite_report import BenchSummary, problem_result, suite_metrics, write_html, write_plot
-from .targets import TARGETS
+from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.options import BASELINES, VERIFY
+from kforge_mcp.core.problem import REQUIRED_PROBLEM_NAMES, check_allowed_path, default_allowed_roots
+from kforge_mcp.core.schemas import VerifyReport
+from kforge_mcp.suite_report import BenchSummary, problem_result, suite_metrics, write_html, write_plot
+from kforge_mcp.targets import TARGETS
 
 RESULTS, SUMMARY, PNG, HTML = "results.jsonl", "summary.json", "bench.png", "bench.html"
 
@@ -211,13 +211,13 @@ def run_bench(
     if gen_mode:
         settings.update(provider=provider or "callable", model=model, iterations=iterations)
     if gen_mode and generate is None:
-        from .agents.providers import make_provider
+        from kforge_mcp.agents.providers import make_provider
 
         generate = make_provider(provider, model=model, base_url=base_url)
 
     own_engine = engine is None
     if own_engine:
-        from .api import Engine
+        from kforge_mcp.api import Engine
 
         roots = [Path(problems).resolve(), out.resolve()] + ([Path(candidates).resolve()] if candidates else [])
         engine = Engine(allow_dirs=default_allowed_roots() + roots)
@@ -401,7 +401,7 @@ class _GenerateRun(_Run):
         return len(todo), reused, self.records
 
     def one(self, p: PlannedProblem, key: str) -> None:
-        from .agents.loop import run_loop
+        from kforge_mcp.agents.loop import run_loop
 
         dest = self.out / "generated" / p.name / f"{self.target}_loop.py"
         cancel = self.o["cancel"]

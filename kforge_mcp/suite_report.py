@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, Field
 
-from .analysis.drawing import one_at_a_time
-from .schemas import VerifyReport
+from kforge_mcp.advice.drawing import one_at_a_time
+from kforge_mcp.core.schemas import VerifyReport
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 

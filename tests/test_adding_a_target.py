@@ -12,7 +12,7 @@ from kforge_mcp.api import Engine
 from kforge_mcp.targets.base import Target
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "docs" / "examples" / "numpy_target.py"
+EXAMPLE = ROOT / "docs" / "examples" / "numpy"
 
 PROBLEM = """
 import torch
@@ -33,7 +33,7 @@ CANDIDATE = """
 import numpy as np
 import torch
 from torch import nn
-from kforge_target_numpy_target import kernel
+from kforge_target_numpy.target import kernel
 
 @kernel
 def relu_times_two(x: np.ndarray) -> np.ndarray:

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from kforge_mcp.analysis import agent, ncu, rules
-from kforge_mcp.analysis.loader import load_profile
-from kforge_mcp.analysis.ncu import ProfileParseError
-from kforge_mcp.analysis.report import Evidence, KernelProfile, ProfileReport, Recommendation
-from kforge_mcp.analysis.roofline import lookup_peaks, make_roofline
+from kforge_mcp.advice import agent, rules
+from kforge_mcp.judge.roofline import lookup_peaks, make_roofline
+from kforge_mcp.profiling import ncu
+from kforge_mcp.profiling.loader import load_profile
+from kforge_mcp.profiling.ncu import ProfileParseError
+from kforge_mcp.profiling.report import Evidence, KernelProfile, ProfileReport, Recommendation
 
 DATA = Path(__file__).resolve().parent / "data" / "profiles"
 

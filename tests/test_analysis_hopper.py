@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from kforge_mcp.analysis import agent, ncu_rep
-from kforge_mcp.analysis.kinds import classify, name_path
-from kforge_mcp.analysis.loader import load_profile
-from kforge_mcp.analysis.ncu import ProfileParseError
-from kforge_mcp.analysis.report import KernelProfile, ProfileReport, StallReason
-from kforge_mcp.analysis.roofline import make_roofline
+from kforge_mcp.advice import agent
+from kforge_mcp.advice.kinds import classify, name_path
+from kforge_mcp.judge.roofline import make_roofline
+from kforge_mcp.profiling import ncu_rep
+from kforge_mcp.profiling.loader import load_profile
+from kforge_mcp.profiling.ncu import ProfileParseError
+from kforge_mcp.profiling.report import KernelProfile, ProfileReport, StallReason
 
 H100 = "NVIDIA H100 80GB HBM3"
 GEMM_FLOPS = 2 * 1024 * 8192 * 8192  # the Level 2 Gemm_Add_ReLU shape

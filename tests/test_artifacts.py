@@ -12,7 +12,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
-from kforge_mcp.analysis.torch_trace import FORWARD_MARK
+from kforge_mcp.profiling.torch_trace import FORWARD_MARK
 
 pytestmark = pytest.mark.anyio
 TEMPLATE = "kforge://artifacts/{digest}/{name}"

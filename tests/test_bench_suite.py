@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kforge_mcp.schemas import Finding, Timing, TimingStats, VerifyReport
+from kforge_mcp.core.schemas import Finding, Timing, TimingStats, VerifyReport
 from kforge_mcp.suite import candidate_target, discover, run_bench
 from kforge_mcp.suite_report import BenchSummary, fast_p, problem_result, suite_metrics, write_html, write_plot
 

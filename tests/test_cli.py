@@ -206,7 +206,7 @@ def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other(mo
     from types import SimpleNamespace
 
     from kforge_mcp.cli.serve import warm_up
-    from kforge_mcp.schemas import TargetsReport, TargetStatus
+    from kforge_mcp.core.schemas import TargetsReport, TargetStatus
 
     def engine_with(*statuses, idle_for=2):
         started: list[str] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kforge_mcp.engine.correctness import compare_outputs, tolerance_for
+from kforge_mcp.judge.correctness import compare_outputs, tolerance_for
 
 
 def test_per_dtype_defaults():

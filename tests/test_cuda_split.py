@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import re
 import shutil
-import sysconfig
 import subprocess
+import sysconfig
 import time
 from pathlib import Path
 
 import pytest
 
-from kforge_mcp.targets.cuda_fast_build import candidate_errors
-from kforge_mcp.targets.cuda_split import CannotSplit, lower_launches, split
+from kforge_mcp.targets.cuda.fast_build import candidate_errors
+from kforge_mcp.targets.cuda.split import CannotSplit, lower_launches, split
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples/candidates").glob("*/cuda.py"))
@@ -99,8 +99,8 @@ def test_device_unit_compiles_without_torch_headers(path, tmp_path):
 def test_host_unit_type_checks_with_torch_headers(tmp_path):
     """The lowered launches call the stubs with the kernels' own parameter types (g++, torch's headers),
     with the lean header the split build tries first (torch/types.h in place of torch/extension.h)."""
-    from kforge_mcp.targets.cuda import torch_include_dirs
-    from kforge_mcp.targets.cuda_fast_build import _EXTENSION_INCLUDE, LEAN_HOST_HEADER, LEAN_PRELUDE
+    from kforge_mcp.targets.cuda.fast_build import _EXTENSION_INCLUDE, LEAN_HOST_HEADER, LEAN_PRELUDE
+    from kforge_mcp.targets.cuda.target import torch_include_dirs
 
     path = ROOT / "examples/candidates/gemm_bias_relu/cuda.py"
     host = split(cuda_source(path)).host
@@ -120,7 +120,7 @@ def test_host_unit_type_checks_with_torch_headers(tmp_path):
 
 
 def test_object_cache_never_trusts_a_corrupt_or_foreign_entry(tmp_path):
-    from kforge_mcp.targets.cuda_build_cache import ObjectCache
+    from kforge_mcp.targets.cuda.build_cache import ObjectCache
 
     cache = ObjectCache(tmp_path / "objects")
     built = tmp_path / "x.o"
@@ -134,7 +134,7 @@ def test_object_cache_never_trusts_a_corrupt_or_foreign_entry(tmp_path):
 
 
 def _torch_cxx(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    from kforge_mcp.targets.cuda import torch_include_dirs
+    from kforge_mcp.targets.cuda.target import torch_include_dirs
 
     dirs = [*torch_include_dirs(), "/usr/local/cuda/include", sysconfig.get_paths()["include"]]
     cmd = ["g++", "-std=c++17", "-DTORCH_API_INCLUDE_EXTENSION_H", *[f"-I{d}" for d in dirs], *args]
@@ -147,7 +147,7 @@ def test_lean_bindings_take_what_kernelbench_declarations_use(tmp_path):
     """Both lean bindings preludes (the slim one for declarations, torch/python.h otherwise) know the types
     load_inline declarations use; one that needs the C++ frontend fails there, and the build then compiles
     the full header."""
-    from kforge_mcp.targets.cuda_fast_build import BINDINGS_PRELUDE, SLIM_BINDINGS_PRELUDE
+    from kforge_mcp.targets.cuda.fast_build import BINDINGS_PRELUDE, SLIM_BINDINGS_PRELUDE
 
     typical = (
         "torch::Tensor a(torch::Tensor x, double s);\nat::Tensor b(const at::Tensor& x, int64_t n);\n"
@@ -178,7 +178,7 @@ def test_slim_bindings_see_every_type_caster_the_full_header_brings(tmp_path):
     """pybind11 binds an argument type through the type_caster specialisations in scope; one missing would
     compile and then refuse the call at run time. So every header torch/extension.h pulls in that declares
     a caster (or makes a type opaque) must also come with the slim prelude, for the torch installed here."""
-    from kforge_mcp.targets.cuda_fast_build import FULL_BINDINGS_HEADER, SLIM_BINDINGS_PRELUDE
+    from kforge_mcp.targets.cuda.fast_build import FULL_BINDINGS_HEADER, SLIM_BINDINGS_PRELUDE
 
     (tmp_path / "full.cpp").write_text(FULL_BINDINGS_HEADER + "\n")
     (tmp_path / "slim.cpp").write_text(SLIM_BINDINGS_PRELUDE)
@@ -197,7 +197,7 @@ def test_slim_bindings_see_every_type_caster_the_full_header_brings(tmp_path):
 def test_bindings_of_declarations_get_the_slim_prelude_and_keep_their_lines():
     """load_inline's main.cpp: the header, cpp_sources, the module it generates from ``functions``. Only
     declarations get the slim prelude (a body might call more of torch); lines stay where they were."""
-    from kforge_mcp.targets.cuda_fast_build import FULL_BINDINGS_HEADER, bindings_unit
+    from kforge_mcp.targets.cuda.fast_build import FULL_BINDINGS_HEADER, bindings_unit
 
     module = '\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\nm.def("f", torch::wrap_pybind_function(f), "f");\n}'
     declared = f'{FULL_BINDINGS_HEADER}\n#line 3 "c.py"\n#include <torch/extension.h>\n/* {{ */ torch::Tensor f(torch::Tensor x); // {{\n'
@@ -215,8 +215,8 @@ def test_the_same_code_in_two_files_builds_the_same_units_and_errors_keep_each_f
     """A batch's candidates are files of their own: with the file name in every #line directive no two
     of them shared an object (16 of 16 compiled everything on the H100). The units name every file
     alike; compiler messages get the candidate's own name back."""
-    from kforge_mcp.targets.cuda_load import SHARED_NAME, own_name, shared_names
-    from kforge_mcp.targets.cuda_source import map_pieces
+    from kforge_mcp.targets.cuda.load import SHARED_NAME, own_name, shared_names
+    from kforge_mcp.targets.source_map import map_pieces
 
     text = (ROOT / "examples/candidates/gemm_bias_relu/cuda.py").read_text()
     source = cuda_source(ROOT / "examples/candidates/gemm_bias_relu/cuda.py")
@@ -237,7 +237,7 @@ def test_the_same_code_in_two_files_builds_the_same_units_and_errors_keep_each_f
 def test_a_precompiled_header_is_built_in_the_background_and_a_dead_builds_marker_does_not_block_it(tmp_path):
     """A real g++ precompiles a small prelude; a 'building' marker left by a build that was killed
     (its pid gone) is cleared, where a live one holds off a second build."""
-    from kforge_mcp.targets.cuda_build_cache import Pch
+    from kforge_mcp.targets.cuda.build_cache import Pch
 
     pch = Pch(
         tmp_path, ["g++"], ["-std=c++17"], ("g++",), "host", "#pragma once\ninline int kforge_answer() { return 42; }\n"

@@ -10,7 +10,7 @@ import pytest
 from conftest import example, hostile, problem
 from mcp import Client
 
-from kforge_mcp.targets import cuda
+from kforge_mcp.targets.cuda import target as cuda
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(cuda.find_tool("nvcc") is None, reason="needs nvcc")]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kforge_mcp import driver_probe
 from kforge_mcp.api import Engine
-from kforge_mcp.device import discover
-from kforge_mcp.driver_probe import discover_without_torch, torch_build
+from kforge_mcp.devices import driver_probe
+from kforge_mcp.devices.device import discover
+from kforge_mcp.devices.driver_probe import discover_without_torch, torch_build
 
 CUDA_BUILD = {"__version__": "2.11.0+cu130", "cuda": "13.0", "hip": None, "xpu": None}
 
@@ -29,7 +29,7 @@ def test_torch_build_is_what_torch_version_says():
 
 
 def test_without_torch_it_finds_what_torch_finds():
-    code = "import json, sys; from kforge_mcp.driver_probe import discover_without_torch as d; "
+    code = "import json, sys; from kforge_mcp.devices.driver_probe import discover_without_torch as d; "
     code += "print(json.dumps([d(), 'torch' in sys.modules]))"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -107,7 +107,7 @@ def test_a_warm_up_runs_only_while_its_lane_is_idle(tmp_path):
     there or while one waits for it, whichever of the two gets the lane first."""
     import threading
 
-    from kforge_mcp.engine.pool import WorkerPool
+    from kforge_mcp.runtime.pool import WorkerPool
 
     pool = WorkerPool(tmp_path)
     try:

@@ -113,8 +113,8 @@ def test_split_build_reuses_what_an_edit_left_unchanged(engine):
 
 
 def test_split_and_stock_builds_give_the_same_outputs(tmp_path, monkeypatch):
-    from kforge_mcp.problem import Source, build_models, load_problem
-    from kforge_mcp.targets.cuda import CudaTarget
+    from kforge_mcp.core.problem import Source, build_models, load_problem
+    from kforge_mcp.targets.cuda.target import CudaTarget
 
     src = Source(text=open(example("row_softmax", "cuda")).read(), name="cand.py")
     prob = load_problem(Source(text=open(problem("row_softmax")).read(), name="p.py"), tmp_path)
@@ -124,21 +124,22 @@ def test_split_and_stock_builds_give_the_same_outputs(tmp_path, monkeypatch):
         monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / mode))
         target = CudaTarget()
         (tmp_path / f"w-{mode}").mkdir()
-        module = target.load(src, "cuda", tmp_path / f"w-{mode}")
-        assert cuda_build_path(target) == mode
+        loaded = target.load(src, "cuda", tmp_path / f"w-{mode}")
+        assert cuda_build_path(loaded) == mode
+        module = loaded.module
         _, cand = build_models(prob, module, "cuda")
         with torch.no_grad():
             outs[mode] = cand(*prob.make_inputs(0, "cuda"))
     assert torch.equal(outs["split"], outs["stock"])
 
 
-def cuda_build_path(target) -> str:
-    return next(f.evidence["path"] for f in target.load_findings() if f.code == "cuda_build")
+def cuda_build_path(loaded) -> str:
+    return next(f.evidence["path"] for f in loaded.findings if f.code == "cuda_build")
 
 
 def test_batch_builds_ahead_on_cpu_workers(tmp_path):
-    from kforge_mcp.engine.executor import LocalExecutor
-    from kforge_mcp.engine.pool import WorkerPool
+    from kforge_mcp.runtime.executor import LocalExecutor
+    from kforge_mcp.runtime.pool import WorkerPool
 
     src = open(example("fused_bias_gelu", "cuda")).read()
     items = [

@@ -92,7 +92,7 @@ def test_a_dlpack_export_is_not_compute():
     were flagged torch_compute_in_forward for __dlpack__ alone; a real op beside it still is."""
     import torch
 
-    from kforge_mcp.engine.guards import TorchOpRecorder, torch_op_findings
+    from kforge_mcp.judge.guards import TorchOpRecorder, torch_op_findings
 
     x = torch.ones(4)
     with TorchOpRecorder() as ops:

@@ -9,7 +9,7 @@ import pytest
 from conftest import example, hostile, problem
 
 from kforge_mcp.api import Engine
-from kforge_mcp.engine.environment import worker_environment
+from kforge_mcp.runtime.environment import worker_environment
 
 SOFTMAX = problem("row_softmax")
 

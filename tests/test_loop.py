@@ -118,8 +118,8 @@ def two_cpu_workers(engine):
     """An engine over the session's home (its compile cache) with two interpreter workers; the
     first two verify jobs must be in flight together, and each job's span is kept."""
     from kforge_mcp.api import Engine
-    from kforge_mcp.engine.executor import LocalExecutor
-    from kforge_mcp.engine.pool import WorkerPool
+    from kforge_mcp.runtime.executor import LocalExecutor
+    from kforge_mcp.runtime.pool import WorkerPool
 
     pool = WorkerPool(engine.home)
     eng = Engine(home=engine.home, executor=LocalExecutor(pool, cpu_workers=2))
@@ -463,7 +463,7 @@ def test_a_killed_loop_reads_as_interrupted_and_resume_finishes_it(tmp_path):
             (live,) = store.list_runs()
             assert live.status == "running" and live.owner_pid == proc.pid and live.attempts == 2
             workers = [
-                p for p in _children(proc.pid) if b"kforge_mcp.engine.worker" in Path(f"/proc/{p}/cmdline").read_bytes()
+                p for p in _children(proc.pid) if b"kforge_mcp.worker_jobs" in Path(f"/proc/{p}/cmdline").read_bytes()
             ]
             assert workers and secret.encode() in Path(f"/proc/{proc.pid}/environ").read_bytes()
             assert all(secret.encode() not in Path(f"/proc/{p}/environ").read_bytes() for p in workers)

@@ -14,18 +14,18 @@ import torch
 from conftest import example, problem
 from mcp import Client
 
-from kforge_mcp.errors import InputError
-from kforge_mcp.problem import Source
+from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.problem import Source
 from kforge_mcp.targets import get_target
-from kforge_mcp.targets.metal import NEEDS, _CountedLibrary, unavailable_reason
-from kforge_mcp.targets.metal_calls import (
+from kforge_mcp.targets.metal.calls import (
     _module_constants,
     compiler_diagnostics,
     expansion_map,
     find_libraries,
     static_diagnostics,
 )
-from kforge_mcp.targets.metal_kernels import parse_kernels
+from kforge_mcp.targets.metal.kernels import parse_kernels
+from kforge_mcp.targets.metal.target import NEEDS, _CountedLibrary, unavailable_reason
 
 EXAMPLES = ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"]
 HAS_MPS = platform.system() == "Darwin" and torch.backends.mps.is_available() and hasattr(torch.mps, "compile_shader")

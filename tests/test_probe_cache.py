@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kforge_mcp.api import Engine
-from kforge_mcp.probe_cache import ProbeCache
+from kforge_mcp.runtime.probe_cache import ProbeCache
 
 pytestmark = pytest.mark.slow  # each starts a worker (a few seconds on two cores)
 

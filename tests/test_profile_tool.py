@@ -113,8 +113,9 @@ def test_plots_drawn_on_several_threads_at_once_all_draw(tmp_path):
     of 48 such draws raised ParseException (a CI run's Apps view lost its plot to it)."""
     import threading
 
-    from kforge_mcp.analysis.report import Roofline
-    from kforge_mcp.analysis.roofline_plot import draw_roofline
+    from kforge_mcp.advice.roofline_plot import draw_roofline
+
+    from kforge_mcp.core.schemas import Roofline
 
     roofs = [
         Roofline(

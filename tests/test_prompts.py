@@ -9,7 +9,7 @@ from conftest import ROOT
 from loop_replies import PROBLEM
 
 from kforge_mcp.agents import prompts
-from kforge_mcp.errors import InputError
+from kforge_mcp.core.errors import InputError
 
 PROBLEM_TEXT = Path(PROBLEM).read_text()
 

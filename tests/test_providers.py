@@ -13,7 +13,7 @@ from loop_replies import PROBLEM, REPLIES
 import kforge_mcp
 from kforge_mcp.agents.providers import SYSTEM, ProviderError, make_provider
 from kforge_mcp.cli import build_parser, run
-from kforge_mcp.errors import InputError
+from kforge_mcp.core.errors import InputError
 from kforge_mcp.store import RunStore
 
 SECRET = "sk-test-never-shown-0123456789"

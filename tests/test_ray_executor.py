@@ -17,9 +17,9 @@ pytestmark = pytest.mark.slow  # a Ray cluster per module: the full suite only
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from kforge_mcp.api import Engine  # noqa: E402
-from kforge_mcp.engine.executor import LocalExecutor  # noqa: E402
-from kforge_mcp.engine.pool import WorkerFailure, WorkerPool  # noqa: E402
-from kforge_mcp.engine.ray_executor import RayExecutor  # noqa: E402
+from kforge_mcp.runtime.executor import LocalExecutor  # noqa: E402
+from kforge_mcp.runtime.pool import WorkerFailure, WorkerPool  # noqa: E402
+from kforge_mcp.runtime.ray_executor import RayExecutor  # noqa: E402
 
 GELU = problem("fused_bias_gelu")
 FAST = {"target": "triton", "trials": 1, "baselines": ["eager"], "timing_budget_s": 0.2, "timeout_s": 240}

@@ -13,10 +13,10 @@ import pytest
 from conftest import ROOT, example, hostile, problem, processes_with_env
 
 from kforge_mcp.api import Engine
-from kforge_mcp.engine import landlock, sandbox
-from kforge_mcp.engine.environment import worker_environment
-from kforge_mcp.errors import InputError
-from kforge_mcp.problem import resolve_source
+from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.problem import resolve_source
+from kforge_mcp.runtime import landlock, sandbox
+from kforge_mcp.runtime.environment import worker_environment
 
 SOFTMAX = problem("row_softmax")
 HONEST = example("row_softmax", "triton")

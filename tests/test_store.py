@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from kforge_mcp.errors import InputError
+from kforge_mcp.core.errors import InputError
 from kforge_mcp.store import RunStore
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from conftest import example, hostile, problem
 
-from kforge_mcp.problem import Source
-from kforge_mcp.targets.triton_compile import compile_candidate, cubin_resources
-from kforge_mcp.targets.triton_infer import UNSPECIALISED_NOTE
+from kforge_mcp.core.problem import Source
+from kforge_mcp.targets.nvidia import cubin_resources
+from kforge_mcp.targets.triton.compile import compile_candidate
+from kforge_mcp.targets.triton.infer import UNSPECIALISED_NOTE
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # triton's FP-fusion default notice
 
@@ -34,7 +35,7 @@ def gemm_by_hand(tmp_path, divisibility=True):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kforge_mcp.source import import_source
+    from kforge_mcp.core.source import import_source
 
     fn = import_source(source(example("gemm_bias_relu", "triton")), tmp_path, "by_hand").linear_relu_kernel
     names = fn.arg_names

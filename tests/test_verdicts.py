@@ -14,9 +14,9 @@ import torch
 from conftest import example, problem
 from mcp import Client
 
-from kforge_mcp.engine.thread_watch import ThreadWatch
-from kforge_mcp.errors import InputError
-from kforge_mcp.targets.triton_precision import emulated_product, tf32
+from kforge_mcp.core.errors import InputError
+from kforge_mcp.judge.thread_watch import ThreadWatch
+from kforge_mcp.targets.triton.precision import emulated_product, tf32
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 PROBLEM = str(CHEATS / "problem.py")
@@ -253,7 +253,7 @@ def test_a_renamed_gc_lookup_is_caught_without_the_static_check(engine):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 def test_free_cuda_memory_is_poisoned():
-    from kforge_mcp.device import get_device
+    from kforge_mcp.devices.device import get_device
 
     x = torch.full((1 << 20,), 7.0, device="cuda")
     ptr = x.data_ptr()

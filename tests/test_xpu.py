@@ -9,7 +9,7 @@ import torch
 from conftest import example, problem
 from mcp import Client
 
-from kforge_mcp.engine.timing import _device_api
+from kforge_mcp.judge.timing import _device_api
 from kforge_mcp.targets import get_target
 from kforge_mcp.targets.base import device_resource, xpu_unavailable_reason
 

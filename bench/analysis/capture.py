@@ -9,7 +9,7 @@ Per case, each step in its own process (one CUPTI user per process):
     each wrapped in ``record_function("kforge::forward")``;
   * ``ncu --profile-from-start off ... --child ncu CASE``: warms up, then cudaProfilerStart, one
     call, synchronize, cudaProfilerStop. The sections and metrics come from
-    kforge_mcp/analysis/ncu_metrics.py (loaded alone; it is dependency-free), pruned once per run
+    kforge_mcp/profiling/ncu_metrics.py (loaded alone; it is dependency-free), pruned once per run
     of names the installed ncu does not report.
 Then ``ncu --import`` exports the raw and details pages, and ``X.meta.json`` records the case's
 meta, the timing, the versions and the ncu command line.
@@ -116,11 +116,10 @@ def child_build() -> None:
 
 
 def child_time(name: str, out: Path, iters: int) -> None:
+    import cases
     import torch
     import triton
     from torch.profiler import ProfilerActivity, profile, record_function
-
-    import cases
 
     torch.manual_seed(0)
     fn, meta = cases.build(name)
@@ -184,9 +183,8 @@ def child_time(name: str, out: Path, iters: int) -> None:
 
 
 def child_ncu(name: str) -> None:
-    import torch
-
     import cases
+    import torch
 
     torch.manual_seed(0)
     fn, _ = cases.build(name)

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from kforge_mcp.analysis.loader import load_profile  # noqa: E402
 from kforge_mcp.api import Engine  # noqa: E402
+from kforge_mcp.profiling.loader import load_profile  # noqa: E402
 
 PROBLEM = ROOT / "bench" / "problems" / "gemm_add_relu_l2.py"
 CANDIDATE = ROOT / "bench" / "candidates" / "gemm_add_relu_l2" / "triton_3xtf32.py"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 import threading
 
-from ..errors import InputError, KforgeError
-from ..store import Attempt, Run, RunStore
-from .extract import ExtractionError, extract_candidate
-from .reply import Progress
-from .results import LoopOptions
+from kforge_mcp.agents.extract import ExtractionError, extract_candidate
+from kforge_mcp.agents.reply import Progress
+from kforge_mcp.agents.results import LoopOptions
+from kforge_mcp.core.errors import InputError, KforgeError
+from kforge_mcp.store import Attempt, Run, RunStore
 
 
 def check_reply(

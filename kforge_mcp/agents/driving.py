@@ -11,12 +11,12 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from ..engine.pool import JobCancelled
-from ..errors import InputError, KforgeError
-from ..store import HEARTBEAT_S
-from .feedback import _g
-from .reply import Generate, Progress, reply_text_and_tokens
-from .results import LoopOptions, LoopResult, best_of
+from kforge_mcp.agents.feedback import _g
+from kforge_mcp.agents.reply import Generate, Progress, reply_text_and_tokens
+from kforge_mcp.agents.results import LoopOptions, LoopResult, best_of
+from kforge_mcp.core.errors import InputError, KforgeError
+from kforge_mcp.runtime.pool import JobCancelled
+from kforge_mcp.store import HEARTBEAT_S
 
 _driving: set[str] = set()  # runs a driver in this process is driving now (the store's owner is the process)
 _driving_lock = threading.Lock()

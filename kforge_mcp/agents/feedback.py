@@ -3,7 +3,7 @@ prompt's feedback). The optimization pass's feedback is loop.optimize_feedback."
 
 from __future__ import annotations
 
-from ..store import Attempt
+from kforge_mcp.store import Attempt
 
 
 def _source_line(source: str | None, line: int | None) -> str | None:

@@ -26,15 +26,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import InputError, KforgeError
-from ..problem import resolve_source
-from ..store import Attempt, Run, RunStore
-from . import prompts
-from .check import check_reply
-from .driving import Driving
-from .feedback import _g, failure_feedback
-from .reply import Generate, Progress, Reply, estimate_tokens
-from .results import (
+from kforge_mcp.agents import prompts
+from kforge_mcp.agents.check import check_reply
+from kforge_mcp.agents.driving import Driving
+from kforge_mcp.agents.feedback import _g, failure_feedback
+from kforge_mcp.agents.reply import Generate, Progress, Reply, estimate_tokens
+from kforge_mcp.agents.results import (
     BestCandidate,
     LoopOptions,
     LoopResult,
@@ -44,6 +41,9 @@ from .results import (
     round_best,
     summarize,
 )
+from kforge_mcp.core.errors import InputError, KforgeError
+from kforge_mcp.core.problem import resolve_source
+from kforge_mcp.store import Attempt, Run, RunStore
 
 log = logging.getLogger(__name__)
 
@@ -324,7 +324,7 @@ class LoopDriver(Driving):
 
     def finish(self, run_id: str) -> LoopResult:
         """The result, with the run's report written (a report that fails to draw does not fail the run)."""
-        from ..run_report import write_report
+        from kforge_mcp.run_report import write_report
 
         result = self.result(run_id)
         try:
@@ -357,7 +357,7 @@ def run_loop(
     if generate is None:
         if provider is None:
             raise InputError("run_loop needs generate=callable(prompt) -> reply, or provider='anthropic' or 'openai'")
-        from .providers import make_provider
+        from kforge_mcp.agents.providers import make_provider
 
         generate = make_provider(provider)
     driver = LoopDriver(engine)

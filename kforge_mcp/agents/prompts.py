@@ -13,9 +13,9 @@ from typing import Literal
 
 import jinja2
 
-from ..errors import InputError
-from ..settings import Settings
-from ..targets import TARGETS
+from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.settings import Settings
+from kforge_mcp.targets import TARGETS
 
 # shipped inside the package so an installed wheel has them; one_shot*.py link to files in examples/
 PROMPTS_DIR = Settings.read().prompts_dir or Path(__file__).resolve().parents[1] / "prompts"

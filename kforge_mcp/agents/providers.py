@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from ..errors import InputError, KforgeError
-from ..settings import Settings
-from .reply import Reply
+from kforge_mcp.agents.reply import Reply
+from kforge_mcp.core.errors import InputError, KforgeError
+from kforge_mcp.core.settings import Settings
 
 PROVIDERS = ("anthropic", "openai")
 KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}

@@ -7,11 +7,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ..errors import InputError
-from ..options import VerifyOptions
-from ..schemas import JobAware
-from ..store import Attempt
-from .feedback import failure_feedback
+from kforge_mcp.agents.feedback import failure_feedback
+from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.options import VerifyOptions
+from kforge_mcp.core.schemas import JobAware
+from kforge_mcp.store import Attempt
 
 
 class LoopOptions(VerifyOptions):

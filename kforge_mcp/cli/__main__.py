@@ -1,3 +1,3 @@
-from .main import main
+from kforge_mcp.cli.main import main
 
 main()

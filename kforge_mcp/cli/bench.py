@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import threading
 
-from ..options import BASELINES, VERIFY
-from .console import EXIT_INPUT, EXIT_OK, VERDICT_STYLE, err, fmt, open_engine, out, print_json, report_table
+from kforge_mcp.cli.console import (
+    EXIT_INPUT,
+    EXIT_OK,
+    VERDICT_STYLE,
+    err,
+    fmt,
+    open_engine,
+    out,
+    print_json,
+    report_table,
+)
+from kforge_mcp.core.options import BASELINES, VERIFY
 
 LAYOUT = """Layout: every *.py in --problems is a problem (a KernelBench level1/ folder works as it is). Its
 candidates are --candidates/<problem stem>/*.py, or flat --candidates/<problem stem>.py. A candidate file
@@ -76,8 +86,8 @@ def cmd_bench(args) -> int:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..problem import default_allowed_roots
-    from ..suite import discover, run_bench
+    from kforge_mcp.core.problem import default_allowed_roots
+    from kforge_mcp.suite import discover, run_bench
 
     if args.generate == bool(args.candidates):
         err.print("bench needs --candidates DIR, or --generate with --provider (not both)")

@@ -9,9 +9,19 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from ..schemas import VerifyBatchReport, summarize_batch
-from .console import EXIT_NOT_OK, EXIT_OK, VERDICT_STYLE, err, open_engine, out, print_json, report_table, with_status
-from .reports import print_analysis, print_batch, print_compile, print_profile, print_verify
+from kforge_mcp.cli.console import (
+    EXIT_NOT_OK,
+    EXIT_OK,
+    VERDICT_STYLE,
+    err,
+    open_engine,
+    out,
+    print_json,
+    report_table,
+    with_status,
+)
+from kforge_mcp.cli.reports import print_analysis, print_batch, print_compile, print_profile, print_verify
+from kforge_mcp.core.schemas import VerifyBatchReport, summarize_batch
 
 
 def cmd_targets(args) -> int:

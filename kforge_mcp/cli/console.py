@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..settings import Settings
+from kforge_mcp.core.settings import Settings
 
 # Piped or redirected, rich would squeeze a table into 80 columns and wrap every cell: give each row
 # the width it needs, in plain ASCII (colour is off there anyway). --json is the form for programs.
@@ -41,7 +41,7 @@ PRIORITY_STYLE = {"high": "bold red", "medium": "bold yellow", "low": "dim"}
 def open_engine(home: str | None, allow_dirs: list[str] | None = None, args=None) -> Iterator:
     """An engine that reads paths under ``allow_dirs``; by default anywhere: a local command acts
     for the user who typed the paths (``kforge serve`` passes its --allow-dir list)."""
-    from ..api import Engine
+    from kforge_mcp.api import Engine
 
     allow_dirs = allow_dirs if allow_dirs is not None else [Path(Path.cwd().anchor)]
     engine = Engine(home=home, allow_dirs=allow_dirs, executor=executor_from(args, home) if args else None)
@@ -57,7 +57,7 @@ def executor_from(args, home: str | None):
     cpu_workers = getattr(args, "cpu_workers", None)
     if not name and not cpu_workers:
         return None
-    from ..engine.executor import make_executor
+    from kforge_mcp.runtime.executor import make_executor
 
     options = {"accelerator_type": args.ray_accelerator_type} if getattr(args, "ray_accelerator_type", None) else {}
     if name == "ray":

@@ -13,13 +13,13 @@ import sys
 
 from rich.text import Text
 
-from .. import __version__
-from ..errors import KforgeError
-from ..options import BASELINES, PRECISION_TOLERANCE, PROFILE, VERIFY
-from . import bench, run_loop
-from .commands import cmd_analyze, cmd_compile, cmd_profile, cmd_targets, cmd_verify, cmd_verify_batch
-from .console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, comma_list, err
-from .serve import add_serve_options
+from kforge_mcp import __version__
+from kforge_mcp.cli import bench, run_loop
+from kforge_mcp.cli.commands import cmd_analyze, cmd_compile, cmd_profile, cmd_targets, cmd_verify, cmd_verify_batch
+from kforge_mcp.cli.console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, comma_list, err
+from kforge_mcp.cli.serve import add_serve_options
+from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.core.options import BASELINES, PRECISION_TOLERANCE, PROFILE, VERIFY
 
 
 def add_verify_options(p: argparse.ArgumentParser, trials_help: str, timeout_help: str) -> None:

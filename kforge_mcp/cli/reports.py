@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from .console import PRIORITY_STYLE, VERDICT_STYLE, fmt, out, print_diagnostics, report_table
+from kforge_mcp.cli.console import PRIORITY_STYLE, VERDICT_STYLE, fmt, out, print_diagnostics, report_table
 
 
 def print_compile(report, file: str) -> None:

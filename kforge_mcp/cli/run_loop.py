@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from ..errors import InputError
-from ..home import default_home
-from ..options import BASELINES, VERIFY
-from ..store import RunStore
-from .console import EXIT_NOT_OK, EXIT_OK, comma_list, err, open_engine, out, print_json
+from kforge_mcp.cli.console import EXIT_NOT_OK, EXIT_OK, comma_list, err, open_engine, out, print_json
+from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.home import default_home
+from kforge_mcp.core.options import BASELINES, VERIFY
+from kforge_mcp.store import RunStore
 
 
 def add_parser(sub, parents) -> None:
@@ -61,8 +61,8 @@ def add_parser(sub, parents) -> None:
 
 
 def cmd_run_loop(args) -> int:
-    from ..agents.loop import LoopDriver
-    from ..agents.providers import PROVIDERS, make_provider
+    from kforge_mcp.agents.loop import LoopDriver
+    from kforge_mcp.agents.providers import PROVIDERS, make_provider
 
     opts = {
         "max_iterations": args.max_iterations,
@@ -122,7 +122,7 @@ def cmd_run_loop(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from ..run_report import write_report
+    from kforge_mcp.run_report import write_report
 
     files = write_report(RunStore.for_home(args.home or default_home()), args.run_id, args.out)
     if getattr(args, "json", False):

@@ -14,10 +14,10 @@ import threading
 
 from rich.text import Text
 
-from .. import __version__
-from ..errors import KforgeError
-from ..settings import Settings
-from .console import EXIT_OK, add_executor_options, err, open_engine, with_status
+from kforge_mcp import __version__
+from kforge_mcp.cli.console import EXIT_OK, add_executor_options, err, open_engine, with_status
+from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.core.settings import Settings
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 WILDCARD_HOSTS = ("0.0.0.0", "::")
@@ -133,7 +133,7 @@ def targets_line(engine) -> Text:
 
 
 def cmd_serve(args) -> int:
-    from ..http_transport import TOKEN_ENV
+    from kforge_mcp.http_transport import TOKEN_ENV
 
     args.token = args.token or Settings.read().http_token
     if args.transport == "http" and not is_loopback(args.host) and not args.token:
@@ -148,7 +148,7 @@ def cmd_serve(args) -> int:
         # the probe starts before the MCP server's imports (~0.8 s), so a fresh home's first
         # list_targets finds it further on (a probed home answers from the last one at once)
         threading.Thread(target=quietly(lambda: warm_up(engine)), daemon=True, name="kforge-probe").start()
-        from ..server import build_server
+        from kforge_mcp.server import build_server
 
         server = build_server(engine)
         banner(args, engine)
@@ -156,11 +156,11 @@ def cmd_serve(args) -> int:
             if args.transport == "stdio":
                 import anyio
 
-                from .. import stdio_transport
+                from kforge_mcp import stdio_transport
 
                 anyio.run(stdio_transport.run, server, int(args.max_request_mb * 2**20))
             else:
-                from .. import http_transport
+                from kforge_mcp import http_transport
 
                 http_transport.serve(
                     server,

@@ -1,6 +1,7 @@
-"""The registry of targets: every concrete Target subclass defined in a module of this package is
-one (adding a backend is one file here plus its prompts/<name>/ templates). KFORGE_TARGETS names
-more target files outside the package (paths, comma-separated), e.g. docs/examples/numpy_target.py."""
+"""The registry of targets: one package per programming model (targets/<name>/), whose target.py
+defines a concrete Target subclass (adding a backend is one package here plus its prompts/<name>/
+templates). KFORGE_TARGETS names more target packages outside kforge_mcp (folders, comma-separated),
+e.g. docs/examples/numpy."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import sys
 import types
 from pathlib import Path
 
-from ..errors import UnknownTargetError
-from ..settings import Settings
-from .base import Target
+from kforge_mcp.core.errors import UnknownTargetError
+from kforge_mcp.core.settings import Settings
+from kforge_mcp.targets.base import Target
 
 
 def _targets_in(module: types.ModuleType) -> list[Target]:
@@ -28,26 +29,33 @@ def _targets_in(module: types.ModuleType) -> list[Target]:
     ]
 
 
-def _import_file(path: str) -> types.ModuleType:
-    name = f"kforge_target_{Path(path).stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"KFORGE_TARGETS: cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+def _import_package(path: str) -> types.ModuleType:
+    """A target package outside kforge_mcp (a folder with __init__.py and target.py), importable by its
+    candidates as ``kforge_target_<folder name>``; its target.py defines the Target."""
+    folder = Path(path)
+    name = f"kforge_target_{folder.name}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        if spec is None or spec.loader is None or not (folder / "target.py").is_file():
+            raise ImportError(
+                f"KFORGE_TARGETS: {path} is not a target package (a folder with __init__.py and target.py)"
+            )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return importlib.import_module(f"{name}.target")
 
 
 def discover(extra: str | None = None) -> dict[str, Target]:
-    """Targets by name, in list order: this package's modules, then the files ``extra`` names."""
+    """Targets by name, in list order: this package's target packages, then the folders ``extra`` names."""
     found: list[Target] = []
     for info in pkgutil.iter_modules(__path__):
-        found += _targets_in(importlib.import_module(f"{__name__}.{info.name}"))
+        if info.ispkg:
+            found += _targets_in(importlib.import_module(f"{__name__}.{info.name}.target"))
     for path in filter(None, (p.strip() for p in (extra or "").split(","))):
-        found += _targets_in(_import_file(path))
+        found += _targets_in(_import_package(path))
     return {t.name: t for t in sorted(found, key=lambda t: (t.order, t.name))}
 
 

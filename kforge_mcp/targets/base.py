@@ -7,21 +7,26 @@ because both execute candidate code.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.metadata
 import importlib.util
-import os
-import shutil
 import types
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from ..device import get_device
-from ..problem import Source
-from ..schemas import CompileReport, Diagnostic, Finding, TargetStatus
+from kforge_mcp.core.problem import Source
+from kforge_mcp.core.schemas import CompileReport, Diagnostic, Finding, TargetStatus
+from kforge_mcp.devices.device import get_device
 
-BUNDLED_BY_TRITON = ("cuobjdump", "nvdisasm", "ptxas")
+
+@dataclass
+class Loaded:
+    """A loaded candidate: its module, and what the report should say about how it was built (e.g.
+    the CUDA build path). Returned, not kept on the target: one Target instance serves every job."""
+
+    module: types.ModuleType
+    findings: list[Finding] = field(default_factory=list)
 
 
 def dist_version(dist: str) -> str | None:
@@ -32,32 +37,12 @@ def dist_version(dist: str) -> str | None:
         return None
 
 
-def _triton_bundled(name: str) -> str | None:
-    spec = importlib.util.find_spec("triton") if name in BUNDLED_BY_TRITON else None
-    if spec and spec.origin:
-        bundled = Path(spec.origin).parent / "backends" / "nvidia" / "bin" / name
-        if bundled.exists():
-            return str(bundled)
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def find_tool(name: str, prefer_triton_bundle: bool = False) -> str | None:
-    """A CUDA tool: the toolkit's (CUDA_HOME, CUDA_PATH, /usr/local/cuda), then PATH, then the copy
-    Triton bundles. Triton asks for its bundle first, so its cubins meet the tools they came with."""
-    if prefer_triton_bundle and _triton_bundled(name):
-        return _triton_bundled(name)
-    for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if base and Path(base, "bin", name).exists():
-            return str(Path(base, "bin", name))
-    return shutil.which(name) or _triton_bundled(name)
-
-
 class Target(ABC):
     """What every target implements. A subclass in a module of kforge_mcp/targets/ is found by the
     registry (targets/__init__.py); its prompt templates live in prompts/<name>/."""
 
     name: ClassVar[str]  # the name tools, the CLI and prompts/<name>/ use
+    builds_ahead: ClassVar[bool] = False  # a build long next to its verify: CPU workers prebuild it
     summary: ClassVar[str]  # one line for list_targets
     title: ClassVar[str]  # how prompts name the language: "CUDA C++", "Triton"
     order: ClassVar[int] = 100  # place in list_targets (the shipped targets come first)
@@ -76,16 +61,12 @@ class Target(ABC):
         """Compile without running kernels. Inside a worker."""
 
     @abstractmethod
-    def load(self, source: Source, device: str, workdir: Path) -> types.ModuleType:
-        """Build (or import) the candidate so that its kernels run on ``device``. Inside a worker."""
+    def load(self, source: Source, device: str, workdir: Path) -> Loaded:
+        """Build (or import) the candidate so that its kernels run on ``device``, and say how. Inside a worker."""
 
     def prebuild(self, source: Source, device: str, workdir: Path) -> list:
         """Build what ``load`` would build for ``device`` without importing it (a CPU worker, ahead of
         the GPU verify); the default: nothing to build ahead."""
-        return []
-
-    def load_findings(self) -> list[Finding]:
-        """What the last ``load`` wants the report to say about how it built (e.g. the CUDA build path)."""
         return []
 
     @abstractmethod
@@ -129,7 +110,7 @@ def device_resource(device: str | None) -> str | None:
 
 def xpu_unavailable_reason() -> str | None:
     """Why Triton cannot run on an Intel GPU here, naming what is needed; None when it can."""
-    from ..driver_probe import torch_build
+    from kforge_mcp.devices.driver_probe import torch_build
 
     need = "needs an Intel GPU with the XPU build of torch (and pytorch-triton-xpu)"
     build = torch_build()

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
-from ..analysis.report import AnalysisReport
-from .common import DEFAULT_WAIT_S, READ_ONLY, App, run_tool_job
+from kforge_mcp.profiling.report import AnalysisReport
+from kforge_mcp.tools.common import DEFAULT_WAIT_S, READ_ONLY, App, run_tool_job
 
 
 def register(mcp: MCPServer, app: App) -> None:

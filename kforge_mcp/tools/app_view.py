@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 from mcp.server.apps import Apps
 
-from .. import __version__
+from kforge_mcp import __version__
 
 RUN_VIEW = "ui://kforge/run"
 TOOL_META = {"ui": {"resourceUri": RUN_VIEW}}  # on run_loop, loop_start and loop_submit
@@ -23,7 +23,7 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
 def render() -> str:
-    from ..run_report import COLORS
+    from kforge_mcp.run_report import COLORS
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     return env.get_template("run_view.html.j2").render(

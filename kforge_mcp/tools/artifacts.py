@@ -15,8 +15,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp_types import ResourceLink
 
-from .common import App, logger
-from .links import link
+from kforge_mcp.tools.common import App, logger
+from kforge_mcp.tools.links import link
 
 KEEP = 512  # artifact folders kept; the oldest go first
 MIME = {".ptx": "text/plain", ".json": "application/json", ".csv": "text/csv", ".html": "text/html"}

@@ -12,15 +12,15 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from ..errors import KforgeError
-from ..options import VERIFY, Baselines, TimeoutS, Trials
-from ..problem import check_allowed_path
-from ..schemas import JobAware
-from ..suite import run_bench
-from ..suite_report import BenchSummary
-from . import artifacts
-from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
-from .links import with_artifacts
+from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.core.options import VERIFY, Baselines, TimeoutS, Trials
+from kforge_mcp.core.problem import check_allowed_path
+from kforge_mcp.core.schemas import JobAware
+from kforge_mcp.suite import run_bench
+from kforge_mcp.suite_report import BenchSummary
+from kforge_mcp.tools import artifacts
+from kforge_mcp.tools.common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
+from kforge_mcp.tools.links import with_artifacts
 
 
 class BenchResult(JobAware):

@@ -16,10 +16,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from ..api import Engine
-from ..engine.jobs import Job, JobManager, raise_job_error
-from ..errors import KforgeError
-from ..targets import TARGETS
+from kforge_mcp.api import Engine
+from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.runtime.jobs import Job, JobManager, raise_job_error
+from kforge_mcp.targets import TARGETS
 
 logger = logging.getLogger("kforge_mcp.server")
 

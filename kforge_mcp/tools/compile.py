@@ -8,10 +8,10 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
-from ..schemas import CompileReport
-from .artifacts import file_name, keep
-from .common import DEFAULT_WAIT_S, READ_ONLY, App, run_tool_job, target_field
-from .links import with_artifacts
+from kforge_mcp.core.schemas import CompileReport
+from kforge_mcp.tools.artifacts import file_name, keep
+from kforge_mcp.tools.common import DEFAULT_WAIT_S, READ_ONLY, App, run_tool_job, target_field
+from kforge_mcp.tools.links import with_artifacts
 
 
 def register(mcp: MCPServer, app: App) -> None:

@@ -10,10 +10,10 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp_types import Completion, PromptReference, ResourceTemplateReference
 
-from ..errors import KforgeError
-from ..store import RunStore
-from ..targets import TARGETS
-from .common import App, invalid_params
+from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.store import RunStore
+from kforge_mcp.targets import TARGETS
+from kforge_mcp.tools.common import App, invalid_params
 
 MAX_VALUES = 100  # the spec's cap per answer
 PATH_ARGUMENTS = ("problem", "candidate", "source", "path")

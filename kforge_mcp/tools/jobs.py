@@ -8,9 +8,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from ..errors import KforgeError
-from ..schemas import JobInfo
-from .common import READ_ONLY, App, hints, wait_for
+from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.core.schemas import JobInfo
+from kforge_mcp.tools.common import READ_ONLY, App, hints, wait_for
 
 
 def register(mcp: MCPServer, app: App) -> None:

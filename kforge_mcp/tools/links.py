@@ -11,7 +11,7 @@ import anyio
 from mcp_types import CallToolResult, ImageContent, ResourceLink, TextContent
 from pydantic import BaseModel
 
-from ..store import RunStore
+from kforge_mcp.store import RunStore
 
 logger = logging.getLogger("kforge_mcp.server")
 MAX_IMAGE_BYTES = 512 * 1024  # a plot, not a photo: past this the link to the report is enough
@@ -62,7 +62,7 @@ def stale(home: Path, run_id: str, png: Path) -> bool:
 
 
 def draw_report(home: Path, run_id: str) -> None:
-    from ..run_report import write_report
+    from kforge_mcp.run_report import write_report
 
     try:
         write_report(RunStore.for_home(home), run_id)
@@ -81,7 +81,7 @@ async def profile_image(result: BaseModel, links: list[ResourceLink]) -> BaseMod
         return with_artifacts(result, links)
     import tempfile
 
-    from ..analysis.roofline_plot import draw_roofline
+    from kforge_mcp.advice.roofline_plot import draw_roofline
 
     with tempfile.TemporaryDirectory(prefix="kforge-roofline-") as tmp:
         try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 from mcp.server.mcpserver import MCPServer
 
-from ..schemas import TargetsReport
-from .common import READ_ONLY, App
+from kforge_mcp.core.schemas import TargetsReport
+from kforge_mcp.tools.common import READ_ONLY, App
 
 
 def register(mcp: MCPServer, app: App) -> None:

@@ -18,12 +18,12 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from ..agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, estimate_tokens
-from ..errors import KforgeError
-from ..options import VERIFY, Baselines, Trials
-from .app_view import TOOL_META
-from .common import DEFAULT_WAIT_S, App, hints, run_tool_job, target_field
-from .links import run_links
+from kforge_mcp.agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, estimate_tokens
+from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.core.options import VERIFY, Baselines, Trials
+from kforge_mcp.tools.app_view import TOOL_META
+from kforge_mcp.tools.common import DEFAULT_WAIT_S, App, hints, run_tool_job, target_field
+from kforge_mcp.tools.links import run_links
 
 SAMPLING_TIMEOUT_S = 600.0
 
@@ -156,7 +156,7 @@ def register(mcp: MCPServer, app: App) -> None:
                 )
             generate = sampling_generate(ctx.session, asyncio.get_running_loop(), max_tokens)
         else:
-            from ..agents.providers import make_provider
+            from kforge_mcp.agents.providers import make_provider
 
             try:
                 generate = make_provider(provider, max_tokens=max_tokens)
@@ -250,7 +250,7 @@ def register(mcp: MCPServer, app: App) -> None:
         done when the run is over (best: the best correct candidate so far)."""
         text = candidate
         if "\n" not in candidate and candidate.strip().endswith(".py"):
-            from ..agents.loop import resolve
+            from kforge_mcp.agents.loop import resolve
 
             try:
                 text = resolve(app.engine, candidate, "candidate").text

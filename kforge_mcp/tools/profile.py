@@ -8,11 +8,11 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
-from ..analysis.report import ProfileReport
-from ..options import PROFILE, Depth, Iterations, TimeoutS
-from .artifacts import keep
-from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
-from .links import profile_image
+from kforge_mcp.core.options import PROFILE, Depth, Iterations, TimeoutS
+from kforge_mcp.profiling.report import ProfileReport
+from kforge_mcp.tools.artifacts import keep
+from kforge_mcp.tools.common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
+from kforge_mcp.tools.links import profile_image
 
 
 def register(mcp: MCPServer, app: App) -> None:

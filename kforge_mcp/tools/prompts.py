@@ -8,9 +8,9 @@ from typing import Annotated
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
-from ..agents import prompts
-from ..agents.loop import resolve
-from .common import App
+from kforge_mcp.agents import prompts
+from kforge_mcp.agents.loop import resolve
+from kforge_mcp.tools.common import App
 
 
 def register(mcp: MCPServer, app: App) -> None:

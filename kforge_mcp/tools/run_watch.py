@@ -16,9 +16,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 from mcp_types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
 
-from ..errors import InputError, KforgeError
-from ..store import RunStore
-from .common import App, invalid_params
+from kforge_mcp.core.errors import InputError, KforgeError
+from kforge_mcp.store import RunStore
+from kforge_mcp.tools.common import App, invalid_params
 
 POLL_S = 1.0
 RUNS = "kforge://runs"

@@ -10,10 +10,10 @@ from pathlib import Path
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
-from ..agents.loop import summarize
-from ..errors import InputError, KforgeError
-from ..store import RunStore
-from .common import App
+from kforge_mcp.agents.loop import summarize
+from kforge_mcp.core.errors import InputError, KforgeError
+from kforge_mcp.store import RunStore
+from kforge_mcp.tools.common import App
 
 
 def register(mcp: MCPServer, app: App) -> None:
@@ -64,7 +64,7 @@ def register(mcp: MCPServer, app: App) -> None:
     def report(run_id: str) -> str:
         """A run as one HTML page: speedup and verdict per attempt (an inline PNG) and the best kernel's source.
         Also written to <home>/reports/{run_id}/report.html."""
-        from ..run_report import write_report
+        from kforge_mcp.run_report import write_report
 
         get_run(run_id)
         return Path(write_report(store(), run_id).html).read_text()
@@ -73,7 +73,7 @@ def register(mcp: MCPServer, app: App) -> None:
     def report_png(run_id: str) -> bytes:
         """The run report's plot alone: speedup and verdict per attempt (what the Apps view shows).
         Drawn, not written: a read mid-run must not leave a report that the run's end would keep."""
-        from ..run_report import render
+        from kforge_mcp.run_report import render
 
         get_run(run_id)
         return render(store(), run_id)[1]
@@ -83,8 +83,8 @@ def register(mcp: MCPServer, app: App) -> None:
         """The roofline of the latest attempt the analysis agent profiled: speed of light and measured forward."""
         import tempfile
 
-        from ..analysis.report import Roofline
-        from ..analysis.roofline_plot import draw_roofline
+        from kforge_mcp.core.schemas import Roofline
+        from kforge_mcp.advice.roofline_plot import draw_roofline
 
         get_run(run_id)
         roofs = [

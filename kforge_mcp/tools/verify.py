@@ -7,9 +7,9 @@ from typing import Annotated
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
-from ..options import VERIFY, Baselines, Precision, Seed, TimeoutS, Tolerance, Trials
-from ..schemas import VerifyReport
-from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
+from kforge_mcp.core.options import VERIFY, Baselines, Precision, Seed, TimeoutS, Tolerance, Trials
+from kforge_mcp.core.schemas import VerifyReport
+from kforge_mcp.tools.common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
 
 
 def register(mcp: MCPServer, app: App) -> None:

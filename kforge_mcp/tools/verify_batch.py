@@ -8,9 +8,9 @@ from typing import Annotated
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel, Field
 
-from ..options import VERIFY, Baselines, TimeoutS, Tolerance, Trials
-from ..schemas import VerifyBatchReport, summarize_batch
-from .common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
+from kforge_mcp.core.options import VERIFY, Baselines, TimeoutS, Tolerance, Trials
+from kforge_mcp.core.schemas import VerifyBatchReport, summarize_batch
+from kforge_mcp.tools.common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
 
 MAX_ITEMS = 256
 

@@ -1,0 +1,1 @@
+"""The performance-analysis agent: the precision-aware roofline, kernel kinds, rules by concern, ranking."""

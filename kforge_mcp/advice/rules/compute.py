@@ -1,0 +1,234 @@
+"""Where the math runs: at the limit (stop), on the FMA pipe when tensor cores could do it within
+the tolerance, or on tensor cores that are not kept fed. These rules know the kernel's kind: a
+Hopper tensor-core GEMM runs one or two CTAs per SM with 168-255 registers by design, so its
+lever is feeding the tensor pipe, never occupancy.
+"""
+
+from __future__ import annotations
+
+from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_fma_gemm, is_tensor_gemm
+from kforge_mcp.advice.rules.base import DEFAULT_SM_COUNT, busiest_unit, ev, hot_kernels, pct, recommendation, rule
+from kforge_mcp.advice.rules.memory import WASTED_MIN, wasted_fraction
+from kforge_mcp.judge.roofline import compute_paths, lookup_peaks
+from kforge_mcp.profiling.report import ProfileReport, Recommendation
+
+LIMIT_UNIT_PCT = 80.0  # ncu's guided analysis calls a unit above 80% of peak well utilized
+LIMIT_UNIT_NO_BOUND_PCT = 90.0  # without a roofline the unit alone must be at ~90%
+LIMIT_FRACTION = 0.8  # and the forward within 80% of the true bound
+SATURATED_FRACTION = 0.75  # a unit at >= 90% needs only ~75% of the bound (cuBLAS bf16: 97% busy, 0.795)
+STOP_SHARE = 0.8  # stop when kernels at their limit hold >= 80% of the time
+TENSOR_EFFICIENCY = 0.5  # fraction of a path's peak a first tensor-core GEMM reaches (H100 sweep: 44-52%)
+FED_TENSOR_PCT = 90.0  # a well-fed Hopper GEMM keeps its tensor pipe ~90-97% busy (cuBLAS bf16: 97%)
+
+
+def limiting_unit(k, frac: float | None) -> tuple[str, float] | None:
+    """The kernel's busiest unit and its % busy when it is saturated (and, with a roofline, the forward is
+    near the true bound); None when the kernel is not at its limit."""
+    unit, busy = busiest_unit(k, count_fma=k.category not in ("gemm", "conv"))
+    if unit == "DRAM" and wasted_fraction(k) >= WASTED_MIN:
+        return None  # DRAM busy moving wasted sectors is not a limit: uncoalesced_access speaks
+    saturated = busy >= LIMIT_UNIT_NO_BOUND_PCT
+    if frac is None:
+        limited = saturated
+    else:  # a saturated unit needs ~75% of the bound, a busy one (>= 80%) needs 80%; 90% of the bound alone is enough
+        limited = (
+            (saturated and frac >= SATURATED_FRACTION)
+            or (busy >= LIMIT_UNIT_PCT and frac >= LIMIT_FRACTION)
+            or frac >= 0.9
+        )
+    return (unit, busy) if limited else None
+
+
+@rule
+def at_the_limit(report: ProfileReport) -> list[Recommendation]:
+    r = report.roofline
+    frac = r.fraction_of_sol if r is not None else None
+    hits, evidence, covered = [], [], 0.0
+    for k, share in hot_kernels(report):
+        limit = limiting_unit(k, frac)
+        if limit is not None:
+            unit, busy = limit
+            hits.append(k.name)
+            covered += share
+            if unit:
+                evidence.append(ev(f"{unit} busy", pct(busy), f">= {LIMIT_UNIT_PCT:g}% is at the limit", k.name))
+    if not hits:
+        return []
+    if frac is not None:
+        evidence.append(ev("fraction of the speed of light", round(frac, 3), f">= {LIMIT_FRACTION}"))
+        evidence.append(ev("bound assumes", f"{r.path} ({r.bound}-bound), T_SOL {r.sol_ms:.4g} ms"))
+    evidence.append(ev("share of device time in these kernels", round(covered, 3)))
+    stop = covered >= STOP_SHARE
+    left = (1 - frac) if frac is not None else None
+    return [
+        recommendation(
+            rule="at_the_limit",
+            title="At the limit: stop here" if stop else "These kernels are at their limit: look elsewhere",
+            evidence=evidence,
+            action="The busiest unit is saturated"
+            + (f" and the forward runs at {frac:.0%} of the true bound" if frac is not None else "")
+            + ": no change to the kernel's code moves it much further. "
+            + (
+                "Stop optimizing (keep this candidate), or change the algorithm or the work itself (less data "
+                "moved, fewer FLOPs, a lower precision the tolerance allows)."
+                if stop
+                else "Spend the next round on the other kernels."
+            ),
+            expected_gain=left if left is not None else 0.0,
+            gain_basis="1 - fraction of speed of light: all that is left before the bound"
+            if left is not None
+            else "no roofline: the busiest unit's headroom only",
+            kernels=hits,
+            stop=stop,
+        )
+    ]
+
+
+def best_path(report: ProfileReport):
+    """The fastest feasible path for the problem (from the roofline, else fp32 at KernelBench's 1e-4)."""
+    r = report.roofline
+    peaks, _ = lookup_peaks((r.device if r else None) or report.device_name or report.device)
+    paths = r.paths if r and r.paths else compute_paths(peaks, r.dtype if r else "fp32", None, None)
+    feasible = [p for p in paths if p.feasible]
+    fma = peaks.flops.get("fp32")
+    return (max(feasible, key=lambda p: p.peak_flops) if feasible else None), fma
+
+
+TENSOR_ACTIONS = {
+    "3xtf32": "tl.dot(a, b, acc, input_precision='tf32x3') on fp32 tiles (three TF32 MMAs per product: fp32-level "
+    "accuracy, passes 1e-4; single-pass 'tf32' does not at large K); in CUDA, CUTLASS's 3xTF32 "
+    "(OpMultiplyAddFastF32) or CuTe MMA atoms with the operands split into big + small TF32 parts",
+    "tf32": "tl.dot(a, b, acc, input_precision='tf32') (the tolerance allows TF32's 10-bit mantissa); in CUDA, "
+    "wgmma/mma.sync with tf32 operands through CUTLASS or CuTe",
+    "bf16": "cast the tiles to bf16 and tl.dot with an fp32 accumulator; in CUDA, wgmma bf16 through CUTLASS/CuTe",
+    "fp16": "cast the tiles to fp16 and tl.dot with an fp32 accumulator; in CUDA, wgmma fp16 through CUTLASS/CuTe",
+    "fp8": "fp8 (e4m3) tiles with per-tensor scales and an fp32 accumulator (tl.dot on float8e4nv)",
+}
+
+
+@rule
+def use_tensor_cores(report: ProfileReport) -> list[Recommendation]:
+    best, fma = best_path(report)
+    if best is None or not fma or best.peak_flops <= fma * 1.05:
+        return []
+    hits, gain, evidence, bases = [], 0.0, [], set()
+    r = report.roofline
+    total_ms = report.device_ms_per_forward or 0.0
+    gemms = [(k, share) for k, share in hot_kernels(report) if is_fma_gemm(k)]
+    gemm_share = sum(share for _, share in gemms)
+    for k, share in gemms:
+        hits.append(k.name)
+        if r is not None and r.flops > 0 and total_ms > 0:
+            # the problem's FLOPs (split by time among its GEMMs) at the faster path's peak x a first tensor-core
+            # kernel's efficiency, on the SMs the grid can use
+            sms = report.sm_count or DEFAULT_SM_COUNT
+            used = min(1.0, (k.blocks or sms) / sms)
+            k_ms = share * total_ms
+            after = r.flops * (share / gemm_share) / (best.peak_flops * TENSOR_EFFICIENCY * used) * 1e3
+            gain += share * max(0.0, 1 - after / k_ms)
+            bases.add(f"1 - FLOPs / ({best.path} peak x {TENSOR_EFFICIENCY:g}) / measured time")
+            continue
+        if k.fma_pipe_pct is not None:  # only the time the FMA pipe is busy shrinks
+            math_share, how = min(k.fma_pipe_pct / 100, 1.0), "FMA pipe busy fraction"
+        else:
+            math_share, how = 0.5, "assumed half (no pipe metrics or FLOPs)"
+        bases.add(f"{how} x (1 - FMA peak / {best.path} peak)")
+        gain += share * math_share * (1 - fma / best.peak_flops)
+    for k, share in gemms:
+        _, tensor = busiest_tensor_pipe(k)
+        evidence += [
+            ev("compute path", f"{k.compute_path} (told by {k.kind_basis})", "tensor cores", k.name),
+            ev("tensor pipes busy", pct(tensor), "> 50% for a GEMM", k.name),
+        ]
+        if k.fma_pipe_pct is not None:
+            evidence.append(ev("FMA pipe busy", pct(k.fma_pipe_pct), kernel=k.name))
+    if not hits:
+        return []
+    evidence += [
+        ev("fastest path within the tolerance", f"{best.path}: {best.peak_flops / 1e12:.4g} TFLOP/s", best.why),
+        ev("FMA (fp32) peak", f"{fma / 1e12:.4g} TFLOP/s"),
+    ]
+    return [
+        recommendation(
+            rule="use_tensor_cores",
+            title=f"Do the matrix products on tensor cores ({best.path})",
+            evidence=evidence,
+            action=f"The GEMM runs on the FMA pipe. Use {TENSOR_ACTIONS.get(best.path, best.path)}. Keep the fused "
+            "epilogue (bias, activation) in registers after the dot.",
+            expected_gain=gain,
+            gain_basis=f"time share x ({'; '.join(sorted(bases))}); {best.path} peak {best.peak_flops / 1e12:.4g} "
+            f"TFLOP/s against the FMA pipe's {fma / 1e12:.4g}. A first tensor-core kernel reaches about "
+            f"{TENSOR_EFFICIENCY:.0%} of its path's peak (Triton 3xTF32 GEMMs: 44-52% on the H100, "
+            "bench/results/analysis-h100/sweep.log)",
+            kernels=hits,
+        )
+    ]
+
+
+@rule
+def feed_tensor_pipe(report: ProfileReport) -> list[Recommendation]:
+    r = report.roofline
+    hits, gain, evidence, paths = [], 0.0, [], set()
+    for k, share in hot_kernels(report):
+        frac = r.fraction_of_sol if r is not None else None
+        if not is_tensor_gemm(k) or limiting_unit(k, frac) is not None:
+            continue
+        pipe, busy = busiest_tensor_pipe(k)
+        if pipe is not None and k.pipes and busy < LIMIT_UNIT_PCT:
+            gain += share * (1 - busy / FED_TENSOR_PCT)
+            basis = f"share x (1 - tensor pipe {busy:.0f}% / {FED_TENSOR_PCT:g}%)"
+        elif frac is not None and frac < LIMIT_FRACTION:  # busy pipe, yet far from the bound: small MMA shapes
+            gain += share * (1 - frac / LIMIT_FRACTION)
+            gain += share * (1 - r.fraction_of_sol / LIMIT_FRACTION)
+            basis = f"share x (1 - fraction of SOL / {LIMIT_FRACTION})"
+        else:
+            continue
+        hits.append(k.name)
+        paths.add(k.compute_path or "")
+        evidence.append(
+            ev(f"{pipe or 'tensor'} pipe busy", pct(busy) if pipe else None, f">= {FED_TENSOR_PCT:g}%", k.name)
+        )
+        evidence.append(ev("compute path", f"{k.compute_path} (told by {k.kind_basis})", kernel=k.name))
+        if k.registers is not None:
+            evidence.append(ev("registers per thread", k.registers, "168-255 is normal for a Hopper GEMM", k.name))
+        if k.achieved_occupancy_pct is not None:
+            evidence.append(
+                ev("achieved occupancy", pct(k.achieved_occupancy_pct), "low is normal (1-2 CTAs/SM)", k.name)
+            )
+        if k.top_stalls:
+            s = k.top_stalls[0]
+            evidence.append(ev(f"top stall: {s.reason}", s.cycles_per_issue, kernel=k.name))
+        if k.waves_per_sm is not None:
+            evidence.append(
+                ev("waves per SM", round(k.waves_per_sm, 2), "many, or exactly 1 with a persistent grid", k.name)
+            )
+    if not hits:
+        return []
+    hmma = any(p.startswith("hmma") for p in paths)
+    action = (
+        "The tensor pipe waits on data. Feed it: load tiles with TMA (Triton: tl.make_tensor_descriptor or a host "
+        "TensorDescriptor; CUDA: cp.async.bulk.tensor through CuTe), pipeline deeper (num_stages 3-5) so loads "
+        "overlap the MMAs, use larger tiles per CTA (128x256 or 256x128 with num_warps=8, BLOCK_K 64), a persistent "
+        "grid of one program per SM walking tiles in grouped order (L2 reuse, no tail wave), and warp "
+        "specialization (tl.range(..., warp_specialize=True)) so producer warps load while consumer warps compute. "
+        "Do not trade registers for occupancy: one or two CTAs per SM is the design."
+    )
+    if hmma:
+        action = (
+            "The MMAs run as mma.sync (hmma) on a Hopper part, which peaks well below wgmma: use wgmma (Triton emits "
+            "it for tl.dot with num_warps a multiple of 4 and BLOCK_M >= 64 on sm_90; CUDA: CUTLASS 3.x sm90 "
+            "kernels or CuTe's SM90 MMA atoms). " + action
+        )
+    if any("3xtf32" in (k.compute_path or "") for k, _ in hot_kernels(report)) or (r and r.path == "3xtf32"):
+        action += " With 3xTF32 each product costs three MMAs, so its ceiling is a third of TF32's."
+    return [
+        recommendation(
+            rule="feed_tensor_pipe",
+            title="Keep the tensor cores fed (TMA, deeper pipeline, bigger persistent tiles)",
+            evidence=evidence,
+            action=action,
+            expected_gain=gain,
+            gain_basis=basis + ": time shrinks with the tensor pipe's busy fraction up to what cuBLAS reaches",
+            kernels=hits,
+        )
+    ]

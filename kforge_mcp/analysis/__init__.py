@@ -1,1 +1,0 @@
-"""Profile analysis: parsers, roofline and the performance-analysis agent (see the profiling issue)."""

@@ -1,0 +1,94 @@
+"""Submitted Python source (a problem or a candidate): its text and name, importing it as a module
+inside a worker, and failures turned into diagnostics. Below problem.py and the targets, which
+both import sources.
+
+The source is written to a real file first: Triton's JIT reads kernel source through
+``inspect``, and tracebacks then carry line numbers of the submitted text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import sys
+import traceback
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.schemas import Diagnostic
+
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class Source:
+    """Python source text plus the name diagnostics should use for it."""
+
+    text: str
+    name: str  # the submitted path, or "<problem>" / "<candidate>"
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+    def to_wire(self) -> dict:
+        return {"text": self.text, "name": self.name}
+
+    @classmethod
+    def from_wire(cls, d: dict) -> "Source":
+        return cls(text=d["text"], name=d["name"])
+
+
+class SourceRuntimeError(Exception):
+    """Submitted code raised while importing or running; carries diagnostics."""
+
+    def __init__(self, message: str, diagnostics: list[Diagnostic]):
+        super().__init__(message)
+        self.diagnostics = diagnostics
+
+
+def write_source(source: Source, workdir: Path, stem: str) -> Path:
+    path = workdir / f"{stem}_{next(_counter)}.py"
+    path.write_text(source.text)
+    return path
+
+
+def diagnostics_from_exception(exc: BaseException, path: Path, source: Source) -> list[Diagnostic]:
+    """Point at the deepest frame inside the submitted file; fall back to the exception alone."""
+    if isinstance(exc, SyntaxError) and exc.filename == str(path):
+        return [Diagnostic(line=exc.lineno, column=exc.offset, message=f"SyntaxError: {exc.msg}", file=source.name)]
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == str(path):
+            line = frame.lineno
+    message = f"{type(exc).__name__}: {exc}"
+    return [Diagnostic(line=line, message=message, file=source.name)]
+
+
+def import_source(source: Source, workdir: Path, stem: str) -> types.ModuleType:
+    """Execute ``source`` as a fresh module. Syntax errors are the caller's input errors;
+    anything raised while executing it is a SourceRuntimeError with the line it came from."""
+    path = write_source(source, workdir, stem)
+    name = f"kforge_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    module.__kforge_source__ = source  # lets later errors map lines back to the submitted name
+    sys.modules[name] = module  # dataclasses and pickling look modules up by name
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        sys.modules.pop(name, None)
+        diags = diagnostics_from_exception(e, path, source)
+        raise InputError(f"{source.name}: syntax error", diags) from None
+    except Exception as e:
+        sys.modules.pop(name, None)
+        diags = diagnostics_from_exception(e, path, source)
+        raise SourceRuntimeError(f"{source.name}: raised while importing: {type(e).__name__}: {e}", diags) from None
+    return module
+
+
+def forget_module(module: types.ModuleType) -> None:
+    sys.modules.pop(module.__name__, None)

@@ -1,0 +1,1 @@
+"""Judging a candidate: correctness, precision, guards against cheats, timing and baselines."""

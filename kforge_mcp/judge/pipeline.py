@@ -1,0 +1,162 @@
+"""verify and verify_batch as a pipeline: CPU workers build the CUDA candidates while the GPU
+compiles the torch.compile baseline and times the baselines (the ``baselines`` job, kept in the
+GPU worker for the verifies that follow), then verifies one candidate after another.
+
+A prebuild fills the same build cache the GPU worker's ``load`` reads (same key: sources, flags,
+toolchain, arch). It is only a head start: a prebuild that fails or is refused changes nothing,
+the GPU worker then builds (and reports errors) itself.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
+
+from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.targets import TARGETS
+
+PREBUILD_TIMEOUT_S = 900
+BASELINE_TIMEOUT_S = 600
+# what the baselines depend on: the verify's own request, less the candidate
+BASELINE_KEYS = ("problem", "target", "device", "precision", "atol", "rtol", "seed", "baselines", "timing_budget_s")
+
+
+class Prebuilds:
+    """The prebuilds of a batch, by item index."""
+
+    def __init__(self, futures: dict[int, Future] | None = None):
+        self.futures = futures or {}
+
+    def wait(self, index: int) -> None:
+        """Until item ``index``'s prebuild (if it has one) is over, whatever its outcome."""
+        if index in self.futures:
+            self.futures[index].result()
+
+
+def describe_build(build: dict) -> str:
+    """'split: compiled host 9.6 s, device 1.2 s; reused main' from a BuildInfo's fields."""
+    compiled = ", ".join(f"{unit} {s:.1f} s" for unit, s in (build.get("compiled") or {}).items())
+    parts = [f"compiled {compiled}"] if compiled else []
+    parts += [f"reused {'+'.join(build['reused'])}"] if build.get("reused") else []
+    return f"{build.get('path', '?')}: {', '.join(parts) or 'nothing to do'}"
+
+
+def worth_a_head_start(target: str, lane: str) -> bool:
+    """A build long next to its verify, on a GPU lane (a CPU-only host builds nothing ahead)."""
+    known = TARGETS.get(target)
+    return known is not None and known.builds_ahead and lane.startswith("cuda")
+
+
+def warm_baselines(engine, payload: dict, on_progress: Callable[[str], None] | None, cancel) -> None:
+    """The ``baselines`` job on the verify's lane: it compiles the reference and times the baselines
+    while the candidate builds on a CPU worker. A head start only: the verify does it itself if
+    this fails."""
+    if not payload.get("baselines"):
+        return
+    started = time.perf_counter()
+    try:
+        reply = engine.executor.run(
+            payload["device"],
+            "baselines",
+            {k: payload[k] for k in BASELINE_KEYS if k in payload},
+            timeout_s=BASELINE_TIMEOUT_S,
+            cancel=cancel,
+        )
+    except Exception:  # noqa: BLE001  (the verify compiles and times the baselines itself)
+        return
+    value = reply.get("value") or {}
+    if on_progress and reply.get("ok") and not value.get("kept_already"):
+        on_progress(
+            f"baselines ({', '.join(value.get('baselines', []))}) compiled and timed on the GPU "
+            f"in {time.perf_counter() - started:.1f} s while the candidate builds"
+        )
+
+
+def head_start_one(engine, candidate: str, payload: dict, on_progress, cancel) -> None:
+    """Before one verify of a CUDA candidate on a GPU: a CPU worker starts building it while the GPU
+    worker compiles and times the baselines. The verify then waits only for what is left of the build
+    (the build's lock), and reuses the baselines."""
+    if worth_a_head_start(payload["target"], payload["device"]):
+        item = {"candidate": candidate, "target": payload["target"], "device": payload["device"]}
+        start_prebuilds(engine, [item], on_progress, cancel, at_least=1)
+        warm_baselines(engine, payload, on_progress, cancel)
+
+
+def items_worth_a_head_start(engine, items: list[dict], role: str):
+    """(index, target, lane, source of ``role``) of each item worth a head start whose source resolves
+    (one that does not is left to its verify, which reports it)."""
+    for i, args in enumerate(items):
+        target = args.get("target", "triton")
+        lane = engine.lane_for(target, args.get("device"))
+        if not worth_a_head_start(target, lane):
+            continue
+        try:
+            source = engine.resolve_source(args[role], role)
+        except KforgeError:
+            continue
+        yield i, target, lane, source
+
+
+def start_prebuilds(
+    engine,
+    items: list[dict],
+    on_progress: Callable[[str], None] | None,
+    cancel: threading.Event | None,
+    at_least: int = 2,
+) -> Prebuilds:
+    """Start building ahead the items worth it, when there are ``at_least`` of them."""
+    todo = list(items_worth_a_head_start(engine, items, "candidate"))
+    if len(todo) < at_least:
+        return Prebuilds()
+    pool = ThreadPoolExecutor(max_workers=engine.executor.slots("compile"), thread_name_prefix="kforge-prebuild")
+
+    def one(i: int, target: str, device: str, source) -> None:
+        if cancel is not None and cancel.is_set():
+            return
+        started = time.perf_counter()
+        try:
+            reply = engine.executor.run(
+                "compile",
+                "prebuild",
+                {"target": target, "candidate": source.to_wire(), "device": device},
+                timeout_s=PREBUILD_TIMEOUT_S,
+                cancel=cancel,
+            )
+        except Exception:  # noqa: BLE001  (a head start only; the GPU worker builds it otherwise)
+            return
+        if on_progress:
+            value = (reply.get("value") or {}) if reply.get("ok") else {}
+            how = "; ".join(map(describe_build, value.get("builds", []))) or "not built ahead"
+            inside = f"{value['seconds']:.1f} s in the worker; " if "seconds" in value else ""
+            wall = time.perf_counter() - started
+            on_progress(f"item {i}: built on a CPU worker in {wall:.1f} s ({inside}{how}); next: GPU")
+
+    futures = {item[0]: pool.submit(one, *item) for item in todo}
+    pool.shutdown(wait=False)
+    return Prebuilds(futures)
+
+
+def warm_batch_baselines(engine, items: list[dict], on_progress: Callable[[str], None] | None, cancel) -> None:
+    """One ``baselines`` job per distinct problem and verify options among a batch's items built ahead."""
+    from kforge_mcp.core.options import BASELINES, VERIFY
+
+    seen = set()
+    for i, target, lane, problem in items_worth_a_head_start(engine, items, "problem"):
+        args = items[i]
+        payload = {
+            "problem": problem.to_wire(),
+            "target": target,
+            "device": lane,
+            "precision": args.get("precision"),
+            "atol": args.get("atol"),
+            "rtol": args.get("rtol"),
+            "baselines": list(args.get("baselines", BASELINES)),
+            "timing_budget_s": args.get("timing_budget_s", VERIFY.timing_budget_s),
+        }
+        key = json.dumps(payload, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            warm_baselines(engine, payload, on_progress, cancel)

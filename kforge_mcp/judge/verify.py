@@ -1,0 +1,443 @@
+"""One verify, inside a worker: build Model and ModelNew with the same weights, check
+correctness over fresh inputs with the guards of engine/guards.py, then time the candidate
+and the baselines in interleaved rounds.
+
+Each trial runs the candidate first, on its own copy of fresh inputs, while no reference
+output of that trial exists yet; then the reference on another copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import secrets
+from pathlib import Path
+from typing import Callable
+
+from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.problem import Source, build_models, load_problem, reference_model, seed_everything
+from kforge_mcp.core.schemas import Finding, Timing, VerifyReport
+from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception
+from kforge_mcp.devices.device import get_device
+from kforge_mcp.judge import guards, precision
+from kforge_mcp.judge.baselines import BaselineCache, baseline_fns, time_with_baselines, warm
+from kforge_mcp.judge.correctness import compare_outputs
+from kforge_mcp.judge.timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device
+from kforge_mcp.targets import get_target
+
+# offsets of the sub-seeds drawn from a call's seed (seed * 2**20 + offset)
+CORRECTNESS_SEED_BASE = 1000
+RECHECK_SEED = 1999
+DETERMINISM_SEED = 2999
+INPUT_SETS_SEED = 3999
+TIMING_SEED_BASE = 10_000  # + the number of the timed call: every call gets inputs of its own
+TIMED_CHECKS = 4  # timed calls of the candidate checked against the reference afterwards
+TIMING_SLOTS = 3  # input sets the timed calls rotate through
+SOL_MARGIN = 0.9  # the peak table's figures are spec sheets; measured peaks are lower still
+INTERPRETER_TIMING_BUDGET_S = 0.25  # per timed callable, under Triton's CPU interpreter
+HOST_BOUND_MS = 0.02  # below this a GPU call is dominated by Python and the launch path
+
+
+class CandidateFailed(Exception):
+    """The candidate raised; the report already says where."""
+
+
+def _clone(inputs: list) -> list:
+    import torch
+
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _detach_copy(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return [_detach_copy(v) for v in value]
+    return value
+
+
+class Verifier:
+    def __init__(self, req: dict, progress: Callable[[str], None], workdir: Path, cache: BaselineCache):
+        self.req, self.progress, self.workdir, self.cache = req, progress, workdir, cache
+        self.target = get_target(req["target"])
+        self.device = req["device"]
+        self.atol, self.rtol = req.get("atol"), req.get("rtol")
+        trials = int(req.get("trials", 5))
+        self.seed = req["seed"] if req.get("seed") is not None else secrets.randbelow(2**31)
+        self.report = VerifyReport(
+            target=self.target.name,
+            device=self.device,
+            trials=trials,
+            execution=self.target.execution(self.device),
+            seed=self.seed,
+        )
+        self.trials = trials
+        self.judge = precision.Judgement(req.get("precision"), self.atol, self.rtol)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Adds the seconds spent in the block to ``report.phases[name]``."""
+        started = _perf_counter()
+        try:
+            yield
+        finally:
+            phases = self.report.phases
+            phases[name] = round(phases.get(name, 0.0) + _perf_counter() - started, 4)
+
+    def sub_seed(self, offset: int) -> int:
+        return self.seed * 2**20 + offset
+
+    def inputs(self, offset: int, on_device: bool = False) -> list:
+        """Inputs of this call's seed and ``offset``, in the precision being judged."""
+        return self.judge.cast(self.problem.make_inputs(self.sub_seed(offset), self.device, on_device))
+
+    def compare(self, expected, got, label: int):
+        if self.judge.atol is None or self.judge.rtol is None:  # judged per dtype: say which
+            first = next(iter(guards._tensors(expected)), None)
+            if first is not None:
+                self.judge.settle(first.dtype)
+        return compare_outputs(expected, got, label, self.judge.atol, self.judge.rtol)
+
+    def finding(self, f: Finding | None) -> None:
+        if f is not None and not any(x.code == f.code for x in self.report.findings):
+            self.report.findings.append(f)
+
+    def candidate_error(self, what: str, exc: BaseException) -> CandidateFailed:
+        diags = diagnostics_from_exception(exc, Path(self.module.__file__), self.module.__kforge_source__)
+        self.report.errors.append(f"{what} raised {type(exc).__name__}: {exc}")
+        self.report.diagnostics += diags
+        return CandidateFailed()
+
+    def run_candidate(self, inputs: list, watch: bool):
+        """One guarded forward of ModelNew on its own copy of ``inputs``."""
+        used = _clone(inputs)
+        guards.poison_free_device_memory(self.device)
+        counter = self.target.launch_counter() if watch else None
+        with contextlib.ExitStack() as stack:
+            threads = stack.enter_context(guards.ThreadWatch({getattr(self.module, "__file__", None)}))
+            ops = stack.enter_context(guards.TorchOpRecorder()) if watch else None
+            launches = stack.enter_context(counter) if counter is not None else None
+            try:
+                got = self.candidate(*used)
+                sync_device(self.device)
+            except (Exception, SystemExit) as e:
+                raise self.candidate_error("ModelNew.forward", e) from None
+        self.finding(threads.finding())
+        self.finding(guards.inputs_mutated(inputs, used))
+        for f in guards.output_findings(got, used):
+            self.finding(f)
+        if ops is not None:
+            for f in guards.torch_op_findings(ops, launches.count if launches is not None else None):
+                self.finding(f)
+        return got
+
+    def run_reference(self, inputs: list):
+        try:
+            with self.flags.pinned():
+                return self.reference(*_clone(inputs))
+        except Exception as e:
+            raise InputError(
+                f"problem: Model.forward raised {type(e).__name__}: {e}",
+                diagnostics_from_exception(e, self.problem.path, self.problem.source),
+            ) from None
+
+    def trial(self, label: int, inputs: list, watch: bool = False):
+        """Returns (reference output on CPU, candidate output) and records any mismatch."""
+        self.progress(f"correctness trial {label + 1}/{self.trials}" if label < self.trials else "correctness re-check")
+        state = guards.buffers(self.reference) if label == 0 else None  # both models are fresh: one forward each
+        got = self.run_candidate(inputs, watch)
+        expected = self.run_reference(inputs)
+        mismatch = self.compare(expected, got, label)
+        if state:
+            for f in guards.buffer_findings(state, self.reference, self.candidate, lambda e, g: self.compare(e, g, 0)):
+                self.finding(f)
+        if mismatch is not None:
+            self.report.mismatches.append(mismatch)
+        return expected, got
+
+    def load_problem(self) -> None:
+        """The problem, the precision policy that will judge it, and the device's clocks bound."""
+        self.problem = load_problem(Source.from_wire(self.req["problem"]), self.workdir)
+        self.judge = precision.resolve(self.req, self.problem)
+        bind_device_clocks(self.device)
+
+    def run(self) -> VerifyReport:
+        import torch
+
+        req = self.req
+        candidate_source = Source.from_wire(req["candidate"])
+        self.report.findings += self.target.check(candidate_source) + guards.static_findings(candidate_source.text)
+        self.load_problem()
+        timers = guards.timer_snapshot()
+        self.flags = precision.MathFlags()
+        self.progress("loading candidate")
+        try:
+            with self.phase("load"):
+                loaded = self.target.load(candidate_source, self.device, self.workdir)
+            self.module = loaded.module
+            self.report.findings += loaded.findings
+            with self.phase("models"):
+                self.reference, self.candidate = build_models(
+                    self.problem, self.module, self.device, seed=self.sub_seed(0), dtype=self.judge.dtype
+                )
+        except SourceRuntimeError as e:
+            self.report.errors.append(str(e))
+            self.report.diagnostics += e.diagnostics
+            return self.verdict(error=True)
+        self.finding(guards.patched_timers(timers))
+        # Everything made so far (torch, Triton, the models) is set aside from the collector, so a
+        # trial's gc.collect() looks only at what the trials made: ~1 ms instead of ~0.2 s.
+        gc.freeze()
+        try:
+            with torch.no_grad(), self.target.emulate_precision(self.device) as emulated:
+                with self.phase("correctness"):
+                    self.check_correctness()
+                if not self.report.mismatches and not self.failed():
+                    self.report.timing = self.time_all()
+                    with self.phase("checks"):
+                        self.recheck_after_timing()
+        except CandidateFailed:
+            return self.verdict(error=True)
+        self.finding(guards.patched_timers(timers))
+        self.finding(self.flags.finding(self.report.execution))
+        for f in getattr(emulated, "findings", lambda: [])():
+            self.finding(f)
+        if self.report.execution == "triton-interpreter" and self.report.timing:
+            self.finding(
+                Finding(
+                    code="interpreter_timing",
+                    evidence={"execution": self.report.execution},
+                    message="kernels ran through Triton's CPU interpreter: correctness is real, "
+                    f"the speedup says nothing about a GPU (timed briefly: {INTERPRETER_TIMING_BUDGET_S} s a callable)",
+                )
+            )
+        return self.verdict()
+
+    def check_correctness(self) -> None:
+        outputs = []
+        for t in range(self.trials):
+            inputs = self.inputs(CORRECTNESS_SEED_BASE + t)
+            expected, got = self.trial(t, inputs, watch=t == 0)
+            if t < 2:
+                outputs.append(_detach_copy(expected))  # two are enough to see a degenerate problem
+            del expected
+            if self.report.mismatches:
+                return
+            if t == self.trials - 1:
+                self.check_determinism(inputs, got)
+            del got
+            gc.collect()  # nothing of an earlier trial is left to find
+        if len(outputs) >= 2:
+            for f in guards.degenerate_findings(outputs[0], outputs[1]):
+                self.finding(f)
+        for i, inputs in enumerate(self.problem.input_sets(self.device, self.sub_seed(INPUT_SETS_SEED))):
+            self.progress(f"input set {i + 1}")
+            inputs = self.judge.cast(inputs)
+            got = self.run_candidate(inputs, watch=False)
+            mismatch = self.compare(self.run_reference(inputs), got, self.trials + i)
+            if mismatch is not None:
+                mismatch.reason = f"input set {i + 1}: {mismatch.reason}"
+                self.report.mismatches.append(mismatch)
+                return
+
+    def check_determinism(self, inputs: list, first) -> None:
+        seed_everything(self.sub_seed(DETERMINISM_SEED))  # the same inputs, but not the same random stream
+        again = self.run_candidate(inputs, watch=False)
+        diff = self.compare(first, again, self.trials - 1)
+        if diff is not None:
+            self.finding(
+                Finding(
+                    code="nondeterministic",
+                    severity="fail",
+                    evidence=diff.model_dump(exclude_none=True),
+                    message="two runs of ModelNew on the same inputs differ beyond tolerance",
+                )
+            )
+
+    def recheck_after_timing(self) -> None:
+        """A candidate that is right only until it is timed (a replayed result) fails here."""
+        before = len(self.report.mismatches)
+        self.trial(self.trials, self.inputs(RECHECK_SEED))
+        if len(self.report.mismatches) > before:
+            self.finding(
+                Finding(
+                    code="wrong_after_timing",
+                    severity="fail",
+                    message="ModelNew was correct before timing and wrong after it",
+                )
+            )
+
+    def time_all(self) -> Timing:
+        budget = float(self.req.get("timing_budget_s", 1.0))
+        if self.report.execution == "triton-interpreter":  # its speedup says nothing about a GPU: measured briefly
+            budget = min(budget, INTERPRETER_TIMING_BUDGET_S)
+        inputs = self.inputs(TIMING_SEED_BASE, on_device=True)
+        fns = {"candidate": self.candidate, **baseline_fns(self, inputs)}
+        self.progress(f"timing {', '.join(fns)} in interleaved rounds")
+        try:
+            with self.phase("timing"):
+                stats, samples, kept = time_with_baselines(self, fns, budget, ("candidate", TIMED_CHECKS, self.seed))
+        except (Exception, SystemExit) as e:
+            raise self.candidate_error("ModelNew.forward (timing)", e) from None
+        with self.phase("checks"):
+            self.check_timed_calls(kept)
+            self.after_timing(stats, samples, inputs)
+        return Timing(**stats)
+
+    def after_timing(self, stats: dict, samples: dict, inputs: list) -> None:
+        """The speedup and its interval, then (GPU) the stream, device-state and speed-of-light checks."""
+        medians = {k: v.median_ms for k, v in stats.items() if k != "candidate"}
+        if medians and stats["candidate"].median_ms > 0:
+            best = min(medians, key=medians.get)
+            self.report.speedup = medians[best] / stats["candidate"].median_ms
+            self.report.speedup_over = best
+            self.report.speedup_ci = list(speedup_interval(samples[best], samples["candidate"]))
+        if self.device != "cpu":
+            self.finding(guards.stream_findings(lambda: self.candidate(*inputs), self.device))
+            self.report.device_state = device_state(self.device)
+            self.speed_of_light(stats["candidate"].median_ms)
+            if stats["candidate"].median_ms < HOST_BOUND_MS:
+                self.finding(
+                    Finding(
+                        code="host_bound_timing",
+                        evidence={"candidate_median_ms": stats["candidate"].median_ms},
+                        message=f"the candidate takes under {HOST_BOUND_MS * 1e3:.0f} us a call: its time is "
+                        "mostly the host's launch path, and the speedup can move by tens of percent "
+                        "between runs; use larger shapes to compare kernels",
+                    )
+                )
+
+    def timing_feed(self):
+        """Inputs for the timed calls: a few slots at fresh addresses, each refilled with fresh values
+        (drawn on the device, before the clock starts) for every call. A result remembered under a
+        fingerprint of its input is never asked for again, and one remembered by address alone is
+        stale: the checks of timed calls find it. ``fresh_timing_inputs: false`` (for before/after
+        measurements only) feeds one set over and over, as timing did before."""
+        slots = [self.inputs(TIMING_SEED_BASE + i, on_device=True) for i in range(TIMING_SLOTS)]
+        if not self.req.get("fresh_timing_inputs", True):
+            return lambda: slots[0]
+        count = iter(range(TIMING_SLOTS, 2**20 - TIMING_SEED_BASE))
+
+        def feed() -> list:
+            n = next(count)
+            fresh, slot = self.inputs(TIMING_SEED_BASE + n, on_device=True), slots[n % TIMING_SLOTS]
+            for i, (old, new) in enumerate(zip(slot, fresh)):
+                if hasattr(old, "copy_") and getattr(old, "shape", None) == getattr(new, "shape", None):
+                    old.copy_(new)
+                else:
+                    slot[i] = new
+            return slot
+
+        return feed
+
+    def check_timed_calls(self, kept: list) -> None:
+        """Outputs of timed calls chosen at random (by the call's seed) against the reference, run
+        after the timing on copies of the inputs those calls got."""
+        for inputs, got in kept:
+            mismatch = self.compare(self.run_reference(inputs), got, self.trials)
+            if mismatch is not None:
+                mismatch.reason = f"a timed call: {mismatch.reason}"
+                self.report.mismatches.append(mismatch)
+                self.finding(
+                    Finding(
+                        code="wrong_during_timing",
+                        severity="fail",
+                        evidence={"checked_calls": len(kept), "max_abs_error": mismatch.max_abs_error},
+                        message="ModelNew was correct on the correctness trials and wrong on a timed call "
+                        "(each timed call gets fresh inputs; a result remembered from an earlier input is wrong)",
+                    )
+                )
+                return
+
+    def speed_of_light(self, candidate_ms: float) -> None:
+        """Faster than physics is a bug: the floor is the minimum bytes at peak bandwidth and the
+        FLOPs at the device's fastest (lowest-precision) tensor rate."""
+        from kforge_mcp.judge.roofline import lookup_peaks, reference_roofline
+
+        try:
+            roof = reference_roofline(
+                self.problem,
+                self.device,
+                self.report.device_state.get("name"),
+                candidate_ms,
+                atol=self.judge.atol,
+                rtol=self.judge.rtol,
+            )
+        except Exception as e:  # noqa: BLE001  (a reference the counter cannot run gets no bound, and says so)
+            self.finding(Finding(code="no_speed_of_light", message=f"no speed-of-light bound: {type(e).__name__}: {e}"))
+            return
+        self.report.sol_ms, self.report.fraction_of_sol = roof.sol_ms, roof.fraction_of_sol
+        self.report.sol_path = f"{roof.path} ({roof.bound}-bound on {roof.device}): {roof.path_reason}"
+        if roof.below_bound:
+            self.finding(
+                Finding(
+                    code="below_speed_of_light_model",
+                    severity="info",
+                    evidence={"candidate_ms": candidate_ms, "sol_ms": roof.sol_ms, "path": roof.path},
+                    message=roof.notes[-1],
+                )
+            )
+        peaks, _ = lookup_peaks(self.report.device_state.get("name"))
+        floor_ms = max(roof.bytes / peaks.bandwidth, roof.flops / max(peaks.flops.values())) * 1e3
+        if candidate_ms < floor_ms * SOL_MARGIN:
+            self.finding(
+                Finding(
+                    code="faster_than_light",
+                    severity="suspicious",
+                    evidence={
+                        "candidate_ms": candidate_ms,
+                        "floor_ms": floor_ms,
+                        "bytes": roof.bytes,
+                        "flops": roof.flops,
+                        "device": peaks.name,
+                    },
+                    message=f"{candidate_ms:.4f} ms is faster than the device allows for this problem "
+                    f"({floor_ms:.4f} ms to move its minimum bytes and do its FLOPs)",
+                )
+            )
+
+    def failed(self) -> bool:
+        return any(f.severity == "fail" for f in self.report.findings)
+
+    def verdict(self, error: bool = False) -> VerifyReport:
+        r = self.report
+        r.precision, r.atol, r.rtol = self.judge.precision, self.judge.atol, self.judge.rtol
+        if hasattr(self, "flags"):
+            self.flags.restore()  # the next job in this worker starts with torch's switches as they were
+        if error:
+            r.verdict, r.correct = "error", False
+        elif r.mismatches or self.failed():
+            r.verdict, r.correct = "fail", False
+        else:
+            r.correct = True
+            r.verdict = "suspicious" if any(f.severity == "suspicious" for f in r.findings) else "pass"
+        return r
+
+
+def device_state(device: str) -> dict:
+    """What is known of the device's clocks while we timed (NVML through torch when present)."""
+    return get_device(device).state()
+
+
+def run_verify(req: dict, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> VerifyReport:
+    started = _perf_counter()  # bound before any candidate could patch time.perf_counter
+    try:
+        report = Verifier(req, progress, workdir, cache).run()
+    finally:
+        gc.unfreeze()  # the worker collects after the reply (worker.release_memory)
+    report.seconds = _perf_counter() - started
+    return report
+
+
+def run_baselines(req: dict, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> dict:
+    """The ``baselines`` job: the problem's reference compiled and its timings kept in this worker,
+    ahead of the verify that will reuse them (engine/baselines.py)."""
+    import torch
+
+    v = Verifier(req, progress, workdir, cache)
+    v.load_problem()
+    v.reference = reference_model(v.problem, v.device, seed=v.sub_seed(0), dtype=v.judge.dtype)
+    with torch.no_grad():
+        return warm(v, v.inputs(TIMING_SEED_BASE, on_device=True))

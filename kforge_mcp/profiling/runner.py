@@ -1,0 +1,60 @@
+"""The program a worker wraps in ncu or proton: build the model the way a worker does, warm it
+up, then run the profiled forward(s).
+
+    python -m kforge_mcp.profiling.runner SPEC.json
+
+Runs submitted code: only ever started by a worker, in the job's folder, under its limits.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main(spec_path: str) -> None:
+    import torch
+
+    from kforge_mcp.core.problem import Source, build_models, load_problem, seed_everything
+    from kforge_mcp.judge.timing import sync_device
+    from kforge_mcp.targets import get_target
+
+    spec = json.loads(Path(spec_path).read_text())
+    workdir = Path(tempfile.mkdtemp(prefix="runner-", dir=Path(spec_path).parent))
+    device = spec["device"]
+    problem = load_problem(Source.from_wire(spec["problem"]), workdir)
+    if spec.get("candidate"):
+        module = get_target(spec["target"]).load(Source.from_wire(spec["candidate"]), device, workdir).module
+        _, model = build_models(problem, module, device, build_reference=False)
+    else:
+        seed_everything(0)
+        model = problem.module.Model(*problem.init_inputs(device)).to(device)
+    inputs = problem.make_inputs(7, device)
+    with torch.no_grad():
+        for _ in range(int(spec.get("warmup", 2))):
+            model(*inputs)
+        sync_device(device)
+        if spec["mode"] == "ncu":
+            torch.cuda.profiler.start()  # ncu --profile-from-start off captures only this forward
+            model(*inputs)
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+        elif spec["mode"] == "proton":
+            import triton.profiler as proton
+
+            proton.start(spec["proton_name"], hook="triton")
+            for _ in range(int(spec.get("iterations", 5))):
+                model(*inputs)
+            sync_device(device)
+            proton.finalize()
+        elif spec["mode"] == "xctrace":  # under `xctrace record`: signposts mark each forward
+            with torch.mps.profiler.profile(mode="interval", wait_until_completed=True):
+                for _ in range(int(spec.get("iterations", 5))):
+                    model(*inputs)
+            torch.mps.synchronize()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

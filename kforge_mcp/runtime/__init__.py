@@ -1,0 +1,1 @@
+"""Where code runs: worker processes, the pool or Ray executor, the sandbox, caches and jobs."""

@@ -1,0 +1,379 @@
+"""Warm worker processes, one per lane (a device, or 'compile'), each serving one job at a time.
+
+A worker is a fresh ``python -m kforge_mcp.worker_jobs`` with a scrubbed environment, its
+own session (so its whole process group can be killed), no core dumps, and a watchdog in
+the server that enforces the wall-clock timeout and a resident-memory limit. A worker that
+crashes, hangs or overruns is killed and replaced on the next job; the server never waits
+on it longer than the job's timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Callable
+
+from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.core.settings import Settings
+from kforge_mcp.runtime import sandbox
+from kforge_mcp.runtime.environment import worker_environment
+
+STARTUP_TIMEOUT_S = 180.0
+POLL_S = 0.05
+
+
+class WorkerFailure(KforgeError):
+    """The worker died, hung or overran: the job has no result, and this says why."""
+
+    def __init__(self, reason: str, message: str, stderr_tail: str = "", line: int | None = None):
+        super().__init__(message)
+        self.reason = reason  # crash | timeout | memory | processes | cancelled | internal
+        self.stderr_tail = stderr_tail
+        self.line = line
+
+
+class JobCancelled(WorkerFailure):
+    def __init__(self):
+        super().__init__("cancelled", "the job was cancelled")
+
+
+def _limit_child() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    sandbox.default_sigchld()  # the worker and its candidates see their children's exits
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of the worker and its direct children, from /proc."""
+    total = 0
+    pids = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        if p != pid and (pss := _pss_bytes(p)) is not None:
+            total += pss  # a forked child shares the worker's pages: count its share, not them all
+            continue
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def _pss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def summarize_stderr(lines: list[str], keep: int) -> str:
+    """The end of a worker's stderr, with a faulthandler dump cut to the crashing thread's
+    stack (other threads and the list of extension modules are noise to the reader)."""
+    if any(line.startswith("Current thread") for line in lines):
+        start = max(i for i, line in enumerate(lines) if line.startswith("Current thread"))
+        fatal = [line for line in lines if line.startswith("Fatal Python error")]
+        stack = []
+        for line in lines[start:]:
+            if not line.strip() or line.startswith("Extension modules"):
+                break
+            stack.append(line)
+        lines = fatal[-1:] + stack
+    return "\n".join(lines[-keep:])
+
+
+def _signal_name(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+class Worker:
+    def __init__(
+        self, lane: str, env: dict[str, str], cgroup: sandbox.PidsCgroup | None = None, max_tasks: int | None = None
+    ):
+        self.lane = lane
+        self.cgroup = cgroup  # the worker joins it; kill() kills every process in it
+        # without a cgroup: the process cap this server enforces by counting the worker's tree
+        self.max_tasks = max_tasks
+        self.jobs_served = 0
+        self.stderr = collections.deque(maxlen=300)
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kforge_mcp.worker_jobs", str(to_child_r), str(from_child_w)],
+            pass_fds=(to_child_r, from_child_w),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_limit_child,
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.to_worker = Connection(to_child_w, readable=False)
+        self.from_worker = Connection(from_child_r, writable=False)
+        threading.Thread(target=self._drain_stderr, daemon=True, name=f"kforge-stderr-{lane}").start()
+        self.ready = False
+
+    def _drain_stderr(self) -> None:
+        for raw in iter(self.proc.stderr.readline, b""):
+            self.stderr.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def stderr_tail(self, lines: int = 40) -> str:
+        return summarize_stderr(list(self.stderr)[-200:], lines)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.cgroup is None and self.proc.poll() is None:
+            # not reaped yet, so the pid is still ours: stop and kill its whole tree, also the
+            # children that left its process group (the worker is their subreaper)
+            sandbox.kill_tree(self.proc.pid)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.cgroup is not None:
+            self.cgroup.kill_and_remove()  # children that left the process group, too
+        for conn in (self.to_worker, self.from_worker):
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def _failure(self, reason: str, message: str) -> WorkerFailure:
+        time.sleep(0.1)  # let the stderr reader catch the last lines (faulthandler's stack)
+        tail = self.stderr_tail()
+        lines = re.findall(r'candidate_\d+\.py", line (\d+)', tail)
+        return WorkerFailure(reason, message, tail, int(lines[-1]) if lines else None)
+
+    def _wait_message(
+        self, deadline: float, memory_limit: int | None, cancel: threading.Event | None, what: str, timeout_s: float
+    ) -> dict:
+        while True:
+            if cancel is not None and cancel.is_set():
+                self.kill()
+                raise JobCancelled()
+            if self.from_worker.poll(POLL_S):
+                try:
+                    return json.loads(self.from_worker.recv_bytes())
+                except (EOFError, OSError):
+                    pass  # the worker died mid-message; reported below
+                except ValueError as e:
+                    self.kill()
+                    raise self._failure("internal", f"worker sent a malformed reply: {e}") from None
+            if self.proc.poll() is not None:
+                raise self._failure("crash", f"the worker died during {what} ({_signal_name(self.proc.returncode)})")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise self._failure("timeout", f"{what} did not finish within {timeout_s:g} s; the worker was killed")
+            if self.max_tasks and sandbox.tree_tasks(self.proc.pid) > self.max_tasks:
+                self.kill()
+                raise self._failure(
+                    "processes",
+                    f"{what} started more than {self.max_tasks} processes and threads "
+                    "(the sandbox's process cap); the worker and every process it started were killed",
+                )
+            if memory_limit and _rss_bytes(self.proc.pid) > memory_limit:
+                self.kill()
+                raise self._failure(
+                    "memory", f"{what} used more than {memory_limit / 2**30:.1f} GiB of memory; the worker was killed"
+                )  # noqa: E501
+
+    def wait_ready(self, memory_limit: int | None) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not self.ready:
+            msg = self._wait_message(deadline, memory_limit, None, "worker start-up", STARTUP_TIMEOUT_S)
+            self.ready = msg.get("type") == "ready"
+
+    def run(
+        self,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        memory_limit: int | None,
+        on_progress: Callable[[str], None] | None,
+        cancel: threading.Event | None,
+    ) -> dict:
+        self.to_worker.send_bytes(json.dumps({"kind": kind, "payload": payload}).encode())
+        self.jobs_served += 1
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = self._wait_message(deadline, memory_limit, cancel, kind, timeout_s)
+            if msg.get("type") == "progress":
+                if on_progress:
+                    on_progress(str(msg.get("message", ""))[:500])
+            elif msg.get("type") == "result":
+                return msg
+
+
+@dataclass
+class Lane:
+    name: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    worker: Worker | None = None
+    waiting: int = 0  # jobs blocked on ``lock`` (changed under the pool's lanes lock)
+    worked: bool = False  # a job other than a warm-up has run here
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        home: Path,
+        memory_limit_mb: int | None = 8192,
+        max_jobs_per_worker: int = 200,
+        base_env: dict[str, str] | None = None,
+    ):
+        self.home = home
+        self.memory_limit = memory_limit_mb * 2**20 if memory_limit_mb else None
+        self.max_jobs_per_worker = max_jobs_per_worker
+        self.base_env = base_env  # the environment workers are scrubbed from (default: this process's)
+        self._tmp: Path | None = None  # made by the first worker start: a session without one leaves no folder
+        self._lanes: dict[str, Lane] = {}
+        self._lanes_lock = threading.Lock()
+        self._workers: set[Worker] = set()  # every worker spawned and not yet reaped
+        self._closed = False
+
+    @property
+    def tmp(self) -> Path:
+        with self._lanes_lock:
+            if self._closed:  # a background start (prewarm, probe) after shutdown makes no folder to leave behind
+                raise WorkerFailure("cancelled", "the worker pool is shut down")
+            if self._tmp is None:
+                self._tmp = Path(tempfile.mkdtemp(prefix="kforge-workers-"))
+            return self._tmp
+
+    def _lane(self, name: str) -> Lane:
+        with self._lanes_lock:
+            return self._lanes.setdefault(name, Lane(name))
+
+    def _start(self, lane: str) -> Worker:
+        env = worker_environment(lane, self.home, self.tmp, self.base_env)
+        cgroup = None
+        if sandbox.enabled("cgroup"):
+            cgroup = sandbox.PidsCgroup.create(Settings.read().sandbox_max_procs)
+        if cgroup is not None:
+            env["KFORGE_SANDBOX_CGROUP"] = str(cgroup.path)
+        max_tasks = None
+        if sandbox.watchdog_applies(cgroup is not None):  # no pids cgroup here: count the tree ourselves
+            max_tasks = Settings.read().sandbox_max_procs
+        # spawned and registered under the lock: a shutdown comes either first (nothing is spawned) or after
+        # (it kills this worker), never between, even when this is a background start the interpreter's exit freezes
+        with self._lanes_lock:
+            if self._closed:
+                if cgroup is not None:
+                    cgroup.kill_and_remove()
+                raise WorkerFailure("cancelled", "the worker pool is shut down")
+            worker = Worker(lane, env, cgroup, max_tasks)
+            self._workers = {w for w in self._workers if w.proc.poll() is None} | {worker}
+        try:
+            worker.wait_ready(self.memory_limit)
+        except WorkerFailure as e:
+            worker.kill()
+            raise WorkerFailure(e.reason, f"the {lane} worker failed to start: {e.message}\n{e.stderr_tail}") from None
+        return worker
+
+    def prewarm(self, lane: str) -> None:
+        """Start a lane's worker in the background so the first call does not pay for it."""
+
+        def start():
+            state = self._lane(lane)
+            with state.lock:
+                if state.worker is None or not state.worker.alive():
+                    try:
+                        state.worker = self._start(lane)
+                    except (WorkerFailure, OSError, EOFError):  # OSError: closed at shutdown mid-start
+                        state.worker = None
+
+        threading.Thread(target=start, daemon=True, name=f"kforge-prewarm-{lane}").start()
+
+    def run(
+        self,
+        lane: str,
+        kind: str,
+        payload: dict,
+        timeout_s: float,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+        warm_up: bool = False,
+    ) -> dict | None:
+        """The worker's reply. ``warm_up``: a job that only helps later ones, run only while the lane is idle
+        (no job waiting for it, none but warm-ups run on it yet); None when it was not run."""
+        # we must see our workers' exit status: something in this process (ray.init) may have set
+        # SIGCHLD to ignored since the last job, and then a crash would read as "exit code 0"
+        sandbox.default_sigchld()
+        state = self._lane(lane)
+        with self._lanes_lock:
+            state.waiting += 1
+        with state.lock:
+            with self._lanes_lock:
+                state.waiting -= 1
+                if warm_up and (state.waiting or state.worked):
+                    return None
+                state.worked = state.worked or not warm_up
+            if cancel is not None and cancel.is_set():
+                raise JobCancelled()
+            if state.worker is None or not state.worker.alive() or state.worker.jobs_served >= self.max_jobs_per_worker:
+                if state.worker is not None:
+                    state.worker.kill()
+                if on_progress:
+                    on_progress(f"starting a {lane} worker")
+                state.worker = self._start(lane)
+            try:
+                reply = state.worker.run(kind, payload, timeout_s, self.memory_limit, on_progress, cancel)
+            except WorkerFailure:
+                state.worker.kill()
+                state.worker = None
+                raise
+            if reply.get("recycle") or (not reply.get("ok") and reply.get("kind") == "internal"):
+                # a poisoned device context, or a failure we did not expect: do not reuse that process
+                state.worker.kill()
+                state.worker = None
+            return reply
+
+    def shutdown(self) -> None:
+        with self._lanes_lock:
+            self._closed = True
+            lanes = list(self._lanes.values())
+            workers = list(self._workers)
+        for lane in lanes:
+            lane.worker = None
+        for worker in workers:
+            if worker.proc.poll() is None:  # a reaped worker's pid may be someone else's by now
+                worker.kill()
+        self._remove_tmp()
+
+    def _remove_tmp(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)

@@ -1,0 +1,168 @@
+"""What runs on each node of a Ray cluster: the actor that owns a WorkerPool there (NodeWorker),
+the probe of what the node offers (devices, targets, resources) merged into one report, and how
+an actor is stopped or found dead.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from kforge_mcp.core.home import check_home, default_home
+from kforge_mcp.runtime.pool import WorkerFailure, WorkerPool
+
+LOCAL_LANE = {"cuda": "cuda:0", "xpu": "xpu:0"}  # the lane inside the actor: the node's first device it was given
+
+
+HIDDEN_RESOURCES = ("node:", "memory", "object_store")  # Ray bookkeeping, not what a node offers
+
+
+EMPTIED_BY_RAY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ONEAPI_DEVICE_SELECTOR")
+
+
+def lane_kind(lane: str) -> str:
+    """``cuda:3`` -> ``cuda``; ``cpu.1`` -> ``cpu``."""
+    return lane.split(":")[0].split(".")[0]
+
+
+def _node_info() -> dict:
+    import ray
+
+    return {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "address": ray.util.get_node_ip_address(),
+        "pid": os.getpid(),
+    }
+
+
+def _home(home: str | None) -> Path:
+    """The engine home on this node, checked like the server's (a read-only or full one is a clear error)."""
+    path = Path(home).expanduser() if home else default_home()
+    check_home(path)
+    return path
+
+
+class NodeWorker:
+    """A Ray actor (a threaded one: ``run`` blocks, ``progress`` and ``cancel`` answer meanwhile)
+    that owns a warm worker pool on its node and runs one job at a time."""
+
+    def __init__(self, home: str | None, memory_limit_mb: int | None, lane: str):
+        self.pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb)
+        self.lane = lane
+        self.node = _node_info()
+        self.jobs: dict[str, tuple[threading.Event, list[str]]] = {}
+
+    def ready(self) -> dict:
+        return self.node
+
+    def run(self, job_id: str, kind: str, payload: dict, timeout_s: float) -> dict:
+        cancel, log = threading.Event(), []
+        self.jobs[job_id] = (cancel, log)
+        try:
+            reply = self.pool.run(self.lane, kind, payload, timeout_s, log.append, cancel)
+        except WorkerFailure as e:  # JobCancelled too: sent back as data, re-raised by the caller
+            reply = {
+                "failure": {"reason": e.reason, "message": e.message, "stderr_tail": e.stderr_tail, "line": e.line}
+            }
+        finally:
+            self.jobs.pop(job_id, None)
+        return {**reply, "node": self.node["node_id"], "progress_log": log}
+
+    def progress(self, job_id: str, since: int) -> list[str]:
+        job = self.jobs.get(job_id)
+        return job[1][since:] if job else []
+
+    def cancel(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job:
+            job[0].set()  # the pool kills the worker
+
+    def shutdown(self) -> None:
+        self.pool.shutdown()
+
+
+def probe_node(home: str | None, memory_limit_mb: int | None, timeout_s: float) -> dict:
+    """A Ray task pinned to one node: which targets and devices that node offers."""
+    # Ray empties CUDA_VISIBLE_DEVICES for a task that asked for no GPU; the probe must see them all
+    base = {k: v for k, v in os.environ.items() if not (k in EMPTIED_BY_RAY and not v)}
+    pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb, base_env=base)
+    try:
+        reply = pool.run("compile", "probe", {}, timeout_s)
+    except WorkerFailure as e:
+        return {**_node_info(), "error": f"probe failed: {e.message}"}
+    finally:
+        pool.shutdown()
+    if not reply.get("ok"):
+        return {**_node_info(), "error": f"probe failed: {reply.get('message')}"}
+    return {**_node_info(), "report": reply["value"]}
+
+
+def merge_probes(results: list[dict], resources: dict[str, dict], host_extra: dict[str, str]) -> dict:
+    """One TargetsReport for the cluster from each node's probe."""
+    targets: dict[str, dict] = {}
+    host: dict[str, str] = {}
+    nodes = []
+    for r in results:
+        report = r.get("report") or {}
+        res = resources.get(r["node_id"], {})
+        offers = [t["name"] for t in report.get("targets", []) if t.get("available")]
+        devices = sorted({d for t in report.get("targets", []) if t.get("available") for d in t.get("devices", [])})
+        nodes.append(
+            {
+                "node_id": r["node_id"],
+                "address": r.get("address"),
+                "alive": "error" not in r,
+                "resources": {k: v for k, v in res.items() if not k.startswith(HIDDEN_RESOURCES)},
+                "targets": offers,
+                "devices": devices,
+                "error": r.get("error"),
+                "host": {
+                    k: v
+                    for k, v in report.get("host", {}).items()
+                    if k in ("python", "torch", "platform", "arch") or k.startswith("device ")
+                },
+            }
+        )
+        if report and (not host or ("arch" in report.get("host", {}) and "arch" not in host)):
+            host = dict(report.get("host", {}))  # a GPU node's host facts (its arch) win
+        for t in report.get("targets", []):
+            merged = targets.get(t["name"])
+            if merged is None:
+                targets[t["name"]] = dict(t, devices=list(t.get("devices", [])))
+                continue
+            if t.get("available") and not merged.get("available"):
+                merged.update({k: v for k, v in t.items() if k != "devices"}, reason=None)
+            merged["can_compile"] = merged.get("can_compile") or t.get("can_compile", False)
+            merged["devices"] += [d for d in t.get("devices", []) if d not in merged["devices"]]
+    for t in targets.values():  # GPUs first, then the CPU, as a single machine lists them
+        t["devices"].sort(key=lambda d: (d == "cpu", d))
+    host.update(host_extra, nodes=str(len(nodes)))
+    if not targets:
+        raise WorkerFailure(
+            "internal",
+            "no node of the Ray cluster answered the probe: "
+            + "; ".join(f"{n['address']}: {n['error']}" for n in nodes),
+        )
+    return {"targets": list(targets.values()), "host": host, "nodes": nodes}
+
+
+def _killed(ray, actor, error: WorkerFailure) -> WorkerFailure:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001
+        pass
+    error.actor_killed = True
+    return error
+
+
+def _shutdown_actor(ray, actor) -> None:
+    """Stop the actor's workers, then the actor (a kill alone would leave its workers behind)."""
+    try:
+        ray.get(actor.shutdown.remote(), timeout=10)
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001
+        pass

@@ -1,0 +1,139 @@
+"""The worker process: the only place candidate code runs (started as ``python -m kforge_mcp.worker_jobs``,
+which hands this loop the jobs it can do).
+
+Started by the pool with a scrubbed environment and two pipe fds. Requests and replies are
+JSON frames (never pickle: a hostile worker must not be able to run code in the server).
+Anything the candidate prints goes to stderr, which the pool keeps for crash reports.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+
+def device_healthy() -> bool:
+    """A CUDA fault (illegal address, ...) poisons the context for the life of the process:
+    report it, so the pool replaces this worker instead of failing every later job."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():  # (not imported: a probe that asked the driver)
+        return True
+    try:
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def release_memory() -> None:
+    """Give a job's freed host memory back to the OS, so a warm worker's footprint does not
+    creep up across GPU-sized jobs until the memory limit kills it."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+MAX_LEFTOVER_CHILDREN = 16  # more than a compile pool leaves: the worker is replaced (with them)
+
+Handler = Callable[[dict, Callable[[str], None], Path, dict], dict]
+
+
+def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
+    """Answer requests until the pipe closes. ``handlers`` do the jobs by kind; ``timer_snapshot`` reads
+    the clocks a candidate could patch (taken clean once torch is in, compared after every job)."""
+    from kforge_mcp.core.errors import InputError
+
+    state: dict = {}
+
+    def send(message: dict) -> None:
+        conn_out.send_bytes(json.dumps(message, default=str).encode())
+
+    def progress(text: str) -> None:
+        send({"type": "progress", "message": text})
+
+    from kforge_mcp.core.settings import Settings
+    from kforge_mcp.runtime import sandbox
+
+    clean_timers = None  # taken once torch is in: a job that patches these leaves a worker we do not reuse
+
+    def warm() -> None:
+        nonlocal clean_timers
+        if clean_timers is None:
+            import torch  # noqa: F401  (warm: a verify must not pay for this)
+
+            clean_timers = timer_snapshot()
+
+    # The compile lane's first job is the probe, which asks the driver rather than torch where it can
+    # (driver_probe.py): it answers before torch's import (3.5-4.4 s on the H100 machines), then imports it.
+    if Settings.read().worker_lane != "compile":
+        warm()
+    send({"type": "ready", "pid": os.getpid()})
+    while True:
+        try:
+            request = json.loads(conn_in.recv_bytes())
+        except EOFError:
+            return
+        if request["kind"] != "probe":
+            warm()  # before any code of a candidate's runs, so the timers are taken clean
+        sandbox.reset_cpu_limit()  # a CPU-time backstop per job, not per worker life
+        workdir = Path(tempfile.mkdtemp(prefix="job-", dir=Settings.read().worker_tmp))
+        os.chdir(workdir)  # relative writes by the candidate land in its own job folder
+        try:
+            value = handlers[request["kind"]](request["payload"], progress, workdir, state)
+            # a poisoned device, patched clocks, or threads the candidate left running (they
+            # would run on into the next job): this process is not reused
+            left_threads = any(f.get("code") == "spawned_threads" for f in (value or {}).get("findings", []))
+            patched = clean_timers is not None and timer_snapshot() != clean_timers  # (None: our probe ran)
+            recycle = not device_healthy() or patched or left_threads
+            recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
+            send({"type": "result", "ok": True, "value": value, "recycle": recycle})
+        except InputError as e:
+            send(
+                {
+                    "type": "result",
+                    "ok": False,
+                    "kind": "input",
+                    "message": e.message,
+                    "diagnostics": [d.model_dump() for d in e.diagnostics],
+                }
+            )
+        except BaseException as e:  # noqa: BLE001  (a candidate may raise SystemExit; report it, keep serving)
+            send(
+                {
+                    "type": "result",
+                    "ok": False,
+                    "kind": "internal",
+                    "message": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-4000:],
+                }
+            )
+        finally:
+            os.chdir(workdir.parent)
+            shutil.rmtree(workdir, ignore_errors=True)
+            release_memory()
+        warm()  # after a probe answered without torch: import it now, while the lane is idle
+
+
+def main(handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
+    read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
+    conn_in, conn_out = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    os.dup2(2, 1)  # candidate prints must never land in the protocol
+    sys.stdout = sys.stderr
+    faulthandler.enable()  # a segfault prints the Python stack, with the candidate's line
+    from kforge_mcp.runtime.sandbox import apply
+
+    apply()  # limits, no network, writes only to its temp dir and caches: before any candidate code
+    serve(conn_in, conn_out, handlers, timer_snapshot)

@@ -1,0 +1,422 @@
+"""A load_inline build in seconds: torch plans it, kforge builds it from reusable parts.
+
+torch writes the build it would run (build.ninja, main.cpp, cuda.cu: its flags for this torch,
+toolkit and arch); nothing is compiled by torch. kforge then compiles three objects side by side
+and links them as torch would:
+
+- ``main.o``, the Python bindings: depends only on ``cpp_sources`` and ``functions`` (the module
+  name is a hash of those), so kernel and host edits reuse it;
+- ``host.o``, the host functions (cuda_split.py) by the C++ compiler with torch's headers,
+  through a precompiled lean header where one is ready;
+- ``device.o``, the kernels by nvcc without torch's headers (seconds).
+
+Objects are cached by content, flags and toolchain versions under the extension cache
+(cuda_build_cache.py); one that fails its checksum is rebuilt. When the source
+cannot be split, or a unit fails in a way the stock build might not, the caller runs the stock
+build, so the verdict never depends on this path.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from kforge_mcp.targets.cuda.build_cache import ObjectCache, Pch, digest, seal, sealed, start_detached, write_whole
+from kforge_mcp.targets.cuda.split import CannotSplit, split
+
+PRELUDE = """// kforge: what the host unit needs before the candidate's own text (precompiled when ready)
+#pragma once
+#include <torch/types.h>
+#include <torch/extension.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+// how nvcc lowers k<<<grid, block, smem, stream>>>(args): push the configuration, call k's stub
+extern "C" unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim = 1, size_t sharedMem = 0,
+                                                struct CUstream_st *stream = 0);
+// nvcc's C++ overloads that take a kernel; a plain C++ compiler sees only the const void* forms
+template <class T> inline cudaError_t cudaFuncSetAttribute(T *entry, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute((const void *)entry, attr, value);
+}
+template <class T> inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, T *entry) {
+  return ::cudaFuncGetAttributes(attr, (const void *)entry);
+}
+template <class T>
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, T *func, int block, size_t smem) {
+  return ::cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, (const void *)func, block, smem);
+}
+"""
+
+
+class FastBuildError(Exception):
+    """A unit failed to compile; ``output`` is the compiler's text."""
+
+    def __init__(self, unit: str, output: str):
+        super().__init__(f"{unit} failed")
+        self.unit, self.output = unit, output
+
+
+@dataclass
+class Plan:
+    """What torch would run, read from the build.ninja it wrote."""
+
+    cxx: list[str]
+    nvcc: list[str]
+    cflags: list[str]
+    post_cflags: list[str]
+    cuda_cflags: list[str]
+    cuda_post_cflags: list[str]
+    ldflags: list[str]
+    main_cpp: str
+    cuda_cu: str
+
+    @property
+    def host_cflags(self) -> list[str]:
+        # the module name matters to main.cpp only; leaving it out keeps the precompiled header valid
+        return [f for f in self.cflags if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+
+
+@dataclass
+class BuildInfo:
+    """How one extension was built: what compiled, what was reused, and how long it took."""
+
+    path: str = "split"
+    seconds: float = 0.0
+    compiled: dict[str, float] = field(default_factory=dict)
+    reused: list[str] = field(default_factory=list)
+    pch: dict[str, str] = field(default_factory=dict)  # unit -> its precompiled header: used or building
+    headers: dict[str, str] = field(default_factory=dict)  # unit -> the torch header it was compiled with
+    fallback: str | None = None
+    first_build: dict | None = None  # a reused extension: how it was built (often ahead, by a CPU worker)
+
+
+def plan_build(real_load_inline, module_name: str, cpp_src, cuda_src, functions, kwargs: dict, where: Path) -> Plan:
+    """Let torch write its build (flags for this torch, toolkit and arch) without running it."""
+    import torch.utils.cpp_extension as ce
+
+    where.mkdir(parents=True, exist_ok=True)
+    saved = (ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER)
+    ce._run_ninja_build = lambda *a, **k: None
+    ce._import_module_from_library = lambda *a, **k: None
+    ce.JIT_EXTENSION_VERSIONER = ce.ExtensionVersioner()  # a fresh one: torch keeps the name as given
+    try:
+        real_load_inline(
+            module_name, cpp_src, cuda_sources=cuda_src, functions=functions, build_directory=str(where), **kwargs
+        )
+    finally:
+        ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER = saved
+    ninja = (where / "build.ninja").read_text()
+    var = {m.group(1): m.group(2) for m in re.finditer(r"^(\w+) = (.*)$", ninja, re.M)}
+    return Plan(
+        cxx=shlex.split(var.get("cxx", "c++")),
+        nvcc=shlex.split(var["nvcc"]),
+        cflags=shlex.split(var.get("cflags", "")),
+        post_cflags=shlex.split(var.get("post_cflags", "")),
+        cuda_cflags=shlex.split(var.get("cuda_cflags", "")),
+        cuda_post_cflags=shlex.split(var.get("cuda_post_cflags", "")),
+        ldflags=shlex.split(var.get("ldflags", "")),
+        main_cpp=(where / "main.cpp").read_text(),
+        cuda_cu=(where / "cuda.cu").read_text(),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _tool_version(cmd: tuple[str, ...]) -> str:
+    try:
+        return subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def toolchain_id(plan: Plan) -> tuple[str, str]:
+    """The C++ compiler's and nvcc's own version text (asked once per process), for cache keys."""
+    return _tool_version(tuple(plan.cxx)), _tool_version(tuple(plan.nvcc))
+
+
+def _compile(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:  # a file, not a pipe: units are polled, and one's errors can be long
+        return subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+
+
+# torch/extension.h = torch/all.h (the C++ frontend: nn, optim, data, jit...) + torch/python.h (pybind11).
+# Each unit first gets the least it is likely to need; a unit that needs more fails there and is compiled
+# again with the full header. The host functions get torch/types.h (ATen, TORCH_CHECK). The bindings
+# (main.cpp) get, when cpp_sources only declares functions (what KernelBench candidates do), Tensor and
+# pybind11 with torch's type casters; otherwise torch/python.h. The lean preludes are what gets
+# precompiled. On 2 CPU cores (bench/results/host-header-options-cpu.md) the host unit took 19.1 s with
+# torch/extension.h, 8.6 s with it precompiled, 6.2 s with torch/types.h and 1.8 s with torch/types.h
+# precompiled; the bindings 19.0 s, 10.0 s precompiled, 12.0 s with torch/python.h and 5.4 s slim (on the
+# H100 13.8 s and 5.0 s: host-header-options-h100-slim.md).
+FULL_BINDINGS_HEADER = "#include <torch/extension.h>"
+LEAN_BINDINGS_HEADER = "#include <torch/python.h>"
+LEAN_HOST_HEADER = "#include <torch/types.h>"
+LEAN_PRELUDE = PRELUDE.replace("#include <torch/extension.h>\n", "")
+BINDINGS_PRELUDE = (
+    "// kforge: what the bindings need (precompiled when ready)\n#pragma once\n" + LEAN_BINDINGS_HEADER + "\n"
+)
+# Every pybind11 type caster torch/extension.h brings is in torch/csrc/utils/pybind.h (a test compares the
+# two with g++ -M on the installed torch), so declared functions are bound alike; a declaration naming
+# more than these fails to compile and gets the full header.
+SLIM_BINDINGS_PRELUDE = """// kforge: what bindings of declared functions need (precompiled when ready)
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/csrc/Exceptions.h>
+namespace torch {
+using namespace at;
+}
+"""
+SLIM_BINDINGS_HEADER = "#include <ATen/core/Tensor.h> + <torch/csrc/utils/pybind.h>"
+PCH_PRELUDES = {"bindings": SLIM_BINDINGS_PRELUDE, "bindings-python": BINDINGS_PRELUDE, "host": LEAN_PRELUDE}
+PREWARMED = ("bindings", "host")  # what most candidates build with; bindings-python is built when first used
+_EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"][ \t]*$", re.M)
+# what load_inline appends to cpp_sources when it is given ``functions``
+_GENERATED_MODULE = re.compile(r"\nPYBIND11_MODULE\(TORCH_EXTENSION_NAME, m\) \{\n(?:m\.def\([^\n]*\);\n)*\}\s*\Z")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def bindings_unit(main_cpp: str) -> tuple[str | None, str, str]:
+    """(lean prelude or None for the full header, main.cpp to compile, the header it stands for).
+    Line numbers are kept, so the compiler's messages still point at the candidate's lines."""
+    if not main_cpp.startswith(FULL_BINDINGS_HEADER + "\n"):
+        return None, main_cpp, FULL_BINDINGS_HEADER
+    module = _GENERATED_MODULE.search(main_cpp)
+    declared = main_cpp[len(FULL_BINDINGS_HEADER) : module.start()] if module else "{"
+    if "{" not in _COMMENT.sub("", declared):  # declarations only: no body that could call more of torch
+        mark = "// kforge: torch/extension.h left out; the bindings prelude declares what this needs"
+        return (
+            "bindings",
+            mark + _EXTENSION_INCLUDE.sub(mark, main_cpp[len(FULL_BINDINGS_HEADER) :]),
+            SLIM_BINDINGS_HEADER,
+        )
+    return "bindings-python", main_cpp.replace(FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER, 1), LEAN_BINDINGS_HEADER
+
+
+def pchs_for(plan: Plan, cache_root: Path, versions: tuple, names=tuple(PCH_PRELUDES)) -> dict[str, Pch]:
+    """The precompiled lean preludes, by name."""
+    return {name: Pch(cache_root, plan.cxx, plan.host_cflags, versions, name, PCH_PRELUDES[name]) for name in names}
+
+
+def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch: bool = True) -> BuildInfo:
+    """Compile what the caches lack, side by side, and link ``out_dir/<module_name>.so``."""
+    started = time.perf_counter()
+    info = BuildInfo()
+    try:
+        units = split(plan.cuda_cu)
+    except CannotSplit as e:
+        info.path, info.fallback = "stock", str(e)
+        return info
+    versions = toolchain_id(plan)
+    objects = ObjectCache(cache_root / "objects")
+    main_prelude, lean_main_cpp, main_header = bindings_unit(plan.main_cpp)
+    preludes = {"main": main_prelude, "host": "host"}
+    pchs = pchs_for(plan, cache_root, versions, [n for n in preludes.values() if n]) if use_pch else {}
+    info.pch = {unit: "used" if pchs[n].ready else "building" for unit, n in preludes.items() if n in pchs}
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=out_dir))
+
+    def included(name: str, text: str) -> list[str]:
+        """Flags that include ``text`` first, from a header written for this build."""
+        (work / f"kforge_{name}.h").write_text(text)
+        return ["-include", str(work / f"kforge_{name}.h")]
+
+    def lean_prelude(unit: str) -> tuple[str, list[str]]:
+        """The unit's lean prelude and the flags that include it: precompiled when ready."""
+        name = preludes[unit]
+        return PCH_PRELUDES[name], pchs[name].flags() if name in pchs else included(name, PCH_PRELUDES[name])
+
+    def main_job(lean: bool) -> tuple[str, list[str]]:
+        source = lean_main_cpp if lean else plan.main_cpp
+        info.headers["main"] = main_header if lean else FULL_BINDINGS_HEADER
+        prelude, include = lean_prelude("main") if lean else ("", [])
+        (work / "main.cpp").write_text(source)
+        return (
+            digest("main", source, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude),
+            [*plan.cxx, *plan.cflags, *include, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags],
+        )
+
+    def host_job(lean: bool) -> tuple[str, list[str]]:
+        source = _EXTENSION_INCLUDE.sub(LEAN_HOST_HEADER, units.host) if lean else units.host
+        info.headers["host"] = LEAN_HOST_HEADER if lean else FULL_BINDINGS_HEADER
+        prelude, include = lean_prelude("host") if lean else (PRELUDE, included("cuda_host", PRELUDE))
+        (work / "host.cpp").write_text(source)
+        return (
+            digest("host", source, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude),
+            [*plan.cxx, *plan.host_cflags, *include, "-x", "c++", "-c", "host.cpp", "-o", "host.o", *plan.post_cflags],
+        )
+
+    lean = {"main": main_prelude is not None, "host": True}
+    full_jobs = {"main": main_job, "host": host_job}
+    (work / "device.cu").write_text(units.device)
+    jobs = {
+        "main": main_job(lean["main"]),
+        "host": host_job(lean["host"]),
+        "device": (
+            digest("device", units.device, plan.nvcc, plan.cuda_cflags, plan.cuda_post_cflags, versions),
+            [*plan.nvcc, *plan.cuda_cflags, "-c", "device.cu", "-o", "device.o", *plan.cuda_post_cflags],
+        ),
+    }
+    found, running = {}, {}
+
+    def take(unit: str, wait: float) -> bool:
+        """Reuse the unit's object or start compiling it; False: another build holds it now."""
+        key, cmd = jobs[unit]
+        lock = FileLock(str(objects.root / f"{key}.lock"))
+        try:
+            lock.acquire(timeout=wait)
+        except Timeout:
+            return False
+        hit = objects.get(key)
+        if hit is not None:
+            lock.release()
+            found[unit] = hit
+            info.reused.append(unit)
+        else:
+            running[unit] = (_compile(cmd, work, work / f"{unit}.log"), time.perf_counter(), lock)
+        return True
+
+    failures: list[FastBuildError] = []
+
+    def finish() -> None:
+        """Wait for the compiles started (each timed to its own end), keep their objects, release their locks."""
+        while running:
+            for unit, (proc, t0, lock) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                try:
+                    info.compiled[unit] = round(time.perf_counter() - t0, 2)
+                    if proc.returncode != 0:
+                        failures.append(FastBuildError(unit, (work / f"{unit}.log").read_text(errors="replace")))
+                    else:
+                        found[unit] = objects.put(jobs[unit][0], work / f"{unit}.o")
+                finally:
+                    lock.release()
+                    del running[unit]
+            if running:
+                time.sleep(0.02)
+
+    # a batch's builds share objects (the bindings): one compiles each; the others first finish
+    # what only they need, holding no lock, then wait for it
+    waiting = [u for u in jobs if not take(u, 0)]
+    finish()
+    for unit in waiting:
+        if not take(unit, 900):
+            raise FastBuildError(unit, "another build held this object for 900 s")
+    finish()
+    again = [u for u in full_jobs if lean[u] and any(f.unit == u for f in failures)]  # needed more than the lean header
+    if again:
+        failures[:] = [f for f in failures if f.unit not in again]
+        for unit in again:
+            jobs[unit] = full_jobs[unit](False)
+            info.headers[unit] += " (the lean header was not enough)"
+            take(unit, 900)
+        finish()
+    failed = failures[0] if failures else None
+    for p in pchs.values():
+        if not p.ready:
+            p.start_build()  # the next build of that unit parses torch's headers from it
+    if failed is not None:
+        raise failed
+    link = subprocess.run(
+        [*plan.cxx, str(found["main"]), str(found["host"]), str(found["device"]), *plan.ldflags, "-o", "ext.so"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
+    if link.returncode != 0:
+        raise FastBuildError("link", link.stdout + link.stderr)
+    os.replace(work / "ext.so", out_dir / f"{module_name}.so")
+    shutil.rmtree(work, ignore_errors=True)
+    info.seconds = round(time.perf_counter() - started, 2)
+    return info
+
+
+def load_split(
+    real_load_inline,
+    module_name: str,
+    cpp_src,
+    cuda_src,
+    functions,
+    kwargs: dict,
+    build_dir: Path,
+    pch: bool,
+    import_module: bool = True,
+):
+    """The extension from the split build: (module, info), or (None, info) when the stock build must run.
+    Raises FastBuildError when a unit fails (the caller decides whether that is the candidate's error)."""
+    from torch.utils.cpp_extension import _import_module_from_library
+
+    def load():
+        return _import_module_from_library(module_name, str(build_dir), True) if import_module else None
+
+    so = build_dir / f"{module_name}.so"
+    if sealed(so):
+        try:
+            first = json.loads(so.with_name(so.name + ".build.json").read_text())
+        except (OSError, ValueError):
+            first = None
+        return load(), BuildInfo(reused=["extension"], first_build=first)
+    started = time.perf_counter()
+    plan = plan_build(real_load_inline, module_name, cpp_src, cuda_src, functions, kwargs, build_dir / "plan")
+    info = build(plan, module_name, build_dir, build_dir.parent, use_pch=pch)
+    if info.path != "split":
+        return None, info
+    info.seconds = round(time.perf_counter() - started, 2)
+    write_whole(so.with_name(so.name + ".build.json"), json.dumps(vars(info)).encode())
+    seal(so)
+    return load(), info
+
+
+# names the device unit lacks (torch's headers are left out of it): an error about them may be the split's
+NOT_IN_DEVICE_UNIT = re.compile(r"\b(torch|at|c10|TORCH_\w*|AT_\w*|C10_\w*|Tensor|pybind11|py)\b")
+
+
+def candidate_errors(output: str, file: str) -> bool:
+    """Whether a failed device unit failed on the candidate's own code: every error is at a line of the
+    candidate's file and none names something only torch's headers declare."""
+    from kforge_mcp.targets.cuda.nvcc import parse_compiler_output
+
+    errors = [r for r in parse_compiler_output(output) if r.severity == "error"]
+    return bool(errors) and all(r.file == file and not NOT_IN_DEVICE_UNIT.search(r.message) for r in errors)
+
+
+def torch_versions() -> list:
+    import torch
+
+    return [torch.__version__, torch.version.cuda]
+
+
+def prewarm_pch(cache_root: Path) -> None:
+    """Start precompiling the units' lean headers (a GPU machine's first builds then use them)."""
+    import torch.utils.cpp_extension as ce
+
+    where = Path(tempfile.mkdtemp(prefix="kforge-pch-plan-"))
+    try:
+        plan = plan_build(ce.load_inline, "kforge_pch_plan", "", "__global__ void k() {}", [], {}, where)
+        for pch in pchs_for(plan, cache_root, toolchain_id(plan), PREWARMED).values():
+            pch.start_build()
+    except Exception:  # noqa: BLE001  (a head start only: the first build precompiles them otherwise)
+        pass
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def start_pch_prewarm(cache_root: Path) -> None:
+    """prewarm_pch in a process of its own. Planning swaps functions of torch.utils.cpp_extension for
+    a moment; a thread of a worker did that under a job's feet (and, while a candidate's import had
+    load_inline swapped, built a whole dummy extension inside that job)."""
+    package_root = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    code = "import sys, pathlib; from kforge_mcp.targets.cuda.fast_build import prewarm_pch; "
+    code += "prewarm_pch(pathlib.Path(sys.argv[1]))"
+    start_detached([sys.executable, "-c", code, str(cache_root)], env)

@@ -1,0 +1,1 @@
+"""The cute target: the CuTe DSL (and CuTe C++ headers through the cuda build)."""

@@ -1,0 +1,1 @@
+"""The metal target: Metal shaders through torch.mps.compile_shader (macOS)."""

@@ -1,0 +1,68 @@
+"""NVIDIA tooling every NVIDIA target shares: finding the CUDA tools (nvcc, ptxas, cuobjdump), reading
+a cubin's resources, and the arch names. No target imports another; they import this."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from kforge_mcp.core.errors import InputError
+
+DEFAULT_ARCH = "sm_90a"
+NEEDS_GPU = "needs an NVIDIA GPU to run; compile works here"
+BUNDLED_BY_TRITON = ("cuobjdump", "nvdisasm", "ptxas")
+
+
+def _triton_bundled(name: str) -> str | None:
+    spec = importlib.util.find_spec("triton") if name in BUNDLED_BY_TRITON else None
+    if spec and spec.origin:
+        bundled = Path(spec.origin).parent / "backends" / "nvidia" / "bin" / name
+        if bundled.exists():
+            return str(bundled)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def find_tool(name: str, prefer_triton_bundle: bool = False) -> str | None:
+    """A CUDA tool: the toolkit's (CUDA_HOME, CUDA_PATH, /usr/local/cuda), then PATH, then the copy
+    Triton bundles. Triton asks for its bundle first, so its cubins meet the tools they came with."""
+    if prefer_triton_bundle and _triton_bundled(name):
+        return _triton_bundled(name)
+    for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if base and Path(base, "bin", name).exists():
+            return str(Path(base, "bin", name))
+    return shutil.which(name) or _triton_bundled(name)
+
+
+def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:
+    """Parse ``cuobjdump --dump-resource-usage``: REG, STACK, SHARED, LOCAL per function."""
+    tool = find_tool("cuobjdump", prefer_triton_bundle=True)
+    if tool is None:
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True, timeout=60).stdout
+    result, current = {}, None
+    for line in out.splitlines():
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            current = result.setdefault(m.group(1), {})
+        elif current is not None:
+            current.update({k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", line)})
+    return result
+
+
+def normalize_arch(arch: str | None) -> str:
+    """'sm_90a', '90a', '9.0', 'sm_100a' -> 'sm_90a' style, as nvcc's -arch wants it."""
+    text = (arch or DEFAULT_ARCH).strip().lower()
+    m = re.fullmatch(r"(?:sm_|compute_)?(\d{2,3})([af]?)", text) or re.fullmatch(r"(\d+)\.(\d)([af]?)", text)
+    if not m:
+        raise InputError(f"arch '{arch}' is not an NVIDIA arch such as sm_80, sm_90a or sm_100a")
+    return f"sm_{m.group(1)}{m.group(2)}" if "." not in text else f"sm_{m.group(1)}{m.group(2)}{m.group(3)}"

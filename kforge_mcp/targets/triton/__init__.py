@@ -1,0 +1,1 @@
+"""The triton target: Triton on NVIDIA, Intel XPU, or the CPU interpreter."""

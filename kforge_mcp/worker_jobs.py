@@ -1,0 +1,124 @@
+"""The jobs a worker process does, by kind: the entry point of every worker
+(``python -m kforge_mcp.worker_jobs``; the pool starts it). It sits above judge, profiling and advice,
+which it calls, so the loop that runs them (runtime/worker.py) need not import upward.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+
+from kforge_mcp.runtime import worker
+
+
+def handle_probe(req, progress, workdir, state) -> dict:
+    from kforge_mcp.core.schemas import TargetsReport
+    from kforge_mcp.devices.driver_probe import discover_without_torch, sm_arch
+    from kforge_mcp.runtime import sandbox
+    from kforge_mcp.targets import TARGETS
+
+    found = discover_without_torch()  # torch's answer without its import, where that is exact
+    if found is None:
+        import torch
+
+        from kforge_mcp.devices.device import discover
+
+        devices, names = discover()
+        facts = {"torch": torch.__version__}
+        if torch.cuda.is_available():
+            facts["arch"] = sm_arch(*torch.cuda.get_device_capability(0))
+    else:
+        devices, names, facts = found
+    host = {"python": platform.python_version(), "torch": facts["torch"], "platform": platform.platform()}
+    host.update({f"device {d}": n for d, n in names.items()})
+    host["sandbox"] = sandbox.describe()
+    host.update({k: v for k, v in facts.items() if k == "arch"})
+    host["probe"] = "torch" if found is None else "driver"
+    return TargetsReport(targets=[t.probe(devices) for t in TARGETS.values()], host=host).model_dump()
+
+
+def handle_compile(req, progress, workdir, state) -> dict:
+    from kforge_mcp.core.problem import Source
+    from kforge_mcp.targets import get_target
+
+    target = get_target(req["target"])
+    problem = Source.from_wire(req["problem"]) if req.get("problem") else None
+    progress(f"compiling for {req.get('arch') or 'the default arch'}")
+    report = target.compile(Source.from_wire(req["source"]), req.get("arch"), problem, workdir)
+    if not req.get("emit_ptx"):
+        report.ptx = None
+        report.sass = None
+    return report.model_dump()
+
+
+def handle_prebuild(req, progress, workdir, state) -> dict:
+    """Build a candidate's kernels for a device without running them (ahead of its GPU verify)."""
+    from kforge_mcp.core.problem import Source
+    from kforge_mcp.targets import get_target
+
+    started = time.perf_counter()
+    builds = get_target(req["target"]).prebuild(Source.from_wire(req["candidate"]), req["device"], workdir)
+    return {"builds": [vars(b) for b in builds], "seconds": round(time.perf_counter() - started, 2)}
+
+
+def handle_verify(req, progress, workdir, state) -> dict:
+    from kforge_mcp.judge.verify import BaselineCache, run_verify
+
+    cache = state.setdefault("baselines", BaselineCache())
+    return run_verify(req, progress, workdir, cache).model_dump()
+
+
+def handle_baselines(req, progress, workdir, state) -> dict:
+    from kforge_mcp.judge.verify import BaselineCache, run_baselines
+
+    return run_baselines(req, progress, workdir, state.setdefault("baselines", BaselineCache()))
+
+
+def handle_profile(req, progress, workdir, state) -> dict:
+    from kforge_mcp.profiling.capture import run_profile
+
+    report = run_profile(req, progress, workdir)
+    return {**report.model_dump(), "raw": report.raw}  # raw is excluded from dumps: send it anyway
+
+
+def handle_roofline(req, progress, workdir, state) -> dict:
+    from kforge_mcp.judge.roofline import reference_roofline
+    from kforge_mcp.core.problem import Source, load_problem
+
+    problem = load_problem(Source.from_wire(req["problem"]), workdir)
+    return reference_roofline(
+        problem,
+        "cpu",
+        req.get("device_name"),
+        req.get("measured_ms"),
+        req.get("peaks"),
+        req.get("atol"),
+        req.get("rtol"),
+    ).model_dump()
+
+
+def handle_warm_up(req, progress, workdir, state) -> dict:
+    """Before any problem is known: torch.compile's fixed cost paid on this device (baselines.warm_inductor)."""
+    from kforge_mcp.judge.baselines import warm_inductor
+
+    started = time.perf_counter()
+    warm_inductor(req["device"], req.get("stage", "all"))
+    return {"seconds": round(time.perf_counter() - started, 2)}
+
+
+HANDLERS: dict[str, worker.Handler] = {
+    "probe": handle_probe,
+    "compile": handle_compile,
+    "verify": handle_verify,
+    "prebuild": handle_prebuild,
+    "baselines": handle_baselines,
+    "profile": handle_profile,
+    "roofline": handle_roofline,
+    "warm_up": handle_warm_up,
+}
+
+
+if __name__ == "__main__":
+    from kforge_mcp.judge.guards import timer_snapshot
+
+    worker.main(HANDLERS, timer_snapshot)
