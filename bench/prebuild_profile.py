@@ -38,6 +38,7 @@ def main() -> None:
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="kforge-prebuild-profile-"))
     os.environ["TORCH_EXTENSIONS_DIR"] = str(home / "cache" / "torch_extensions")
+    from kforge_mcp.core.requests import PrebuildRequest
     from kforge_mcp.core.source import Source
     from kforge_mcp.targets import get_target
 
@@ -66,13 +67,9 @@ def main() -> None:
         engine.executor.prewarm("compile")
         rows.append({"where": "worker", "step": "start the compile worker", "wall_s": time.perf_counter() - started})
         for label, text in edits(base, "0.5f * v * (1.0000f", 512):
-            payload = {
-                "target": "cuda",
-                "candidate": Source(text=text, name="candidate.py").to_wire(),
-                "device": "cuda:0",
-            }
+            request = PrebuildRequest(target="cuda", candidate=Source(text=text, name="candidate.py"), device="cuda:0")
             started = time.perf_counter()
-            reply = engine.executor.run("compile", "prebuild", payload, timeout_s=900)
+            reply = engine.executor.run("compile", request, timeout_s=900)
             rows.append({"where": "worker", "step": label, "wall_s": round(time.perf_counter() - started, 2)})
             rows[-1]["builds"] = (reply.get("value") or {}).get("builds") if reply.get("ok") else reply
             print(json.dumps(rows[-1]), flush=True)

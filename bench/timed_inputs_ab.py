@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--out", default="timed-inputs-ab.json")
     ap.add_argument("--only", help="the cases whose candidate or problem path contains this")
     args = ap.parse_args()
+    from kforge_mcp.core.requests import VerifyRequest
     from kforge_mcp.core.source import Source
     from kforge_mcp.judge.verify import BaselineCache, run_verify
 
@@ -53,7 +54,7 @@ def main() -> None:
                     "device": args.device,
                 }
                 req |= {"trials": 2, "seed": rep, "fresh_timing_inputs": mode == "fresh", "timing_budget_s": 1.0}
-                r = run_verify(req, lambda m: None, Path(tempfile.mkdtemp()), cache)
+                r = run_verify(VerifyRequest.model_validate(req), lambda m: None, Path(tempfile.mkdtemp()), cache)
                 result[mode].append(
                     {
                         "verdict": r.verdict,

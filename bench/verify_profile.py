@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=45)
     ap.add_argument("--out", help="JSON of every run's phases")
     args = ap.parse_args()
+    from kforge_mcp.core.requests import VerifyRequest
     from kforge_mcp.core.source import Source
     from kforge_mcp.judge.verify import BaselineCache, run_verify
 
@@ -53,7 +54,7 @@ def main() -> None:
         if last:
             profiler.enable()
         (workdir / str(i)).mkdir()
-        report = run_verify(req, lambda _m: None, workdir / str(i), cache)
+        report = run_verify(VerifyRequest.model_validate(req), lambda _m: None, workdir / str(i), cache)
         if last:
             profiler.disable()
         wall = time.perf_counter() - started

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
+from kforge_mcp.core.requests import CompileRequest, ProbeRequest, ProfileRequest, RooflineRequest, VerifyRequest
 from kforge_mcp.core.errors import InputError, KforgeError
 from kforge_mcp.core.home import check_home, default_home
 from kforge_mcp.core.options import BASELINES, PROFILE, VERIFY, check_precision
@@ -57,7 +58,7 @@ class Engine:
         return self.targets.get(refresh, on_progress)
 
     def _probe(self, on_progress: Progress = None) -> TargetsReport:
-        reply = self.executor.run("compile", "probe", {}, timeout_s=DEFAULT_TIMEOUT_S, on_progress=on_progress)
+        reply = self.executor.run("compile", ProbeRequest(), timeout_s=DEFAULT_TIMEOUT_S, on_progress=on_progress)
         if not reply.get("ok"):
             raise KforgeError(f"probing targets failed: {reply.get('message')}")
         return TargetsReport.model_validate(reply["value"])
@@ -117,15 +118,9 @@ class Engine:
             report = CompileReport.model_validate(hit)
             report.cached, report.seconds = True, time.perf_counter() - started
             return report
-        payload = {
-            "target": target,
-            "source": src.to_wire(),
-            "arch": arch,
-            "emit_ptx": emit_ptx,
-            "problem": prob.to_wire() if prob else None,
-        }
+        request = CompileRequest(target=target, source=src, arch=arch, emit_ptx=emit_ptx, problem=prob)
         try:
-            reply = self.executor.run("compile", "compile", payload, timeout_s, on_progress, cancel)
+            reply = self.executor.run("compile", request, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
         except WorkerFailure as e:
@@ -185,25 +180,25 @@ class Engine:
         prob = self.resolve_source(problem, "problem")
         cand = self.resolve_source(candidate, "candidate")
         dev = self._pick_device(self.target_status(target), device)
-        payload = {
-            "problem": prob.to_wire(),
-            "candidate": cand.to_wire(),
-            "target": target,
-            "device": dev,
-            "trials": trials,
-            "atol": atol,
-            "rtol": rtol,
-            "precision": precision,
-            "seed": seed,
-            "baselines": list(baselines),
-            "timing_budget_s": timing_budget_s,
-        }
+        request = VerifyRequest(
+            problem=prob,
+            candidate=cand,
+            target=target,
+            device=dev,
+            trials=trials,
+            atol=atol,
+            rtol=rtol,
+            precision=precision,
+            seed=seed,
+            baselines=list(baselines),
+            timing_budget_s=timing_budget_s,
+        )
         error = dict(verdict="error", correct=False, target=target, device=dev, trials=trials, seed=seed)
         error |= dict(execution=get_target(target).execution(dev), precision=precision)
         try:
             if head_start:
-                head_start_one(self, candidate, payload, on_progress, cancel)
-            reply = self.executor.run(dev, "verify", payload, timeout_s, on_progress, cancel)
+                head_start_one(self, candidate, request, on_progress, cancel)
+            reply = self.executor.run(dev, request, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
         except WorkerFailure as e:
@@ -309,18 +304,18 @@ class Engine:
         prob = self.resolve_source(problem, "problem")
         cand = self.resolve_source(candidate, "candidate") if candidate else None
         dev = self._pick_device(self.target_status(target), device)
-        payload = {
-            "problem": prob.to_wire(),
-            "candidate": cand.to_wire() if cand else None,
-            "target": target,
-            "device": dev,
-            "depth": depth,
-            "iterations": iterations,
-            "proton": proton,
-            "peaks": peaks,
-        }
+        request = ProfileRequest(
+            problem=prob,
+            candidate=cand,
+            target=target,
+            device=dev,
+            depth=depth,
+            iterations=iterations,
+            proton=proton,
+            peaks=peaks,
+        )
         try:
-            reply = self.executor.run(dev, "profile", payload, timeout_s, on_progress, cancel)
+            reply = self.executor.run(dev, request, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise
         except WorkerFailure as e:
@@ -352,10 +347,16 @@ class Engine:
         from kforge_mcp.core.schemas import Roofline
 
         prob = self.resolve_source(problem, "problem")
-        payload = {"problem": prob.to_wire(), "device_name": device_name, "measured_ms": measured_ms, "peaks": peaks}
-        payload |= {"atol": atol, "rtol": rtol}  # the tolerance picks the roofline's compute path
+        request = RooflineRequest(
+            problem=prob,
+            device_name=device_name,
+            measured_ms=measured_ms,
+            peaks=peaks,
+            atol=atol,  # the tolerance picks the roofline's compute path
+            rtol=rtol,
+        )
         try:
-            reply = self.executor.run("compile", "roofline", payload, timeout_s)
+            reply = self.executor.run("compile", request, timeout_s)
         except WorkerFailure as e:
             raise KforgeError(f"roofline: the worker failed: {e.message}") from None
         report = self._reply_to_report(reply, Roofline, prob)

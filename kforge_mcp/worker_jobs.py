@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import platform
 import time
+from pathlib import Path
 
+from kforge_mcp.core.requests import (
+    BaselinesRequest,
+    CompileRequest,
+    PrebuildRequest,
+    ProbeRequest,
+    ProfileRequest,
+    RooflineRequest,
+    VerifyRequest,
+    WarmUpRequest,
+)
 from kforge_mcp.runtime import worker
 
 
-def handle_probe(req, progress, workdir, state) -> dict:
+def handle_probe(req: ProbeRequest, progress, workdir: Path, state: dict) -> dict:
     from kforge_mcp.core.schemas import TargetsReport
     from kforge_mcp.devices.driver_probe import discover_without_torch, sm_arch
     from kforge_mcp.runtime import sandbox
@@ -37,72 +48,62 @@ def handle_probe(req, progress, workdir, state) -> dict:
     return TargetsReport(targets=[t.probe(devices) for t in TARGETS.values()], host=host).model_dump()
 
 
-def handle_compile(req, progress, workdir, state) -> dict:
-    from kforge_mcp.core.problem import Source
+def handle_compile(req: CompileRequest, progress, workdir: Path, state: dict) -> dict:
     from kforge_mcp.targets import get_target
 
-    target = get_target(req["target"])
-    problem = Source.from_wire(req["problem"]) if req.get("problem") else None
-    progress(f"compiling for {req.get('arch') or 'the default arch'}")
-    report = target.compile(Source.from_wire(req["source"]), req.get("arch"), problem, workdir)
-    if not req.get("emit_ptx"):
+    progress(f"compiling for {req.arch or 'the default arch'}")
+    report = get_target(req.target).compile(req.source, req.arch, req.problem, workdir)
+    if not req.emit_ptx:
         report.ptx = None
         report.sass = None
     return report.model_dump()
 
 
-def handle_prebuild(req, progress, workdir, state) -> dict:
+def handle_prebuild(req: PrebuildRequest, progress, workdir: Path, state: dict) -> dict:
     """Build a candidate's kernels for a device without running them (ahead of its GPU verify)."""
-    from kforge_mcp.core.problem import Source
     from kforge_mcp.targets import get_target
 
     started = time.perf_counter()
-    builds = get_target(req["target"]).prebuild(Source.from_wire(req["candidate"]), req["device"], workdir)
+    builds = get_target(req.target).prebuild(req.candidate, req.device, workdir)
     return {"builds": [vars(b) for b in builds], "seconds": round(time.perf_counter() - started, 2)}
 
 
-def handle_verify(req, progress, workdir, state) -> dict:
+def handle_verify(req: VerifyRequest, progress, workdir: Path, state: dict) -> dict:
     from kforge_mcp.judge.verify import BaselineCache, run_verify
 
     cache = state.setdefault("baselines", BaselineCache())
     return run_verify(req, progress, workdir, cache).model_dump()
 
 
-def handle_baselines(req, progress, workdir, state) -> dict:
+def handle_baselines(req: BaselinesRequest, progress, workdir: Path, state: dict) -> dict:
     from kforge_mcp.judge.verify import BaselineCache, run_baselines
 
     return run_baselines(req, progress, workdir, state.setdefault("baselines", BaselineCache()))
 
 
-def handle_profile(req, progress, workdir, state) -> dict:
+def handle_profile(req: ProfileRequest, progress, workdir: Path, state: dict) -> dict:
     from kforge_mcp.profiling.capture import run_profile
 
     report = run_profile(req, progress, workdir)
     return {**report.model_dump(), "raw": report.raw}  # raw is excluded from dumps: send it anyway
 
 
-def handle_roofline(req, progress, workdir, state) -> dict:
+def handle_roofline(req: RooflineRequest, progress, workdir: Path, state: dict) -> dict:
+    from kforge_mcp.core.problem import load_problem
     from kforge_mcp.judge.roofline import reference_roofline
-    from kforge_mcp.core.problem import Source, load_problem
 
-    problem = load_problem(Source.from_wire(req["problem"]), workdir)
+    problem = load_problem(req.problem, workdir)
     return reference_roofline(
-        problem,
-        "cpu",
-        req.get("device_name"),
-        req.get("measured_ms"),
-        req.get("peaks"),
-        req.get("atol"),
-        req.get("rtol"),
+        problem, "cpu", req.device_name, req.measured_ms, req.peaks, req.atol, req.rtol
     ).model_dump()
 
 
-def handle_warm_up(req, progress, workdir, state) -> dict:
+def handle_warm_up(req: WarmUpRequest, progress, workdir: Path, state: dict) -> dict:
     """Before any problem is known: torch.compile's fixed cost paid on this device (baselines.warm_inductor)."""
     from kforge_mcp.judge.baselines import warm_inductor
 
     started = time.perf_counter()
-    warm_inductor(req["device"], req.get("stage", "all"))
+    warm_inductor(req.device, req.stage)
     return {"seconds": round(time.perf_counter() - started, 2)}
 
 

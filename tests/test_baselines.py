@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import example, problem
 
+from kforge_mcp.core.requests import BaselinesRequest
 from kforge_mcp.core.problem import seed_everything
 from kforge_mcp.judge import baselines
 
@@ -31,7 +32,7 @@ def verifier(cache: baselines.BaselineCache) -> types.SimpleNamespace:
     """The parts of a Verifier the timing uses."""
     v = types.SimpleNamespace(
         cache=cache,
-        req={"baselines": ["eager", "compiled"]},
+        req=types.SimpleNamespace(baselines=["eager", "compiled"], fresh_timing_inputs=True, timing_budget_s=1.0),
         device="cpu",
         problem=types.SimpleNamespace(source=types.SimpleNamespace(digest="p")),
         judge=types.SimpleNamespace(dtype=None),
@@ -87,15 +88,15 @@ def test_kept_baselines_expire():
 
 
 def test_the_baselines_job_keeps_them_for_the_next_call(engine):
-    payload = {
-        "problem": engine.resolve_source(problem("fused_bias_gelu"), "problem").to_wire(),
-        "target": "triton",
-        "device": "cpu",
-        "baselines": ["eager"],
-        "timing_budget_s": 0.05,
-    }
-    first = engine.executor.run("cpu", "baselines", payload, timeout_s=120)
-    second = engine.executor.run("cpu", "baselines", payload, timeout_s=120)
+    request = BaselinesRequest(
+        problem=engine.resolve_source(problem("fused_bias_gelu"), "problem"),
+        target="triton",
+        device="cpu",
+        baselines=["eager"],
+        timing_budget_s=0.05,
+    )
+    first = engine.executor.run("cpu", request, timeout_s=120)
+    second = engine.executor.run("cpu", request, timeout_s=120)
     assert first["ok"] and first["value"]["baselines"] == ["eager"] and not first["value"]["kept_already"]
     assert second["ok"] and second["value"]["kept_already"]
 

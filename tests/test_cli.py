@@ -215,7 +215,7 @@ def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other(mo
         def warm(lane, payload, timeout_s):
             if len([s for s in started if s.startswith("warm_up")]) >= idle_for:
                 return None
-            started.append(f"warm_up {payload['stage']} on {lane}")
+            started.append(f"warm_up {payload.stage} on {lane}")
             return {"ok": True}
 
         executor = SimpleNamespace(prewarm=started.append, warm_up=warm)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kforge_mcp.core.requests import ProbeRequest
 from kforge_mcp.api import Engine
 from kforge_mcp.devices import driver_probe
 from kforge_mcp.devices.device import discover
@@ -111,16 +112,16 @@ def test_a_warm_up_runs_only_while_its_lane_is_idle(tmp_path):
 
     pool = WorkerPool(tmp_path)
     try:
-        assert pool.run("compile", "probe", {}, 120, warm_up=True)["ok"]  # idle: it runs
-        assert pool.run("compile", "probe", {}, 120, warm_up=True)["ok"]  # only warm-ups so far: still idle
-        assert pool.run("compile", "probe", {}, 120)["ok"]
-        assert pool.run("compile", "probe", {}, 120, warm_up=True) is None  # real work has run here
+        assert pool.run("compile", ProbeRequest(), 120, warm_up=True)["ok"]  # idle: it runs
+        assert pool.run("compile", ProbeRequest(), 120, warm_up=True)["ok"]  # only warm-ups so far: still idle
+        assert pool.run("compile", ProbeRequest(), 120)["ok"]
+        assert pool.run("compile", ProbeRequest(), 120, warm_up=True) is None  # real work has run here
         for first in ("job", "warm-up"):  # a fresh lane that a job is waiting for, as a verify sent at once
             replies: dict = {}
             lane = pool._lane(f"cpu-{first}")
             run = {
-                "job": lambda ln: pool.run(ln, "probe", {}, 120),
-                "warm-up": lambda ln: pool.run(ln, "probe", {}, 120, warm_up=True),
+                "job": lambda ln: pool.run(ln, ProbeRequest(), 120),
+                "warm-up": lambda ln: pool.run(ln, ProbeRequest(), 120, warm_up=True),
             }
             with lane.lock:
                 threads = []

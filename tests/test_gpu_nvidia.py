@@ -11,6 +11,7 @@ import time
 import pytest
 from conftest import example, problem
 
+from kforge_mcp.core.requests import WarmUpRequest
 from kforge_mcp.api import Engine
 
 torch = pytest.importorskip("torch")
@@ -163,7 +164,7 @@ def test_the_gpu_warm_up_leaves_a_worker_whose_compiled_baseline_still_judges(tm
     verify after it compiles and times the problem's own reference as its compiled baseline."""
     engine = Engine(home=tmp_path)
     try:
-        reply = engine.executor.run("cuda:0", "warm_up", {"device": "cuda:0"}, timeout_s=300)
+        reply = engine.executor.run("cuda:0", WarmUpRequest(device="cuda:0"), timeout_s=300)
         assert reply["ok"] and reply["value"]["seconds"] > 0, reply
         report = engine.verify(problem("fused_bias_gelu"), example("fused_bias_gelu", "triton"), target="triton")
         assert report.verdict == "pass" and report.timing.compiled is not None, report.findings

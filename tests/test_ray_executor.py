@@ -16,6 +16,7 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a Ray cluster per module: the full suite only
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from kforge_mcp.core.requests import WarmUpRequest
 from kforge_mcp.api import Engine  # noqa: E402
 from kforge_mcp.runtime.executor import LocalExecutor  # noqa: E402
 from kforge_mcp.runtime.pool import WorkerFailure, WorkerPool  # noqa: E402
@@ -104,7 +105,7 @@ def test_a_lane_no_node_offers_fails_clearly_instead_of_waiting(cluster, home):
         with pytest.raises(
             WorkerFailure, match=r"no node of the Ray cluster offers what lane 'cuda:0' needs \(GPU=1\)"
         ):
-            executor.run("cuda:0", "verify", {"target": "triton"}, timeout_s=10)
+            executor.run("cuda:0", WarmUpRequest(device="cuda:0"), timeout_s=10)
     finally:
         executor.shutdown()
 

@@ -111,6 +111,8 @@ def warm_up(engine) -> None:
     machine) and torch.compile's fixed cost paid there, its imports then a tiny compile, so a host's
     first verify pays neither. Only while that GPU is idle: a verify sent at once pays the same cost
     itself, and a warm-up ahead of it measured 2-3.5 s slower (bench/results/feedback-latency-h100.md)."""
+    from kforge_mcp.core.requests import WarmUpRequest
+
     report = engine.list_targets()
     gpus = sorted({d for t in report.targets if t.available for d in t.devices if not d.startswith("cpu")})
     if not gpus:
@@ -118,7 +120,7 @@ def warm_up(engine) -> None:
     engine.executor.prewarm(gpus[0])
     if Settings.read().gpu_warmup_on:
         for stage in ("imports", "compile"):
-            if engine.executor.warm_up(gpus[0], {"device": gpus[0], "stage": stage}, timeout_s=300) is None:
+            if engine.executor.warm_up(gpus[0], WarmUpRequest(device=gpus[0], stage=stage), timeout_s=300) is None:
                 return
 
 

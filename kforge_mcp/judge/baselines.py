@@ -63,7 +63,7 @@ def baseline_fns(v, inputs: list) -> dict[str, Callable]:
     (compiled once per problem, device and dtype; a compile that fails is a finding, not an error)."""
     import torch
 
-    wanted = v.req.get("baselines", ["eager", "compiled"])
+    wanted = v.req.baselines
     fns = {"eager": v.reference} if "eager" in wanted else {}
     if "compiled" not in wanted:
         return fns
@@ -89,7 +89,7 @@ def baseline_fns(v, inputs: list) -> dict[str, Callable]:
 
 
 def timing_key(v, names: list[str]) -> tuple:
-    return problem_key(v) + (tuple(names), bool(v.req.get("fresh_timing_inputs", True)))
+    return problem_key(v) + (tuple(names), v.req.fresh_timing_inputs)
 
 
 def time_with_baselines(v, fns: dict, budget: float, check: tuple) -> tuple[dict, dict, list]:
@@ -161,9 +161,7 @@ def warm(v, inputs: list) -> dict:
     kept_already = fresh(v.cache, key) is not None
     if fns and not kept_already:
         v.progress(f"timing {', '.join(fns)} ahead of the candidate")
-        stats, samples, _ = time_interleaved(
-            fns, v.device, float(v.req.get("timing_budget_s", 1.0)), feed=v.timing_feed()
-        )
+        stats, samples, _ = time_interleaved(fns, v.device, v.req.timing_budget_s, feed=v.timing_feed())
         v.cache.kept[key] = Kept(stats, samples)
     return {"baselines": list(fns), "kept_already": kept_already}
 

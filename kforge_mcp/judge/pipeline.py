@@ -9,19 +9,18 @@ the GPU worker then builds (and reports errors) itself.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.core.options import DEFAULT_TARGET
+from kforge_mcp.core.requests import BaselinesRequest, PrebuildRequest, VerifyRequest
 from kforge_mcp.targets import TARGETS
 
 PREBUILD_TIMEOUT_S = 900
 BASELINE_TIMEOUT_S = 600
-# what the baselines depend on: the verify's own request, less the candidate
-BASELINE_KEYS = ("problem", "target", "device", "precision", "atol", "rtol", "seed", "baselines", "timing_budget_s")
 
 
 class Prebuilds:
@@ -50,21 +49,15 @@ def worth_a_head_start(target: str, lane: str) -> bool:
     return known is not None and known.builds_ahead and lane.startswith("cuda")
 
 
-def warm_baselines(engine, payload: dict, on_progress: Callable[[str], None] | None, cancel) -> None:
+def warm_baselines(engine, request: BaselinesRequest, on_progress: Callable[[str], None] | None, cancel) -> None:
     """The ``baselines`` job on the verify's lane: it compiles the reference and times the baselines
     while the candidate builds on a CPU worker. A head start only: the verify does it itself if
     this fails."""
-    if not payload.get("baselines"):
+    if not request.baselines:
         return
     started = time.perf_counter()
     try:
-        reply = engine.executor.run(
-            payload["device"],
-            "baselines",
-            {k: payload[k] for k in BASELINE_KEYS if k in payload},
-            timeout_s=BASELINE_TIMEOUT_S,
-            cancel=cancel,
-        )
+        reply = engine.executor.run(request.device, request, timeout_s=BASELINE_TIMEOUT_S, cancel=cancel)
     except Exception:  # noqa: BLE001  (the verify compiles and times the baselines itself)
         return
     value = reply.get("value") or {}
@@ -75,21 +68,22 @@ def warm_baselines(engine, payload: dict, on_progress: Callable[[str], None] | N
         )
 
 
-def head_start_one(engine, candidate: str, payload: dict, on_progress, cancel) -> None:
+def head_start_one(engine, candidate: str, request: VerifyRequest, on_progress, cancel) -> None:
     """Before one verify of a CUDA candidate on a GPU: a CPU worker starts building it while the GPU
     worker compiles and times the baselines. The verify then waits only for what is left of the build
     (the build's lock), and reuses the baselines."""
-    if worth_a_head_start(payload["target"], payload["device"]):
-        item = {"candidate": candidate, "target": payload["target"], "device": payload["device"]}
+    if worth_a_head_start(request.target, request.device):
+        item = {"candidate": candidate, "target": request.target, "device": request.device}
         start_prebuilds(engine, [item], on_progress, cancel, at_least=1)
-        warm_baselines(engine, payload, on_progress, cancel)
+        baselines = BaselinesRequest.model_validate(request.model_dump(exclude={"candidate"}))
+        warm_baselines(engine, baselines, on_progress, cancel)
 
 
 def items_worth_a_head_start(engine, items: list[dict], role: str):
     """(index, target, lane, source of ``role``) of each item worth a head start whose source resolves
     (one that does not is left to its verify, which reports it)."""
     for i, args in enumerate(items):
-        target = args.get("target", "triton")
+        target = args.get("target", DEFAULT_TARGET)
         lane = engine.lane_for(target, args.get("device"))
         if not worth_a_head_start(target, lane):
             continue
@@ -118,13 +112,8 @@ def start_prebuilds(
             return
         started = time.perf_counter()
         try:
-            reply = engine.executor.run(
-                "compile",
-                "prebuild",
-                {"target": target, "candidate": source.to_wire(), "device": device},
-                timeout_s=PREBUILD_TIMEOUT_S,
-                cancel=cancel,
-            )
+            request = PrebuildRequest(target=target, candidate=source, device=device)
+            reply = engine.executor.run("compile", request, timeout_s=PREBUILD_TIMEOUT_S, cancel=cancel)
         except Exception:  # noqa: BLE001  (a head start only; the GPU worker builds it otherwise)
             return
         if on_progress:
@@ -141,22 +130,12 @@ def start_prebuilds(
 
 def warm_batch_baselines(engine, items: list[dict], on_progress: Callable[[str], None] | None, cancel) -> None:
     """One ``baselines`` job per distinct problem and verify options among a batch's items built ahead."""
-    from kforge_mcp.core.options import BASELINES, VERIFY
-
     seen = set()
     for i, target, lane, problem in items_worth_a_head_start(engine, items, "problem"):
         args = items[i]
-        payload = {
-            "problem": problem.to_wire(),
-            "target": target,
-            "device": lane,
-            "precision": args.get("precision"),
-            "atol": args.get("atol"),
-            "rtol": args.get("rtol"),
-            "baselines": list(args.get("baselines", BASELINES)),
-            "timing_budget_s": args.get("timing_budget_s", VERIFY.timing_budget_s),
-        }
-        key = json.dumps(payload, sort_keys=True, default=str)
+        options = {k: args[k] for k in ("precision", "atol", "rtol", "baselines", "timing_budget_s") if k in args}
+        request = BaselinesRequest(problem=problem, target=target, device=lane, **options)
+        key = request.model_dump_json()
         if key not in seen:
             seen.add(key)
-            warm_baselines(engine, payload, on_progress, cancel)
+            warm_baselines(engine, request, on_progress, cancel)

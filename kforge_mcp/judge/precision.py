@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from kforge_mcp.core.requests import VerifyRequest
 from kforge_mcp.core.options import (
     DTYPE_PRECISION,
     PRECISION_DTYPE,
@@ -54,7 +55,7 @@ class Judgement:
         self.rtol = default if self.rtol is None else self.rtol
 
 
-def resolve(req: dict, problem) -> Judgement:
+def resolve(req: VerifyRequest, problem) -> Judgement:
     """The request's choice wins, then the problem's declaration (checked: a bad one is an input
     error naming the problem's field; its ATOL and RTOL hold at its own PRECISION only), then the
     per-precision or per-dtype defaults."""
@@ -64,13 +65,13 @@ def resolve(req: dict, problem) -> Judgement:
         check_precision(declared["PRECISION"], None, None, f"{where}: PRECISION")
     check_precision(None, declared["ATOL"], None, f"{where}: ATOL")
     check_precision(None, None, declared["RTOL"], f"{where}: RTOL")
-    precision = req.get("precision") or declared["PRECISION"]
-    source = "request" if req.get("precision") else "problem" if declared["PRECISION"] else "default"
+    precision = req.precision or declared["PRECISION"]
+    source = "request" if req.precision else "problem" if declared["PRECISION"] else "default"
     default = PRECISION_TOLERANCE[precision] if precision else None
     if declared["PRECISION"] and precision != declared["PRECISION"]:
         declared["ATOL"] = declared["RTOL"] = None  # the problem's tolerances belong to its own precision
-    atol = _first(req.get("atol"), declared["ATOL"], default)
-    rtol = _first(req.get("rtol"), declared["RTOL"], default)
+    atol = _first(req.atol, declared["ATOL"], default)
+    rtol = _first(req.rtol, declared["RTOL"], default)
     return Judgement(precision, atol, rtol, source)
 
 

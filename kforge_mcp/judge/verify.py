@@ -14,8 +14,9 @@ import secrets
 from pathlib import Path
 from typing import Callable
 
+from kforge_mcp.core.requests import VerifyRequest
 from kforge_mcp.core.errors import InputError
-from kforge_mcp.core.problem import Source, build_models, load_problem, reference_model, seed_everything
+from kforge_mcp.core.problem import build_models, load_problem, reference_model, seed_everything
 from kforge_mcp.core.schemas import Finding, Timing, VerifyReport
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception
 from kforge_mcp.devices.device import get_device
@@ -59,13 +60,13 @@ def _detach_copy(value):
 
 
 class Verifier:
-    def __init__(self, req: dict, progress: Callable[[str], None], workdir: Path, cache: BaselineCache):
+    def __init__(self, req: VerifyRequest, progress: Callable[[str], None], workdir: Path, cache: BaselineCache):
         self.req, self.progress, self.workdir, self.cache = req, progress, workdir, cache
-        self.target = get_target(req["target"])
-        self.device = req["device"]
-        self.atol, self.rtol = req.get("atol"), req.get("rtol")
-        trials = int(req.get("trials", 5))
-        self.seed = req["seed"] if req.get("seed") is not None else secrets.randbelow(2**31)
+        self.target = get_target(req.target)
+        self.device = req.device
+        self.atol, self.rtol = req.atol, req.rtol
+        trials = req.trials
+        self.seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
         self.report = VerifyReport(
             target=self.target.name,
             device=self.device,
@@ -74,7 +75,7 @@ class Verifier:
             seed=self.seed,
         )
         self.trials = trials
-        self.judge = precision.Judgement(req.get("precision"), self.atol, self.rtol)
+        self.judge = precision.Judgement(req.precision, self.atol, self.rtol)
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -159,15 +160,14 @@ class Verifier:
 
     def load_problem(self) -> None:
         """The problem, the precision policy that will judge it, and the device's clocks bound."""
-        self.problem = load_problem(Source.from_wire(self.req["problem"]), self.workdir)
+        self.problem = load_problem(self.req.problem, self.workdir)
         self.judge = precision.resolve(self.req, self.problem)
         bind_device_clocks(self.device)
 
     def run(self) -> VerifyReport:
         import torch
 
-        req = self.req
-        candidate_source = Source.from_wire(req["candidate"])
+        candidate_source = self.req.candidate
         self.report.findings += self.target.check(candidate_source) + guards.static_findings(candidate_source.text)
         self.load_problem()
         timers = guards.timer_snapshot()
@@ -270,7 +270,7 @@ class Verifier:
             )
 
     def time_all(self) -> Timing:
-        budget = float(self.req.get("timing_budget_s", 1.0))
+        budget = self.req.timing_budget_s
         if self.report.execution == "triton-interpreter":  # its speedup says nothing about a GPU: measured briefly
             budget = min(budget, INTERPRETER_TIMING_BUDGET_S)
         inputs = self.inputs(TIMING_SEED_BASE, on_device=True)
@@ -316,7 +316,7 @@ class Verifier:
         stale: the checks of timed calls find it. ``fresh_timing_inputs: false`` (for before/after
         measurements only) feeds one set over and over, as timing did before."""
         slots = [self.inputs(TIMING_SEED_BASE + i, on_device=True) for i in range(TIMING_SLOTS)]
-        if not self.req.get("fresh_timing_inputs", True):
+        if not self.req.fresh_timing_inputs:
             return lambda: slots[0]
         count = iter(range(TIMING_SLOTS, 2**20 - TIMING_SEED_BASE))
 
@@ -421,7 +421,9 @@ def device_state(device: str) -> dict:
     return get_device(device).state()
 
 
-def run_verify(req: dict, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> VerifyReport:
+def run_verify(
+    req: VerifyRequest, progress: Callable[[str], None], workdir: Path, cache: BaselineCache
+) -> VerifyReport:
     started = _perf_counter()  # bound before any candidate could patch time.perf_counter
     try:
         report = Verifier(req, progress, workdir, cache).run()
@@ -431,7 +433,7 @@ def run_verify(req: dict, progress: Callable[[str], None], workdir: Path, cache:
     return report
 
 
-def run_baselines(req: dict, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> dict:
+def run_baselines(req: VerifyRequest, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> dict:
     """The ``baselines`` job: the problem's reference compiled and its timings kept in this worker,
     ahead of the verify that will reuse them (engine/baselines.py)."""
     import torch

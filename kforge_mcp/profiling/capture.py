@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from kforge_mcp.core.problem import Source, build_models, load_problem, seed_everything
+from kforge_mcp.core.requests import ProfileRequest
+from kforge_mcp.core.problem import build_models, load_problem, seed_everything
 from kforge_mcp.core.source import SourceRuntimeError
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge.roofline import reference_roofline
@@ -37,18 +38,18 @@ def device_name(device: str) -> str:
     return get_device(device).display_name()
 
 
-def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> ProfileReport:
+def run_profile(req: ProfileRequest, progress: Callable[[str], None], workdir: Path) -> ProfileReport:
     import torch
     from torch.profiler import profile, record_function
 
     started = time.perf_counter()
-    target = get_target(req["target"])
-    device = req["device"]
-    depth = req.get("depth", "timeline")
-    iters = int(req.get("iterations", 5))
-    warmup = int(req.get("warmup", 1 if device == "cpu" else 2))  # the interpreter is slow: one warm-up
-    problem = load_problem(Source.from_wire(req["problem"]), workdir)
-    cand = Source.from_wire(req["candidate"]) if req.get("candidate") else None
+    target = get_target(req.target)
+    device = req.device
+    depth = req.depth
+    iters = req.iterations
+    warmup = warmup_forwards(req)
+    problem = load_problem(req.problem, workdir)
+    cand = req.candidate
     name = device_name(device)
     report = ProfileReport(
         source="torch.profiler",
@@ -121,7 +122,7 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
     measured = report.device_ms_per_forward if report.device_kernels() else wall_ms
     progress("computing the roofline")
     try:
-        report.roofline = reference_roofline(problem, device, name, measured, req.get("peaks"))
+        report.roofline = reference_roofline(problem, device, name, measured, req.peaks)
         if not report.device_kernels():
             report.roofline.notes.append("measured_ms is host wall time per forward (no device kernels)")
     except Exception as e:  # noqa: BLE001
@@ -145,7 +146,7 @@ def run_profile(req: dict, progress: Callable[[str], None], workdir: Path) -> Pr
         else:
             progress("re-running one forward under Nsight Compute")
             _merge_ncu(report, req, workdir)
-    if req.get("proton"):
+    if req.proton:
         if "proton" in profilers:
             progress("re-running under proton")
             _merge_proton(report, req, workdir)
@@ -178,12 +179,12 @@ def _mps_timeline(report: ProfileReport, model, inputs, iters: int) -> None:
 XCTRACE_XPATH = '/trace-toc/run[@number="1"]/data/table[@schema="metal-gpu-intervals"]'
 
 
-def _merge_xctrace(report: ProfileReport, req: dict, workdir: Path) -> None:
+def _merge_xctrace(report: ProfileReport, req: ProfileRequest, workdir: Path) -> None:
     """Record the forwards under Instruments' Metal System Trace, export the GPU intervals and
     take per-kernel device times and the busy/idle timeline from them."""
     from kforge_mcp.profiling.xctrace import report_from_xml
 
-    iters = int(req.get("iterations", 5))
+    iters = req.iterations
     spec = _runner_spec(req, workdir, "xctrace", {"iterations": iters})
     trace = workdir / "metal.trace"
     record = [
@@ -215,7 +216,7 @@ def _merge_xctrace(report: ProfileReport, req: dict, workdir: Path) -> None:
         return
     try:
         # the recording holds the runner's warm-up forwards too
-        xr = report_from_xml(proc.stdout, "<xctrace export>", forwards=iters + int(req.get("warmup", 2)))
+        xr = report_from_xml(proc.stdout, "<xctrace export>", forwards=iters + warmup_forwards(req))
     except ncu_parse.ProfileParseError as e:
         report.notes.append(f"xctrace export gave no GPU intervals: {e}")
         return
@@ -225,13 +226,18 @@ def _merge_xctrace(report: ProfileReport, req: dict, workdir: Path) -> None:
     report.notes += xr.notes
 
 
-def _runner_spec(req: dict, workdir: Path, mode: str, extra: dict) -> Path:
+def warmup_forwards(req: ProfileRequest) -> int:
+    """Forwards before the profiled ones: one on the CPU (the interpreter is slow), else two."""
+    return req.warmup if req.warmup is not None else (1 if req.device == "cpu" else 2)
+
+
+def _runner_spec(req: ProfileRequest, workdir: Path, mode: str, extra: dict) -> Path:
     spec = {
-        "problem": req["problem"],
-        "candidate": req.get("candidate"),
-        "target": req["target"],
-        "device": req["device"],
-        "warmup": int(req.get("warmup", 2)),
+        "problem": req.problem.to_wire(),
+        "candidate": req.candidate.to_wire() if req.candidate else None,
+        "target": req.target,
+        "device": req.device,
+        "warmup": warmup_forwards(req),
         "mode": mode,
         **extra,
     }
@@ -263,11 +269,11 @@ def ncu_command(spec: Path, metrics: list[str], sections: tuple[str, ...] = ()) 
     ]
 
 
-def _merge_ncu(report: ProfileReport, req: dict, workdir: Path) -> None:
+def _merge_ncu(report: ProfileReport, req: ProfileRequest, workdir: Path) -> None:
     spec = _runner_spec(req, workdir, "ncu", {})
-    timeout = float(req.get("ncu_timeout_s", NCU_TIMEOUT_S))
+    timeout = req.ncu_timeout_s or NCU_TIMEOUT_S
     # sections + every metric the rules read; if this ncu rejects a name, the core metrics alone
-    attempts = [(req.get("metrics") or ncu_parse.DEFAULT_METRICS, ncu_parse.SECTIONS), (ncu_parse.CORE_METRICS, ())]
+    attempts = [(req.metrics or ncu_parse.DEFAULT_METRICS, ncu_parse.SECTIONS), (ncu_parse.CORE_METRICS, ())]
     for metrics, sections in attempts:
         try:
             proc = _run(ncu_command(spec, metrics, sections), workdir, timeout)
@@ -324,9 +330,9 @@ def merge_ncu(report: ProfileReport, ncu_report: ProfileReport) -> None:
     )
 
 
-def _merge_proton(report: ProfileReport, req: dict, workdir: Path) -> None:
+def _merge_proton(report: ProfileReport, req: ProfileRequest, workdir: Path) -> None:
     name = str(workdir / "proton")
-    spec = _runner_spec(req, workdir, "proton", {"proton_name": name, "iterations": int(req.get("iterations", 5))})
+    spec = _runner_spec(req, workdir, "proton", {"proton_name": name, "iterations": req.iterations})
     try:
         proc = _run([sys.executable, "-m", "kforge_mcp.profiling.runner", str(spec)], workdir, NCU_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -336,7 +342,7 @@ def _merge_proton(report: ProfileReport, req: dict, workdir: Path) -> None:
     if proc.returncode != 0 or not hatchet.is_file():
         report.notes.append(f"proton failed (exit {proc.returncode}): {(proc.stderr or '')[-400:].strip()}")
         return
-    pr = report_from_hatchet(hatchet.read_text(), "<proton>", forwards=int(req.get("iterations", 5)))
+    pr = report_from_hatchet(hatchet.read_text(), "<proton>", forwards=req.iterations)
     by_name = {k.name: k for k in report.kernels}
     for k in pr.kernels:
         if k.name in by_name:

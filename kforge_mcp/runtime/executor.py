@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Protocol
 
+from kforge_mcp.core.requests import JobRequest, WarmUpRequest
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.runtime.pool import JobCancelled, WorkerPool
@@ -27,8 +28,7 @@ class Executor(Protocol):
     def run(
         self,
         lane: str,
-        kind: str,
-        payload: dict,
+        request: JobRequest,
         timeout_s: float,
         on_progress: Progress = None,
         cancel: threading.Event | None = None,
@@ -43,7 +43,7 @@ class Executor(Protocol):
 
     def prewarm(self, lane: str) -> None: ...
 
-    def warm_up(self, lane: str, payload: dict, timeout_s: float) -> dict | None:
+    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> dict | None:
         """A ``warm_up`` job run only while the lane is idle (pool.run's ``warm_up``); None when not run."""
         ...
 
@@ -71,17 +71,16 @@ class LocalExecutor:
     def run(
         self,
         lane: str,
-        kind: str,
-        payload: dict,
+        request: JobRequest,
         timeout_s: float,
         on_progress: Progress = None,
         cancel: threading.Event | None = None,
     ) -> dict:
         if self.slots(lane) == 1:
-            return self.pool.run(lane, kind, payload, timeout_s, on_progress, cancel)
+            return self.pool.run(lane, request, timeout_s, on_progress, cancel)
         i = self._take(lane, cancel)
         try:
-            return self.pool.run(lane if i == 0 else f"{lane}.{i}", kind, payload, timeout_s, on_progress, cancel)
+            return self.pool.run(lane if i == 0 else f"{lane}.{i}", request, timeout_s, on_progress, cancel)
         finally:
             with self._cond:
                 self._busy[lane].discard(i)
@@ -106,8 +105,8 @@ class LocalExecutor:
     def prewarm(self, lane: str) -> None:
         self.pool.prewarm(lane)
 
-    def warm_up(self, lane: str, payload: dict, timeout_s: float) -> dict | None:
-        return self.pool.run(lane, "warm_up", payload, timeout_s, warm_up=True)
+    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> dict | None:
+        return self.pool.run(lane, request, timeout_s, warm_up=True)
 
     def describe(self) -> dict:
         return {"executor": self.name, "cpu_workers": self.cpu_workers, "nodes": []}

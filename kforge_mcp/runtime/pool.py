@@ -26,6 +26,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable
 
+from kforge_mcp.core.requests import JobRequest
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.runtime import sandbox
@@ -219,14 +220,14 @@ class Worker:
 
     def run(
         self,
-        kind: str,
-        payload: dict,
+        request: JobRequest,
         timeout_s: float,
         memory_limit: int | None,
         on_progress: Callable[[str], None] | None,
         cancel: threading.Event | None,
     ) -> dict:
-        self.to_worker.send_bytes(json.dumps({"kind": kind, "payload": payload}).encode())
+        kind = request.kind
+        self.to_worker.send_bytes(json.dumps({"kind": kind, "payload": request.model_dump(mode="json")}).encode())
         self.jobs_served += 1
         deadline = time.monotonic() + timeout_s
         while True:
@@ -321,8 +322,7 @@ class WorkerPool:
     def run(
         self,
         lane: str,
-        kind: str,
-        payload: dict,
+        request: JobRequest,
         timeout_s: float,
         on_progress: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
@@ -351,7 +351,7 @@ class WorkerPool:
                     on_progress(f"starting a {lane} worker")
                 state.worker = self._start(lane)
             try:
-                reply = state.worker.run(kind, payload, timeout_s, self.memory_limit, on_progress, cancel)
+                reply = state.worker.run(request, timeout_s, self.memory_limit, on_progress, cancel)
             except WorkerFailure:
                 state.worker.kill()
                 state.worker = None

@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 
+from kforge_mcp.core.requests import JobRequest, WarmUpRequest
 from kforge_mcp.devices.device import KINDS as DEVICE_KINDS
 from kforge_mcp.runtime.pool import STARTUP_TIMEOUT_S, JobCancelled, WorkerFailure
 from kforge_mcp.runtime.ray_nodes import (
@@ -258,15 +259,15 @@ class RayExecutor:
     def run(
         self,
         lane: str,
-        kind: str,
-        payload: dict,
+        request: JobRequest,
         timeout_s: float,
         on_progress=None,
         cancel: threading.Event | None = None,
     ) -> dict:
+        kind, payload = request.kind, request.model_dump(mode="json")
         if kind == "probe":  # list_targets: what the whole cluster offers, node by node
             return {"ok": True, "value": self.probe_cluster(timeout_s)}
-        key, need = self._need(lane, payload.get("target"))
+        key, need = self._need(lane, getattr(request, "target", None))
         lost: list[str] = []
         for _attempt in range(2):
             slot = self._acquire(key, need, lane, cancel, on_progress)
@@ -401,7 +402,7 @@ class RayExecutor:
     def prewarm(self, lane: str) -> None:
         pass  # actors start on the first job; a cluster's nodes may not even be there yet
 
-    def warm_up(self, lane: str, payload: dict, timeout_s: float) -> dict | None:
+    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> dict | None:
         return None  # which actor serves a cluster's first job is not known: nothing to warm ahead
 
     def describe(self) -> dict:

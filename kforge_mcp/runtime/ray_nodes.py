@@ -9,6 +9,7 @@ import os
 import threading
 from pathlib import Path
 
+from kforge_mcp.core.requests import parse_request
 from kforge_mcp.core.home import check_home, default_home
 from kforge_mcp.runtime.pool import WorkerFailure, WorkerPool
 
@@ -60,7 +61,7 @@ class NodeWorker:
         cancel, log = threading.Event(), []
         self.jobs[job_id] = (cancel, log)
         try:
-            reply = self.pool.run(self.lane, kind, payload, timeout_s, log.append, cancel)
+            reply = self.pool.run(self.lane, parse_request(kind, payload), timeout_s, log.append, cancel)
         except WorkerFailure as e:  # JobCancelled too: sent back as data, re-raised by the caller
             reply = {
                 "failure": {"reason": e.reason, "message": e.message, "stderr_tail": e.stderr_tail, "line": e.line}

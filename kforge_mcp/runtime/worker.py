@@ -16,6 +16,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
+from typing import Any
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def release_memory() -> None:
 
 MAX_LEFTOVER_CHILDREN = 16  # more than a compile pool leaves: the worker is replaced (with them)
 
-Handler = Callable[[dict, Callable[[str], None], Path, dict], dict]
+Handler = Callable[[Any, Callable[[str], None], Path, dict], dict]  # (its JobRequest, progress, workdir, state)
 
 
 def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
@@ -64,6 +65,7 @@ def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler
     def progress(text: str) -> None:
         send({"type": "progress", "message": text})
 
+    from kforge_mcp.core.requests import parse_request
     from kforge_mcp.core.settings import Settings
     from kforge_mcp.runtime import sandbox
 
@@ -92,7 +94,9 @@ def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler
         workdir = Path(tempfile.mkdtemp(prefix="job-", dir=Settings.read().worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
-            value = handlers[request["kind"]](request["payload"], progress, workdir, state)
+            value = handlers[request["kind"]](
+                parse_request(request["kind"], request["payload"]), progress, workdir, state
+            )
             # a poisoned device, patched clocks, or threads the candidate left running (they
             # would run on into the next job): this process is not reused
             left_threads = any(f.get("code") == "spawned_threads" for f in (value or {}).get("findings", []))

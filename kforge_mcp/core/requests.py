@@ -1,0 +1,112 @@
+"""The jobs a worker does, one typed request each. A request is built once at the entry (Engine),
+travels through the executor as JSON and is validated again on arrival in the worker: no job reads
+an untyped dict. Each default is written once, in options.py (VerifyOptions, ProfileOptions), which
+the verify and profile requests extend."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from kforge_mcp.core.options import ProfileOptions, VerifyOptions
+from kforge_mcp.core.source import Source
+
+
+class JobRequest(BaseModel):
+    """What every request is: its ``kind`` names the worker job (worker_jobs.HANDLERS)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: ClassVar[str]
+
+
+class ProbeRequest(JobRequest):
+    """Which targets and devices this machine has."""
+
+    kind: ClassVar[str] = "probe"
+
+
+class CompileRequest(JobRequest):
+    kind: ClassVar[str] = "compile"
+    target: str
+    source: Source
+    problem: Source | None = None  # traces signatures from one forward on its CPU inputs
+    arch: str | None = None
+    emit_ptx: bool = False
+
+
+class PrebuildRequest(JobRequest):
+    """Build a candidate's kernels for a device without running them (ahead of its GPU verify)."""
+
+    kind: ClassVar[str] = "prebuild"
+    target: str
+    candidate: Source
+    device: str
+
+
+class BaselinesRequest(VerifyOptions, JobRequest):
+    """The reference's baselines timed and kept in the worker, ahead of the verify that reuses them:
+    a verify's request less the candidate."""
+
+    kind: ClassVar[str] = "baselines"
+    problem: Source
+    target: str
+    device: str  # resolved by the Engine: never None here
+    fresh_timing_inputs: bool = True  # each timed call gets new inputs (off only to measure what that costs)
+
+
+class VerifyRequest(BaselinesRequest):
+    kind: ClassVar[str] = "verify"
+    candidate: Source
+
+
+class ProfileRequest(ProfileOptions, JobRequest):
+    kind: ClassVar[str] = "profile"
+    problem: Source
+    candidate: Source | None = None  # None: the reference
+    target: str
+    device: str
+    peaks: dict[str, Any] | None = None
+    warmup: int | None = None  # default: 1 on the CPU (the interpreter is slow), else 2
+    metrics: list[str] | None = None  # ncu metrics; default: profiling.ncu.DEFAULT_METRICS
+    ncu_timeout_s: float | None = None
+
+
+class RooflineRequest(JobRequest):
+    """The reference's speed-of-light bound, counted on the CPU."""
+
+    kind: ClassVar[str] = "roofline"
+    problem: Source
+    device_name: str | None = None
+    measured_ms: float | None = None
+    peaks: dict[str, Any] | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+
+class WarmUpRequest(JobRequest):
+    """torch.compile's fixed cost paid on a device before any problem is known."""
+
+    kind: ClassVar[str] = "warm_up"
+    device: str
+    stage: Literal["imports", "compile", "all"] = "all"
+
+
+REQUESTS: dict[str, type[JobRequest]] = {
+    r.kind: r
+    for r in (
+        ProbeRequest,
+        CompileRequest,
+        PrebuildRequest,
+        VerifyRequest,
+        BaselinesRequest,
+        ProfileRequest,
+        RooflineRequest,
+        WarmUpRequest,
+    )
+}
+
+
+def parse_request(kind: str, payload: dict) -> JobRequest:
+    """The typed request a worker received (a pydantic ValidationError names the bad field)."""
+    return REQUESTS[kind].model_validate(payload)
