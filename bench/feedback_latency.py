@@ -11,7 +11,7 @@ warm-up at start, ``KFORGE_GPU_WARMUP=off``), a fresh server on a fresh home:
 stops after the cold CUDA verify. Wall seconds per call as the client sees them (a call that outlives its wait_s is followed with
 job_result until done). Prints a markdown table and writes JSON.
 
-    python bench/feedback_latency.py --out bench/results/feedback-latency-h100.json
+    python bench/feedback_latency.py --out bench/results/feedback-latency/h100.json
 """
 
 from __future__ import annotations
