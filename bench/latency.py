@@ -28,7 +28,7 @@ from kforge_mcp.api import Engine
 from kforge_mcp.server import build_server
 
 ROOT = Path(__file__).resolve().parent.parent
-AIM_S = 0.5  # the aim: a warm verify of a small problem adds under 0.5 s over the candidate
+AIM_S = 0.5  # the aim: a warm verify of a small problem adds under 0.5 s over the candidate
 PROBLEMS = {
     "vector_add": ("bench/problems/vector_add.py", "bench/candidates/vector_add/triton.py"),
     "row_softmax": ("examples/problems/row_softmax.py", "examples/candidates/row_softmax/triton.py"),

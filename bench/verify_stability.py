@@ -6,7 +6,7 @@ For each example problem at its shipped size and at a GPU size (bench/problems/*
 verifies the Triton candidate ``--repeats`` times on one warm engine (eager and
 torch.compile baselines) and reports the speedups, their spread ((max - min) / median),
 each run's 95% confidence interval and coefficient of variation, and the device state.
-The aim (issue: "A verifier that cannot be gamed"): repeated verifies within 3%.
+The aim: repeated verifies within 3%.
 """
 
 from __future__ import annotations
