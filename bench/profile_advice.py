@@ -8,7 +8,7 @@ profile. Run on a GPU machine:
 
     python bench/profile_advice.py --out bench/results/profile-advice
 
-Writes OUT/profile-advice.json and OUT/profile-advice.md.
+Writes OUT/<device>.json and OUT/<device>.md (e.g. h100.md).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kforge_mcp.api import Engine  # noqa: E402
+from device_label import device_label  # noqa: E402
 
 PROBLEMS = ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"]
 WHAT_TUNED_DOES = {
@@ -82,9 +83,9 @@ def main() -> None:
             results["problems"][name] = entry
     finally:
         engine.close()
-    (out / "profile-advice.json").write_text(json.dumps(results, indent=1, default=str))
-    (out / "profile-advice.md").write_text(markdown(results))
-    print((out / "profile-advice.md").read_text())
+    (out / f"{device_label()}.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / f"{device_label()}.md").write_text(markdown(results))
+    print((out / f"{device_label()}.md").read_text())
 
 
 def _ms(entry: dict, variant: str, key: str = "candidate"):
