@@ -101,7 +101,7 @@ def markdown(results: dict) -> str:
         f"Run {results['started']} on {next((v for k, v in host.items() if k.startswith('device cuda')), 'no GPU')} "
         f"(torch {host.get('torch', '?')}). Times: Engine.verify medians (CUDA events, L2 flushed). "
         "'Tuned applies it' is judged from the data: the top rule no longer fires on the tuned candidate's profile. "
-        "The tuned candidates were written before this agent existed; they are a test of the advice, not its output.",
+        "The tuned candidates were not written from this agent's advice; they are a test of the advice, not its output.",
         "",
         "| problem | top recommendation (naive) | expected gain | naive | tuned | eager | tuned / naive speedup "
         "| tuned applies it? | verdicts |",
