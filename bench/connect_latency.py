@@ -3,7 +3,7 @@ and on a home probed before, several times each: what a host waits for before it
 where a fresh home's wait goes: the probe's steps timed in a fresh process as the worker runs them
 (import torch, device discovery, each target's probe), and the server's own imports.
 
-    python bench/connect_latency.py --repeats 3 --out bench/results/connect-latency-cpu.json
+    python bench/connect_latency.py --repeats 3 --out bench/results/connect-latency/cpu.json
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ spellings of one kernel constant (a kernel edit, same value), so every source di
 extension is reused whole; the bindings are shared, as they are between an agent's edits.
 The home is fresh: the first builds also pay for the bindings object.
 
-    python bench/cuda_batch_throughput.py --cpu-workers 5 --out bench/results/cuda-batch-h100.json
+    python bench/cuda_batch_throughput.py --cpu-workers 5 --out bench/results/cuda-batch/h100.json
 """
 
 from __future__ import annotations

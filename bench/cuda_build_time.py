@@ -14,7 +14,7 @@ Modes: ``stock`` (torch's load_inline as KernelBench runs it), ``stock+torch_pch
 ``use_pch``), ``split`` (no precompiled header), ``split+pch`` (torch's headers precompiled first; the
 time to precompile them is reported on its own).
 
-    python bench/cuda_build_time.py --out bench/results/cuda-build-h100.json
+    python bench/cuda_build_time.py --out bench/results/cuda-build/h100.json
 """
 
 from __future__ import annotations

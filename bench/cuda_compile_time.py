@@ -1,6 +1,6 @@
 """How long the cuda target's compile takes, before and after the lean path, on this machine.
 
-    python bench/cuda_compile_time.py [--out bench/results] [--skip-slow]
+    python bench/cuda_compile_time.py [--out bench/results/cuda-compile-time] [--skip-slow]
 
 For the fused_bias_gelu CUDA example (a KernelBench-style load_inline source that includes
 <torch/extension.h>) it times:
@@ -44,7 +44,7 @@ def timed(cmd: list[str], cwd: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "cuda-compile-time"))
     parser.add_argument("--skip-slow", action="store_true", help="skip the two torch-header nvcc runs (minutes)")
     parser.add_argument("--arch", default="sm_90a")
     args = parser.parse_args()
@@ -121,7 +121,7 @@ def main() -> None:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "cuda-compile-time.json").write_text(json.dumps(result, indent=1))
+    (out / "cpu.json").write_text(json.dumps(result, indent=1))
     lines = [
         "# cuda target: compile time, before and after the lean path",
         "",
@@ -153,7 +153,7 @@ def main() -> None:
         "",
     ]
     lines += [f"- `{r['command']}`" for r in runs.values()]
-    (out / "cuda-compile-time.md").write_text("\n".join(lines) + "\n")
+    (out / "cpu.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -7,7 +7,7 @@ Each executor first verifies one extra variant (worker start-up, imports: report
 the batch goes through Engine.verify_batch, which runs as many at once as the executor has slots.
 
     python bench/executor_throughput.py                      # cuda:0 if there is a GPU, else cpu
-    python bench/executor_throughput.py --count 32 --executors local,local-cpu,ray --out bench/results/x
+    python bench/executor_throughput.py --count 32 --executors local,local-cpu,ray --out bench/results/executor-throughput/cpu
 
 Needs torch, triton, numpy, pydantic, mcp, jinja2, rich, filelock and ray; run from the repo root.
 """
@@ -124,7 +124,7 @@ def main() -> None:
         "--cpu-workers", type=int, default=None, help="CPU-lane workers for local-cpu and ray (default: half the CPUs)"
     )
     ap.add_argument("--trials", type=int, default=2)
-    ap.add_argument("--out", help="write OUT.json and OUT.md (e.g. bench/results/executor-throughput-cpu)")
+    ap.add_argument("--out", help="write OUT.json and OUT.md (e.g. bench/results/executor-throughput/cpu)")
     args = ap.parse_args()
     cpu_workers = args.cpu_workers or max(1, (os.cpu_count() or 2) // 2)
     common = {

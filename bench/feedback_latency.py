@@ -1,7 +1,7 @@
 """An agent's feedback loop, timed through MCP: the real server over stdio, the SDK's client.
 
-For each setting (``--settings before,after``: ``before`` runs CUDA builds the stock way,
-``KFORGE_CUDA_BUILD=stock``; ``after`` is the default; ``no-warmup`` is the default without the GPU
+For each setting (``--settings stock,default``: ``stock`` runs CUDA builds the stock way,
+``KFORGE_CUDA_BUILD=stock``; ``default`` is the server as shipped; ``no-warmup`` is the default without the GPU
 warm-up at start, ``KFORGE_GPU_WARMUP=off``), a fresh server on a fresh home:
 
     connect + list_targets, CUDA verify (cold build, same source again, after a one-character
@@ -11,7 +11,7 @@ warm-up at start, ``KFORGE_GPU_WARMUP=off``), a fresh server on a fresh home:
 stops after the cold CUDA verify. Wall seconds per call as the client sees them (a call that outlives its wait_s is followed with
 job_result until done). Prints a markdown table and writes JSON.
 
-    python bench/feedback_latency.py --out bench/results/feedback-latency-h100.json
+    python bench/feedback_latency.py --out bench/results/feedback-latency/h100.json
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ async def one_setting(
             steps = [("Triton verify, fresh home", "verify", {"candidate": triton_path, "target": "triton"})]
         elif cold_only:
             steps = steps[:1]
-        elif triton:  # the build path does not touch Triton: 'before' leaves these out to save GPU time
+        elif triton:  # the build path does not touch Triton: 'stock' leaves these out to save GPU time
             path = str(EX / "candidates/fused_bias_gelu/triton.py")
             steps += [
                 ("Triton verify, first", "verify", {"candidate": path, "target": "triton"}),
@@ -129,7 +129,7 @@ async def one_setting(
             rows[-1].update(worker_s=out.get("seconds"), phases=out.get("phases"))  # where the time went
             print(f"[{name}] {label}: {seconds:.2f} s  {summary(out)}  worker {out.get('phases')}", flush=True)
         # the edits above may come before the headers are precompiled: one more host edit once they are
-        if has_gpu and name != "before" and not cold_only and first == "cuda":
+        if has_gpu and name != "stock" and not cold_only and first == "cuda":
             waited = wait_pch(Path(home), limit_s=120)
             waited = round(waited, 1) if waited is not None else None
             label = "CUDA verify after another host edit, headers precompiled"
@@ -163,19 +163,19 @@ def table(results: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--settings", default="before,after")
+    ap.add_argument("--settings", default="stock,default")
     ap.add_argument("--skip-triton", action="store_true", help="leave out the Triton steps (slow on a CPU)")
     ap.add_argument("--think-s", type=float, default=0, help="seconds between list_targets and the first verify")
     ap.add_argument("--cold-only", action="store_true", help="stop after the first (cold) CUDA verify")
     ap.add_argument("--first", choices=("cuda", "triton"), default="cuda", help="triton: only a Triton verify, first")
     args = ap.parse_args()
     # no-warmup: the server does not warm torch.compile on its first GPU at start (KFORGE_GPU_WARMUP=off)
-    envs = {"before": {"KFORGE_CUDA_BUILD": "stock"}, "after": {}, "no-warmup": {"KFORGE_GPU_WARMUP": "off"}}
+    envs = {"stock": {"KFORGE_CUDA_BUILD": "stock"}, "default": {}, "no-warmup": {"KFORGE_GPU_WARMUP": "off"}}
     envs["one-compile-thread"] = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}  # inductor compiles in the GPU worker itself
     results = {}
     runs: dict[str, int] = {}  # a setting named again is run again, kept as "name (2)", ...
     for name in args.settings.split(","):
-        triton = name != "before" and not args.skip_triton
+        triton = name != "stock" and not args.skip_triton
         runs[name] = runs.get(name, 0) + 1
         key = name if runs[name] == 1 else f"{name} ({runs[name]})"
         results[key] = asyncio.run(one_setting(name, envs[name], triton, args.think_s, args.cold_only, args.first))

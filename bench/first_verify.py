@@ -2,12 +2,12 @@
 (the CPU interpreter here), as the README's first commands leave things: a fresh KFORGE_HOME (no
 Triton, inductor or compile caches), default options (5 trials, eager and torch.compile baselines).
 
-    .venv/bin/python bench/first_verify.py [--out bench/results] [--repeat 2] [--note TEXT]
+    .venv/bin/python bench/first_verify.py [--out bench/results/first-verify] [--repeat 2] [--note TEXT]
 
 Each example is verified --repeat times in a row in new processes on the same home: the first
 pays for the worker's start, torch.compile of the reference and Triton's first compile; later
 ones find the caches. Wall time of the whole command, as the user waits for it. Writes
-first-verify-cpu.json and .md to --out.
+cpu.json and cpu.md to --out.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def verify_once(home: Path, name: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "first-verify"))
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--note", default="")
     args = ap.parse_args()
@@ -74,7 +74,7 @@ def main() -> int:
         "note": args.note,
     }
     out = Path(args.out)
-    (out / "first-verify-cpu.json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
+    (out / "cpu.json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
     lines = [
         "# First verify on the CPU machine",
         "",
@@ -91,7 +91,7 @@ def main() -> int:
     ]
     if args.note:
         lines += ["", args.note]
-    (out / "first-verify-cpu.md").write_text("\n".join(lines) + "\n")
+    (out / "cpu.md").write_text("\n".join(lines) + "\n")
     return 0 if all(r["exit"] == 0 for r in runs) else 1
 
 

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from device_label import device_label  # noqa: E402
 
 from kforge_mcp.api import Engine  # noqa: E402
 
@@ -274,7 +275,7 @@ def summarize(result: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu-nvidia"))
     parser.add_argument("--no-ncu", action="store_true")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -317,8 +318,8 @@ def main() -> None:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu-nvidia.json").write_text(json.dumps(result, indent=1, default=str))
-    (out / "gpu-nvidia.md").write_text(summarize(result))
+    (out / f"{device_label()}.json").write_text(json.dumps(result, indent=1, default=str))
+    (out / f"{device_label()}.md").write_text(summarize(result))
     print(summarize(result))
 
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+from device_label import device_label
 from mcp import Client
 
 from kforge_mcp.api import Engine
@@ -150,7 +151,7 @@ def summarize(result: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu-triton"))
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs an NVIDIA GPU")
@@ -170,8 +171,8 @@ def main() -> None:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu-triton.json").write_text(json.dumps(result, indent=1, default=str))
-    (out / "gpu-triton.md").write_text(summarize(result))
+    (out / f"{device_label()}.json").write_text(json.dumps(result, indent=1, default=str))
+    (out / f"{device_label()}.md").write_text(summarize(result))
     print(summarize(result))
 
 

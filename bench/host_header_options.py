@@ -10,7 +10,7 @@ splits it) under each header option, with and without a precompiled header, one 
 On a GPU machine the flags are torch's own (the build plan load_inline writes); elsewhere torch's
 include paths with -O3 -fPIC -std=c++17, which is what the plan holds besides the ABI and arch flags.
 
-    python bench/host_header_options.py --out bench/results/host-header-options-cpu.json
+    python bench/host_header_options.py --out bench/results/host-header-options/cpu.json
 """
 
 from __future__ import annotations

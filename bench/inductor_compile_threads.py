@@ -1,7 +1,7 @@
 """torch.compile of a problem's reference with cold caches, each in a fresh process: inductor's default
 compile threads against TORCHINDUCTOR_COMPILE_THREADS=1 (GPU machine).
 
-    python bench/inductor_compile_threads.py   (results: bench/results/inductor-compile-threads-h100.md)
+    python bench/inductor_compile_threads.py   (results: bench/results/inductor-compile-threads/h100.md)
 """
 
 import os

@@ -7,7 +7,7 @@ the first verify arrives (GPU machine). Each row is a fresh process with empty i
   Triton's compiler, one tiny pointwise kernel compiled and run), then the reference;
 - ``imports``: only inductor's and Triton's modules imported first, then the reference.
 
-    python bench/inductor_warmup.py --out bench/results/inductor-warmup-h100.json
+    python bench/inductor_warmup.py --out bench/results/inductor-warmup/h100.json
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Latency of kforge's MCP tools, measured through a real MCP client (in-memory transport).
 
-    .venv/bin/python bench/latency.py [--out bench/results] [--warm 5] [--note TEXT]
+    .venv/bin/python bench/latency.py [--out bench/results/latency] [--warm 5] [--note TEXT]
 
 Measures: list_targets (cold, warm), verify (cold, warm, and the overhead of a warm verify
 over the candidate's own run time, per set of baselines), and compile (first call, cache hit).
-Writes latency-cpu.json and latency-cpu.md to --out; --note adds a line about the run (e.g. other load).
+Writes cpu.json and cpu.md to --out; --note adds a line about the run (e.g. other load).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from kforge_mcp.api import Engine
 from kforge_mcp.server import build_server
 
 ROOT = Path(__file__).resolve().parent.parent
-AIM_S = 0.5  # the issue's aim: a warm verify of a small problem adds under 0.5 s over the candidate
+AIM_S = 0.5  # the aim: a warm verify of a small problem adds under 0.5 s over the candidate
 PROBLEMS = {
     "vector_add": ("bench/problems/vector_add.py", "bench/candidates/vector_add/triton.py"),
     "row_softmax": ("examples/problems/row_softmax.py", "examples/candidates/row_softmax/triton.py"),
@@ -289,7 +289,7 @@ def markdown(res: dict) -> str:
 
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "latency"))
     p.add_argument("--warm", type=int, default=5, help="warm verify calls per problem and baseline set")
     p.add_argument("--warm-list", type=int, default=10, help="warm list_targets calls")
     p.add_argument("--note", default="", help="a line about the run for the summary, e.g. other load on the machine")
@@ -305,8 +305,8 @@ async def main() -> None:
     res["machine"]["loadavg_end"] = os.getloadavg()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "latency-cpu.json").write_text(json.dumps(res, indent=1))
-    (out / "latency-cpu.md").write_text(markdown(res))
+    (out / "cpu.json").write_text(json.dumps(res, indent=1))
+    (out / "cpu.md").write_text(markdown(res))
     print(markdown(res))
 
 

@@ -2,7 +2,7 @@
 KFORGE_HOME, a free port, a bearer token) and several real MCP clients (the SDK's streamable HTTP
 client) that issue concurrent tool calls, while the server's memory is sampled from /proc.
 
-    .venv/bin/python bench/load_http.py [--clients 5] [--calls 50] [--rounds 2] [--out bench/results] [--note TEXT]
+    .venv/bin/python bench/load_http.py [--clients 5] [--calls 50] [--rounds 2] [--out bench/results/load-http] [--note TEXT]
 
 Each round fires all ``--calls`` calls at once, spread over ``--clients`` sessions: list_targets,
 compile of the example candidates (first calls and cache hits), verify of a small problem on the
@@ -430,7 +430,7 @@ def machine() -> dict:
 
 def write_report(out_dir: Path, data: dict) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "load-http-cpu.json").write_text(json.dumps(data, indent=1) + "\n")
+    (out_dir / "cpu.json").write_text(json.dumps(data, indent=1) + "\n")
     m, r = data["machine"], data["result"]
     lines = [
         "# kforge under concurrent load over streamable HTTP (CPU, Triton interpreter)",
@@ -490,7 +490,7 @@ def write_report(out_dir: Path, data: dict) -> None:
         f"- the server still serves afterwards: {r['still_serving']}",
         "",
     ]
-    (out_dir / "load-http-cpu.md").write_text("\n".join(lines))
+    (out_dir / "cpu.md").write_text("\n".join(lines))
 
 
 HEADROOM_MB = 1024.0  # what a burst may add over the warm baseline (parsing, job threads, torch tensors)
@@ -517,7 +517,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--settle-s", type=float, default=5.0)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "load-http"))
     ap.add_argument("--note", default="")
     args = ap.parse_args()
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

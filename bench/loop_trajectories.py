@@ -11,7 +11,7 @@ pipeline), or the generic tuned one (examples/candidates/<problem>/triton.py) wh
 answers the advice, until the agent says stop or nothing is left. What is measured is the loop
 itself: feedback reaching the next prompt, verification, profiling and advice on the real device.
 
-    python bench/loop_trajectories.py --out bench/results/loop-trajectories-h100 [--large]
+    python bench/loop_trajectories.py --out bench/results/loop-trajectories [--large]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from mcp import Client  # noqa: E402
 
 from kforge_mcp.api import Engine  # noqa: E402
 from kforge_mcp.server import build_server  # noqa: E402
+from device_label import device_label  # noqa: E402
 
 PROBLEMS = ("fused_bias_gelu", "row_softmax", "gemm_bias_relu")
 
@@ -195,9 +196,9 @@ async def main_async(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dev = f"{host.get('gpu') or host.get('device_name') or device}"
-    (out / "trajectories.json").write_text(json.dumps({"host": host, "devices": device, "runs": runs}, indent=1))
-    (out / "trajectories.md").write_text(markdown(runs, dev))
-    print((out / "trajectories.md").read_text())
+    (out / f"{device_label()}.json").write_text(json.dumps({"host": host, "devices": device, "runs": runs}, indent=1))
+    (out / f"{device_label()}.md").write_text(markdown(runs, dev))
+    print((out / f"{device_label()}.md").read_text())
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ under cProfile, for a cold build, a kernel edit and a host edit; then the same t
 edit (new spellings, so nothing is cached) through a real compile-lane worker, timed from the
 engine, to show what the worker path adds.
 
-    python bench/prebuild_profile.py --out bench/results/prebuild-profile-h100.json
+    python bench/prebuild_profile.py --out bench/results/prebuild-profile/h100.json
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ profile. Run on a GPU machine:
 
     python bench/profile_advice.py --out bench/results/profile-advice
 
-Writes OUT/profile-advice.json and OUT/profile-advice.md.
+Writes OUT/<device>.json and OUT/<device>.md (e.g. h100.md).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kforge_mcp.api import Engine  # noqa: E402
+from device_label import device_label  # noqa: E402
 
 PROBLEMS = ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"]
 WHAT_TUNED_DOES = {
@@ -82,9 +83,9 @@ def main() -> None:
             results["problems"][name] = entry
     finally:
         engine.close()
-    (out / "profile-advice.json").write_text(json.dumps(results, indent=1, default=str))
-    (out / "profile-advice.md").write_text(markdown(results))
-    print((out / "profile-advice.md").read_text())
+    (out / f"{device_label()}.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / f"{device_label()}.md").write_text(markdown(results))
+    print((out / f"{device_label()}.md").read_text())
 
 
 def _ms(entry: dict, variant: str, key: str = "candidate"):
@@ -100,7 +101,7 @@ def markdown(results: dict) -> str:
         f"Run {results['started']} on {next((v for k, v in host.items() if k.startswith('device cuda')), 'no GPU')} "
         f"(torch {host.get('torch', '?')}). Times: Engine.verify medians (CUDA events, L2 flushed). "
         "'Tuned applies it' is judged from the data: the top rule no longer fires on the tuned candidate's profile. "
-        "The tuned candidates were written before this agent existed; they are a test of the advice, not its output.",
+        "The tuned candidates were not written from this agent's advice; they are a test of the advice, not its output.",
         "",
         "| problem | top recommendation (naive) | expected gain | naive | tuned | eager | tuned / naive speedup "
         "| tuned applies it? | verdicts |",

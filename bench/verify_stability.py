@@ -6,7 +6,7 @@ For each example problem at its shipped size and at a GPU size (bench/problems/*
 verifies the Triton candidate ``--repeats`` times on one warm engine (eager and
 torch.compile baselines) and reports the speedups, their spread ((max - min) / median),
 each run's 95% confidence interval and coefficient of variation, and the device state.
-The aim (issue: "A verifier that cannot be gamed"): repeated verifies within 3%.
+The aim: repeated verifies within 3%.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from kforge_mcp.api import Engine
+from device_label import device_label
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [
@@ -38,7 +39,7 @@ CASES = [
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "verify-stability"))
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     engine = Engine(home=tempfile.mkdtemp(prefix="kforge-stability-"))
@@ -68,7 +69,7 @@ def main() -> None:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "verify-stability-" + ("gpu" if torch.cuda.is_available() else "cpu")
+    stem = device_label()
     (out / f"{stem}.json").write_text(json.dumps({"device": device, "rows": rows}, indent=1))
     lines = [
         f"# verify: repeated speedups of one candidate ({device})",

@@ -1,7 +1,7 @@
 """Warm verify through MCP: the same verify called several times in a row on one in-memory SDK client
 and a fresh home; wall seconds per call as the client sees them, with the worker's phases.
 
-    python bench/warm_verify.py --device cpu --out bench/results/warm-verify-cpu.json
+    python bench/warm_verify.py --device cpu --out bench/results/warm-verify/cpu.json
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def test_corpus_top1_and_no_fraction_over_one():
         ("transpose_naive", "uncoalesced_access"),
     ],
 )
-def test_the_issue_cases_on_real_captures(case, rule):
+def test_the_labelled_cases_on_real_captures(case, rule):
     acc = accuracy_module()
     meta = {
         **next(c for c in acc.json.loads((acc.HERE / "manifest.json").read_text())["cases"] if c["name"] == case),

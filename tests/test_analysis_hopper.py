@@ -1,5 +1,5 @@
 """The analysis agent on Hopper: a precision-aware speed of light that is a true bound, kernel kinds
-told from names and pipes, and rules that pick the biggest lever (the issue's own H100 figures).
+told from names and pipes, and rules that pick the biggest lever (H100 cases).
 The real H100 corpus (bench/analysis/captures) is checked by test_analysis_corpus.py."""
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def test_pipes_tell_a_triton_gemm_from_an_elementwise_kernel():
     assert classify(cublas).category == "gemm" and cublas.compute_path == "fma"
 
 
-# ---- rules: the issue's H100 cases ----
+# ---- rules: H100 cases ----
 
 
 def triton_3xtf32_gemm() -> KernelProfile:

@@ -3,7 +3,7 @@ ui://kforge/run in a sandboxed iframe and forwards the view's requests, through 
 a real kforge server over stdio. The host calls loop_start; this test submits a wrong then a right
 Triton candidate (CPU interpreter) while the view is open, and the view must show each attempt's
 verdict and speedup as it lands, the advice, the roofline and the plot. A screenshot goes to the test's
-folder, or to $KFORGE_SCREENSHOT (bench/results/apps-run-view.png was taken so) so CI leaves no tracked file
+folder, or to $KFORGE_SCREENSHOT (bench/results/apps-run-view/cpu.png was taken so) so CI leaves no tracked file
 changed."""
 
 from __future__ import annotations

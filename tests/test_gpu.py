@@ -1,5 +1,5 @@
 """On a GPU (skipped elsewhere): kernels really run on the device, timings use device events,
-and a CUDA fault is contained. Recorded runs: bench/results/gpu-*.md."""
+and a CUDA fault is contained. Recorded runs: bench/results/gpu-triton/, gpu-nvidia/, gpu-tests/."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Concurrent tool calls over streamable HTTP: a real `kforge serve --transport http` subprocess and
 several SDK clients (bench/load_http.py, smaller and without verify). The full run with the
-recorded figures is `python bench/load_http.py` (bench/results/load-http-cpu.md)."""
+recorded figures is `python bench/load_http.py` (bench/results/load-http/cpu.md)."""
 
 from __future__ import annotations
 

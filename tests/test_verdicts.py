@@ -1,4 +1,4 @@
-"""Verdicts you can bet a reward on (issue 17): timing a memo cannot fool, a seed per call, a
+"""Verdicts you can bet a reward on: timing a memo cannot fool, a seed per call, a
 precision policy stated in every report, CPU verdicts that see GPU rounding, no runtime thread
 blamed on the candidate, module state compared, and guards whose tests could fail."""
 

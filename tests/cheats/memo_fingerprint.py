@@ -1,4 +1,4 @@
-"""Cheat (issue 17): remembers each output under a cheap fingerprint of its input (shape, data
+"""Cheat: remembers each output under a cheap fingerprint of its input (shape, data
 pointer, three element values). It computes honestly whenever the fingerprint is new, so every
 correctness trial passes; a timing loop that feeds one input over and over gets the remembered
 output back at the cost of a dictionary lookup. Fresh inputs for every timed call leave it no hit."""

@@ -1,6 +1,6 @@
 """relu(x @ W^T + b) on tensor cores in 3xTF32 (fp32-level accuracy at 1e-4), after the analysis agent's
 feed_tensor_pipe advice: a deeper K tile (BLOCK_K 64) so each pipeline stage keeps more MMAs in flight; of
-the tile shapes tried on the H100 (bench/results/analysis-h100/sweep.log) 128x128x64 fed the tensor pipe
+the tile shapes tried on the H100 (bench/results/gemm-3xtf32-sweep/h100.log) 128x128x64 fed the tensor pipe
 best, and 128x256 tiles ran slower. Grouped tile order for L2 reuse, bias and ReLU fused in the epilogue."""
 
 import torch
