@@ -12,7 +12,12 @@ Each call runs candidate code in a warm worker process, never in the caller's.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib.metadata
+
+try:  # written once, in pyproject.toml
+    __version__ = importlib.metadata.version("kforge-mcp")
+except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Engine",

@@ -6,7 +6,7 @@ Library names carry the path: cuBLAS/CUTLASS ``sm80_xmma_gemm_f32f32_...`` (fp32
 pipe), ``..._tf32...``, ``...bf16...``, ``sm90_...`` / ``gmma`` (Hopper wgmma), ``ampere_sgemm``
 (FMA), ``s1688gemm`` / ``s16816gemm`` (mma.sync), cuBLASLt ``nvjet_[sm90_]<in><acc><out>_...``
 (Hopper wgmma kernels; ``h`` fp16, ``t`` bf16 (a bf16 8192^3 torch.matmul ran
-``nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT`` on the H100), ``s`` fp32, ``e``/``q`` fp8), cuDNN
+``nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT`` on Hopper), ``s`` fp32, ``e``/``q`` fp8), cuDNN
 ``cudnn`` / ``implicit_gemm`` / ``fprop`` (convolutions), PyTorch's ``elementwise_kernel`` and
 ``reduce_kernel``. Triton kernels carry the user's name, so for them the metrics decide.
 """

@@ -107,10 +107,10 @@ def quietly(fn):
 
 
 def warm_up(engine) -> None:
-    """The probe, then the first GPU's worker started (it imports torch: 3.5-4.4 s on the H100
-    machine) and torch.compile's fixed cost paid there, its imports then a tiny compile, so a host's
-    first verify pays neither. Only while that GPU is idle: a verify sent at once pays the same cost
-    itself, and a warm-up ahead of it measured 2-3.5 s slower (bench/results/feedback-latency-h100.md)."""
+    """The probe, then the first GPU's worker started (it imports torch, seconds on a cold machine) and
+    torch.compile's fixed cost paid there, its imports then a tiny compile, so a host's first verify pays
+    neither. Only while that GPU is idle: a verify sent at once pays the same cost itself, and a warm-up
+    ahead of it made that verify slower (bench/feedback_latency.py measures both)."""
     from kforge_mcp.core.requests import WarmUpRequest
 
     report = engine.list_targets()

@@ -1,4 +1,4 @@
-"""What ``device.discover()`` finds, without importing torch (3.5-4.4 s on the H100 machines, most of a
+"""What ``device.discover()`` finds, without importing torch (seconds on a cold machine, most of a
 fresh home's first ``list_targets``): torch's build read from its version.py as text, NVIDIA GPUs asked of
 the CUDA driver through ctypes (the library torch's own device count goes through).
 

@@ -27,9 +27,9 @@ from kforge_mcp.judge.timing import summarize, time_interleaved
 
 REUSE_FOR_S = 600.0  # past this the device may have changed in ways an anchor misses
 ANCHOR_SHARE = 0.5  # the anchor's timing budget, as a share of the candidate's (its figure is reported)
-# beyond this the kept timings are not scaled but timed again. A host-bound 20 us eager baseline on the
-# H100 moved by up to 10% between verifies a few seconds apart (bench/results/feedback-latency-h100.md),
-# so a tighter limit re-times on noise; a clock or neighbour change shows up as a larger step.
+# beyond this the kept timings are not scaled but timed again. A host-bound eager baseline of tens of
+# microseconds moves by up to about 10% between verifies a few seconds apart, so a tighter limit re-times
+# on noise; a clock or neighbour change shows up as a larger step.
 RESCALE_LIMIT = 0.25
 
 
@@ -168,7 +168,7 @@ def warm(v, inputs: list) -> dict:
 
 def warm_inductor(device: str, stage: str = "all") -> None:
     """torch.compile's fixed cost, paid before any problem is known. Stage ``imports``: dynamo, inductor and
-    Triton's compiler (most of it on a cold machine, bench/results/inductor-warmup-h100.md); stage ``compile``:
+    Triton's compiler (most of the cost on a cold machine; bench/inductor_warmup.py measures it); stage ``compile``:
     a tiny function no problem shares compiled and run (inductor's compile workers, Triton's first kernels,
     cuBLAS). Its compiled code is never reused for a baseline: dynamo keys compiled code by the function."""
     import torch

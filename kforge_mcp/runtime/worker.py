@@ -79,7 +79,7 @@ def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler
             clean_timers = timer_snapshot()
 
     # The compile lane's first job is the probe, which asks the driver rather than torch where it can
-    # (driver_probe.py): it answers before torch's import (3.5-4.4 s on the H100 machines), then imports it.
+    # (driver_probe.py): it answers before torch's import (seconds on a cold machine), then imports it.
     if Settings.read().worker_lane != "compile":
         warm()
     send({"type": "ready", "pid": os.getpid()})

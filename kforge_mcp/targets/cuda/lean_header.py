@@ -1,6 +1,6 @@
 """A lean stand-in for ``<torch/extension.h>``, used by the cuda target's fast compile path.
 
-Parsing torch's real headers costs the device compiler (cicc) about 75 s on 2 cores, for
+Parsing torch's real headers costs the device compiler (cicc) about a minute on a small machine, for
 every compile; the kernels themselves take milliseconds. This header declares just enough
 of the torch C++ API that KernelBench-style host glue (``torch::Tensor f(torch::Tensor x)``,
 ``x.data_ptr<float>()``, ``torch::empty_like``, ``TORCH_CHECK``, ``AT_DISPATCH_*``, the

@@ -1,7 +1,7 @@
 """A load_inline CUDA source cut in two, so that a kernel edit rebuilds in seconds.
 
 Nearly all of a stock ``load_inline`` build is torch's headers parsed three times by nvcc
-(cudafe++, cicc and the host compiler), about 60 s on an H100 host. Here the same text becomes:
+(cudafe++, cicc and the host compiler), about a minute a build. Here the same text becomes:
 
 - a device unit: kernels, ``__device__`` functions, types and macros, without torch's headers,
   compiled by nvcc (it also emits each kernel's host stub, the function a launch calls);

@@ -8,7 +8,7 @@ with ``#line`` directives, so nvcc's messages point at lines of the Python file.
 compiles device code only (``-cubin``, ``-Xptxas -v``) for the chosen arch, without a GPU:
 
 - the lean path (default) swaps torch's headers for a small stand-in (cuda_lean_header.py),
-  a few seconds instead of ~80 s of parsing torch's headers on 2 cores;
+  a few seconds instead of a minute or more of parsing torch's headers;
 - the full path uses torch's real headers; it runs when the lean path fails on something it
   cannot judge (host glue, a torch type), so a gap in the stand-in never becomes a false error.
 
