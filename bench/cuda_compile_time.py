@@ -103,7 +103,7 @@ def main() -> None:
     finally:
         engine.close()
     result = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),

@@ -137,7 +137,7 @@ def main() -> None:
 
     targets = set(args.targets.split(","))
     record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "device_name": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "targets": sorted(targets),

@@ -66,7 +66,7 @@ def main() -> int:
                 print(json.dumps(run), flush=True)
                 runs.append(run)
     meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "machine": platform.machine(),

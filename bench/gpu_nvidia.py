@@ -310,7 +310,7 @@ def main() -> None:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "cutlass_dsl": _version("nvidia-cutlass-dsl"),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "targets": targets,
         "examples": examples,
         "timing_check": timing,

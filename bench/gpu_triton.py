@@ -142,7 +142,7 @@ def summarize(result: dict) -> str:
         "",
         "## Faults",
         "",
-        f"- wrong candidate: verdict `{result['mcp']['wrong']['verdict']}`, max abs error {result['mcp']['wrong']['mismatches'][0]['max_abs_error']:.2e}",  # noqa: E501
+        f"- wrong candidate: verdict `{result['mcp']['wrong']['verdict']}`, max abs error {result['mcp']['wrong']['mismatches'][0]['max_abs_error']:.2e}",
         f"- illegal-address kernel: verdict `{fault['verdict']}`: {fault['errors'][0][:200]!r}",
         f"- next verify after the fault: `{result['mcp']['after_fault']['verdict']}` in {result['mcp']['after_fault']['wall_s']:.2f} s (a fresh worker)",
     ]
@@ -165,7 +165,7 @@ def main() -> None:
     result = {
         "device": torch.cuda.get_device_name(0),
         "triton": triton.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "mcp": mcp_result,
         "do_bench": {name: do_bench_check(name) for name in EXAMPLES},
     }

@@ -34,5 +34,5 @@ for threads in (None, "1", None, "1"):
     if threads:
         env["TORCHINDUCTOR_COMPILE_THREADS"] = threads
     out = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), out.stderr[-2000:])
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")), out.stderr[-2000:])
     print("threads", threads or "default", line, flush=True)

@@ -90,7 +90,7 @@ class MemorySampler:
             self.samples.append((time.monotonic(), *self.sample()))
             self._stop.wait(self.interval)
 
-    def start(self) -> "MemorySampler":
+    def start(self) -> MemorySampler:
         self._thread.start()
         return self
 
@@ -131,7 +131,7 @@ class ServerProcess:
         self.env = {**os.environ, "KFORGE_HOME": str(self.home), **(env or {})}
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 120.0, expect_exit: bool = False) -> "ServerProcess":
+    def start(self, timeout_s: float = 120.0, expect_exit: bool = False) -> ServerProcess:
         cmd = [
             *self.wrap,
             sys.executable,
@@ -520,7 +520,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "load-http"))
     ap.add_argument("--note", default="")
     args = ap.parse_args()
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     info = machine()
     with tempfile.TemporaryDirectory(prefix="kforge-load-") as tmp:
         result = run_load(Path(tmp) / "home", args.clients, args.calls, args.rounds, settle_s=args.settle_s)

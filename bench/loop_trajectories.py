@@ -28,11 +28,11 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from device_label import device_label  # noqa: E402
 from mcp import Client  # noqa: E402
 
 from kforge_mcp.api import Engine  # noqa: E402
 from kforge_mcp.server import build_server  # noqa: E402
-from device_label import device_label  # noqa: E402
 
 PROBLEMS = ("fused_bias_gelu", "row_softmax", "gemm_bias_relu")
 

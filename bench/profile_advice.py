@@ -23,8 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kforge_mcp.api import Engine  # noqa: E402
 from device_label import device_label  # noqa: E402
+
+from kforge_mcp.api import Engine  # noqa: E402
 
 PROBLEMS = ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"]
 WHAT_TUNED_DOES = {

@@ -202,7 +202,7 @@ def main() -> None:
     import torch
 
     record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "device": args.device,
         "device_name": torch.cuda.get_device_name(0)
         if args.device.startswith("cuda")

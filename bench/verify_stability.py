@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 
 import torch
+from device_label import device_label
 
 from kforge_mcp.api import Engine
-from device_label import device_label
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [
@@ -45,7 +45,7 @@ def main() -> None:
     engine = Engine(home=tempfile.mkdtemp(prefix="kforge-stability-"))
     rows = []
     try:
-        for name, prob, cand in CASES:
+        for _name, prob, cand in CASES:
             runs = [engine.verify(prob, cand, target="triton") for _ in range(args.repeats + 1)][1:]  # first: warm-up
             speedups = [r.speedup for r in runs if r.speedup]
             rows.append(
@@ -74,7 +74,7 @@ def main() -> None:
     lines = [
         f"# verify: repeated speedups of one candidate ({device})",
         "",
-        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}; torch {torch.__version__}",
+        f"- date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}; torch {torch.__version__}",
         f"- command: `python bench/verify_stability.py --repeats {args.repeats}` (one warm engine; the first verify of each is a warm-up)",
         "",
         "| problem | verdicts | speedups | over | spread (max-min)/median | within 3% | candidate cv | last 95% CI |",

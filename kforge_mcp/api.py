@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Sequence
 
-from kforge_mcp.core.requests import CompileRequest, ProbeRequest, ProfileRequest, RooflineRequest, VerifyRequest
 from kforge_mcp.core.errors import InputError, KforgeError
 from kforge_mcp.core.home import check_home, default_home
 from kforge_mcp.core.options import BASELINES, PROFILE, VERIFY, check_precision
 from kforge_mcp.core.problem import Source, check_allowed_path, default_allowed_roots
 from kforge_mcp.core.problem import resolve_source as _resolve_source
+from kforge_mcp.core.requests import CompileRequest, ProbeRequest, ProfileRequest, RooflineRequest, VerifyRequest
 from kforge_mcp.core.schemas import CompileReport, Diagnostic, TargetsReport, TargetStatus, VerifyReport
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.judge.pipeline import head_start_one, start_prebuilds, warm_batch_baselines

@@ -184,7 +184,7 @@ class RunStore:
                     db.execute(f"ALTER TABLE attempts ADD COLUMN {col} {kind}")
 
     @classmethod
-    def for_home(cls, home: Path | str) -> "RunStore":
+    def for_home(cls, home: Path | str) -> RunStore:
         return cls(Path(home) / "runs.db")
 
     def _connect(self) -> sqlite3.Connection:

@@ -18,9 +18,9 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Sequence
 
 from pydantic import BaseModel, Field
 

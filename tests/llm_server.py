@@ -27,11 +27,11 @@ class LLMServer:
         self.release = threading.Event()
         self._lock = threading.Lock()
 
-    def __enter__(self) -> "LLMServer":
+    def __enter__(self) -> LLMServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 with server._lock:
                     index = len(server.requests)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import example, problem
 
-from kforge_mcp.core.requests import BaselinesRequest
 from kforge_mcp.core.problem import seed_everything
+from kforge_mcp.core.requests import BaselinesRequest
 from kforge_mcp.judge import baselines
 
 

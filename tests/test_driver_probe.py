@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kforge_mcp.core.requests import ProbeRequest
 from kforge_mcp.api import Engine
+from kforge_mcp.core.requests import ProbeRequest
 from kforge_mcp.devices import driver_probe
 from kforge_mcp.devices.device import discover
 from kforge_mcp.devices.driver_probe import discover_without_torch, torch_build

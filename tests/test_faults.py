@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT, processes_with_env
 
 sys.path.insert(0, str(ROOT / "bench"))
-from load_http import ServerProcess  # noqa: E402
+from load_http import ServerProcess
 
 pytestmark = pytest.mark.anyio
 

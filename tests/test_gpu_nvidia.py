@@ -11,8 +11,8 @@ import time
 import pytest
 from conftest import example, problem
 
-from kforge_mcp.core.requests import WarmUpRequest
 from kforge_mcp.api import Engine
+from kforge_mcp.core.requests import WarmUpRequest
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]

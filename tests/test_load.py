@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
-from load_http import HEADROOM_MB, run_load  # noqa: E402
+from load_http import HEADROOM_MB, run_load
 
 
 @pytest.mark.slow

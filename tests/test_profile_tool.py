@@ -114,7 +114,6 @@ def test_plots_drawn_on_several_threads_at_once_all_draw(tmp_path):
     import threading
 
     from kforge_mcp.advice.roofline_plot import draw_roofline
-
     from kforge_mcp.core.schemas import Roofline
 
     roofs = [

@@ -34,7 +34,7 @@ from kforge_mcp.store import RunStore
 from kforge_mcp.targets import TARGETS
 
 sys.path.insert(0, str(ROOT / "bench"))
-from load_http import ServerProcess  # noqa: E402
+from load_http import ServerProcess
 
 # the 2025-11-25 subscribe verbs are tested on purpose
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore:resources/(un)?subscribe is removed")]

@@ -16,8 +16,8 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a Ray cluster per module: the full suite only
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from kforge_mcp.core.requests import WarmUpRequest
 from kforge_mcp.api import Engine  # noqa: E402
+from kforge_mcp.core.requests import WarmUpRequest  # noqa: E402
 from kforge_mcp.runtime.executor import LocalExecutor  # noqa: E402
 from kforge_mcp.runtime.pool import WorkerFailure, WorkerPool  # noqa: E402
 from kforge_mcp.runtime.ray_executor import RayExecutor  # noqa: E402

@@ -310,12 +310,11 @@ def find_ncu_report(ncu: str, probe_rep: str | None) -> dict:
         if c in seen or not os.path.isdir(c):
             continue
         seen.add(c)
-        code = "import sys; sys.path.insert(0, %r); import ncu_report; print('FILE', ncu_report.__file__)" % c
+        code = f"import sys; sys.path.insert(0, {c!r}); import ncu_report; print('FILE', ncu_report.__file__)"
         if probe_rep:
             code += (
-                "\nctx = ncu_report.load_report(%r); r = ctx.range_by_idx(0); a = r.action_by_idx(0)"
+                f"\nctx = ncu_report.load_report({probe_rep!r}); r = ctx.range_by_idx(0); a = r.action_by_idx(0)"
                 "\nprint('LOADED', ctx.num_ranges(), r.num_actions(), a.name(), a.metric_by_name('gpu__time_duration.sum').as_double())"
-                % probe_rep
             )
         rc, text = sh([sys.executable, "-c", code], 60)
         result["tried"].append({"path": c, "rc": rc, "output": text.strip()[-800:]})

@@ -6,8 +6,8 @@ images (``configure_image_reader``); without one the agent says so instead of gu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from kforge_mcp.advice.rules import run_rules
 from kforge_mcp.advice.rules.base import busiest_unit

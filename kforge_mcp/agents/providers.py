@@ -16,7 +16,7 @@ client is thread-safe, so the loop may ask for several replies at once."""
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from kforge_mcp.agents.reply import Reply
 from kforge_mcp.core.errors import InputError, KforgeError

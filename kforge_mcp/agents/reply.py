@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 class Reply(str):
@@ -15,7 +15,7 @@ class Reply(str):
     tokens: int | None
     estimated: bool
 
-    def __new__(cls, text: str, tokens: int | None = None, estimated: bool = False) -> "Reply":
+    def __new__(cls, text: str, tokens: int | None = None, estimated: bool = False) -> Reply:
         self = super().__new__(cls, text)
         self.tokens, self.estimated = tokens, estimated
         return self

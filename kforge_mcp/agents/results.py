@@ -62,7 +62,7 @@ class LoopOptions(VerifyOptions):
     model_config = {"extra": "forbid"}  # a misspelt option is an error, not silently the default
 
     @classmethod
-    def parse(cls, options: "LoopOptions | dict | None") -> "LoopOptions":
+    def parse(cls, options: LoopOptions | dict | None) -> LoopOptions:
         if isinstance(options, cls):
             return options
         try:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.source import Source, SourceRuntimeError, diagnostics_from_exception, import_source
@@ -112,7 +112,7 @@ class LoadedProblem:
         """Call get_inputs / get_init_inputs, turning a failure into an input error with its line."""
         try:
             value = getattr(self.module, name)()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (the problem's own code can raise anything: an input error naming it)
             raise InputError(
                 f"problem: {name}() raised {type(e).__name__}: {e}",
                 diagnostics_from_exception(e, self.path, self.source),
@@ -173,7 +173,7 @@ def reference_model(problem: LoadedProblem, device: str, seed: int = 0, dtype=No
     seed_everything(seed)
     try:
         return problem.module.Model(*init).to(device, dtype)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001  (the problem's own code can raise anything: an input error naming it)
         raise InputError(
             f"problem: Model(*get_init_inputs()) raised {type(e).__name__}: {e}",
             diagnostics_from_exception(e, problem.path, problem.source),
@@ -196,7 +196,7 @@ def build_models(
     seed_everything(seed)
     try:
         candidate = new_cls(*init).to(device, dtype)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001  (candidate code can raise anything: diagnostics at its line)
         diags = diagnostics_from_exception(e, Path(candidate_module.__file__), candidate_module.__kforge_source__)
         raise SourceRuntimeError(f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}", diags) from None
     return reference, candidate

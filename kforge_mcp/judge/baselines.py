@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from kforge_mcp.core.schemas import Finding
 from kforge_mcp.judge.timing import summarize, time_interleaved
@@ -174,8 +174,8 @@ def warm_inductor(device: str, stage: str = "all") -> None:
     import torch
 
     if stage in ("imports", "all"):
-        import torch._dynamo  # noqa: F401
-        import torch._inductor.compile_fx  # noqa: F401
+        import torch._dynamo
+        import torch._inductor.compile_fx
 
         with contextlib.suppress(ImportError):  # inductor's GPU code is Triton; without it compile says why
             import triton.compiler  # noqa: F401

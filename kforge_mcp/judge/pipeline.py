@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable
 
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.options import DEFAULT_TARGET

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from kforge_mcp.core.requests import VerifyRequest
 from kforge_mcp.core.options import (
     DTYPE_PRECISION,
     PRECISION_DTYPE,
@@ -18,6 +17,7 @@ from kforge_mcp.core.options import (
     check_precision,
     default_tolerance,
 )
+from kforge_mcp.core.requests import VerifyRequest
 from kforge_mcp.core.schemas import Finding
 
 PROBLEM_NAMES = ("PRECISION", "ATOL", "RTOL")

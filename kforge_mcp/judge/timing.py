@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kforge_mcp.core.schemas import TimingStats
 from kforge_mcp.devices.device import get_device

@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import secrets
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from kforge_mcp.core.requests import VerifyRequest
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import build_models, load_problem, reference_model, seed_everything
+from kforge_mcp.core.requests import VerifyRequest
 from kforge_mcp.core.schemas import Finding, Timing, VerifyReport
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception
 from kforge_mcp.devices.device import get_device
@@ -123,7 +123,7 @@ class Verifier:
             try:
                 got = self.candidate(*used)
                 sync_device(self.device)
-            except (Exception, SystemExit) as e:
+            except (Exception, SystemExit) as e:  # noqa: BLE001  (candidate code can raise anything: diagnostics at its line)
                 raise self.candidate_error("ModelNew.forward", e) from None
         self.finding(threads.finding())
         self.finding(guards.inputs_mutated(inputs, used))
@@ -138,7 +138,7 @@ class Verifier:
         try:
             with self.flags.pinned():
                 return self.reference(*_clone(inputs))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (the problem's own code can raise anything: an input error naming it)
             raise InputError(
                 f"problem: Model.forward raised {type(e).__name__}: {e}",
                 diagnostics_from_exception(e, self.problem.path, self.problem.source),
@@ -279,7 +279,7 @@ class Verifier:
         try:
             with self.phase("timing"):
                 stats, samples, kept = time_with_baselines(self, fns, budget, ("candidate", TIMED_CHECKS, self.seed))
-        except (Exception, SystemExit) as e:
+        except (Exception, SystemExit) as e:  # noqa: BLE001  (candidate code can raise anything: diagnostics at its line)
             raise self.candidate_error("ModelNew.forward (timing)", e) from None
         with self.phase("checks"):
             self.check_timed_calls(kept)

@@ -13,11 +13,11 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from kforge_mcp.core.requests import ProfileRequest
 from kforge_mcp.core.problem import build_models, load_problem, seed_everything
+from kforge_mcp.core.requests import ProfileRequest
 from kforge_mcp.core.source import SourceRuntimeError
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge.roofline import reference_roofline

@@ -19,7 +19,7 @@ from kforge_mcp.profiling.ncu_metrics import (
     INST_PIPES,
     PIPES,
     STALL_REASONS,
-)  # noqa: F401
+)
 from kforge_mcp.profiling.report import KernelProfile, NcuRule, ProfileReport, StallReason
 
 
@@ -172,9 +172,9 @@ def _mean(values: list[float]) -> float | None:
 
 def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
     def m(key: str) -> float | None:
-        return _mean([l["metrics"][key] for l in launches if key in l["metrics"]])
+        return _mean([la["metrics"][key] for la in launches if key in la["metrics"]])
 
-    times = [l["metrics"]["gpu__time_duration.sum"] for l in launches if "gpu__time_duration.sum" in l["metrics"]]
+    times = [la["metrics"]["gpu__time_duration.sum"] for la in launches if "gpu__time_duration.sum" in la["metrics"]]
     k = KernelProfile(
         name=name,
         launches=len(launches),
@@ -270,7 +270,7 @@ def _sum(m, pattern: str, ops: tuple[str, ...] = ("ld", "st")) -> float | None:
     return sum(v for v in values if v is not None) if any(v is not None for v in values) else None
 
 
-def group_launches(launches: list[dict]) -> "OrderedDict[str, list[dict]]":
+def group_launches(launches: list[dict]) -> OrderedDict[str, list[dict]]:
     groups: OrderedDict[str, list[dict]] = OrderedDict()
     for launch in launches:
         groups.setdefault(launch["name"], []).append(launch)
@@ -313,14 +313,14 @@ def finish_report(
     source: str,
     rules: list[NcuRule] | None = None,
 ) -> ProfileReport:
-    sm = next((int(l["metrics"]["launch__sm_count"]) for l in launches if "launch__sm_count" in l["metrics"]), None)
+    sm = next((int(la["metrics"]["launch__sm_count"]) for la in launches if "launch__sm_count" in la["metrics"]), None)
     report = set_forwards(
         ProfileReport(
             source=source,
             kernels=kernels,
             sm_count=sm,
             ncu_rules=rules or [],
-            device_name=next((l["device_name"] for l in launches if l.get("device_name")), None),
+            device_name=next((la["device_name"] for la in launches if la.get("device_name")), None),
             file=None if path.startswith("<") else path,
         ),
         forwards,

@@ -14,7 +14,7 @@ def import_ncu_report():
     """Nsight Compute's ``ncu_report`` module: importable as is, or found beside the ``ncu`` on PATH
     (<install>/extras/python), or under /usr/local/cuda*/nsight-compute*/ and /opt/nvidia."""
     try:
-        import ncu_report  # noqa: F401
+        import ncu_report
 
         return ncu_report
     except ImportError:

@@ -10,11 +10,12 @@ several workers for it; timing jobs on one device are never run side by side.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
-from kforge_mcp.core.requests import JobRequest, WarmUpRequest
 from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.requests import JobRequest, WarmUpRequest
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.runtime.pool import JobCancelled, WorkerPool
 

@@ -21,13 +21,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Callable
 
-from kforge_mcp.core.requests import JobRequest
 from kforge_mcp.core.errors import KforgeError
+from kforge_mcp.core.requests import JobRequest
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.runtime import sandbox
 from kforge_mcp.runtime.environment import worker_environment
@@ -210,7 +210,7 @@ class Worker:
                 self.kill()
                 raise self._failure(
                     "memory", f"{what} used more than {memory_limit / 2**30:.1f} GiB of memory; the worker was killed"
-                )  # noqa: E501
+                )
 
     def wait_ready(self, memory_limit: int | None) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -9,8 +9,8 @@ import os
 import threading
 from pathlib import Path
 
-from kforge_mcp.core.requests import parse_request
 from kforge_mcp.core.home import check_home, default_home
+from kforge_mcp.core.requests import parse_request
 from kforge_mcp.runtime.pool import WorkerFailure, WorkerPool
 
 LOCAL_LANE = {"cuda": "cuda:0", "xpu": "xpu:0"}  # the lane inside the actor: the node's first device it was given

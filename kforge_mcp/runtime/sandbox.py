@@ -92,7 +92,7 @@ class PidsCgroup:
         self.path = path
 
     @classmethod
-    def create(cls, max_procs: int) -> "PidsCgroup | None":
+    def create(cls, max_procs: int) -> PidsCgroup | None:
         root = _pids_cgroup_root()
         if root is None:
             return None

@@ -16,9 +16,9 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
-from typing import Any
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 
 def device_healthy() -> bool:

@@ -84,7 +84,7 @@ class Target(ABC):
         was emulated or not checked. Default: nothing to emulate."""
         return contextlib.nullcontext()
 
-    def profile_details(self, report, module: types.ModuleType, device: str) -> None:
+    def profile_details(self, report, module: types.ModuleType, device: str) -> None:  # noqa: B027  (optional: nothing by default)
         """Add what only this target knows to a profile (e.g. Triton's compiled metadata)."""
 
     def static_diagnostics(self, source: Source) -> list[Diagnostic]:

@@ -28,7 +28,7 @@ def _triton_bundled(name: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find_tool(name: str, prefer_triton_bundle: bool = False) -> str | None:
     """A CUDA tool: the toolkit's (CUDA_HOME, CUDA_PATH, /usr/local/cuda), then PATH, then the copy
     Triton bundles. Triton asks for its bundle first, so its cubins meet the tools they came with."""

@@ -83,8 +83,8 @@ def register(mcp: MCPServer, app: App) -> None:
         """The roofline of the latest attempt the analysis agent profiled: speed of light and measured forward."""
         import tempfile
 
-        from kforge_mcp.core.schemas import Roofline
         from kforge_mcp.advice.roofline_plot import draw_roofline
+        from kforge_mcp.core.schemas import Roofline
 
         get_run(run_id)
         roofs = [

@@ -11,7 +11,7 @@ Add a rule: write ``def my_rule(report) -> list[Recommendation]`` and decorate i
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from kforge_mcp.advice.kinds import TENSOR_PIPES, classify
 from kforge_mcp.profiling.report import Evidence, KernelProfile, ProfileReport, Recommendation

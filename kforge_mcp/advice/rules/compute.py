@@ -134,7 +134,7 @@ def use_tensor_cores(report: ProfileReport) -> list[Recommendation]:
             math_share, how = 0.5, "assumed half (no pipe metrics or FLOPs)"
         bases.add(f"{how} x (1 - FMA peak / {best.path} peak)")
         gain += share * math_share * (1 - fma / best.peak_flops)
-    for k, share in gemms:
+    for k, _share in gemms:
         _, tensor = busiest_tensor_pipe(k)
         evidence += [
             ev("compute path", f"{k.compute_path} (told by {k.kind_basis})", "tensor cores", k.name),

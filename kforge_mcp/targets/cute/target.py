@@ -226,7 +226,7 @@ class CuteTarget(Target):
             if isinstance(e, InputError) and not e.diagnostics:
                 raise
             diags += e.diagnostics
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (the DSL or candidate can raise anything: diagnostics)
             path = Path(module.__file__) if module is not None else None
             diags += (
                 exception_diagnostics(e, path, source)

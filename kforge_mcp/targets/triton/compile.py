@@ -162,7 +162,7 @@ def compile_candidate(source: Source, arch: str | None, problem: Source | None, 
             report.signature_source = "traced"
         except (InputError, SourceRuntimeError):
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (candidate code can raise anything: diagnostics at its line)
             diags += diagnostics_from_exception(e, Path(module.__file__), source)
             diags[-1].message = "tracing ModelNew.forward on the problem's inputs failed: " + diags[-1].message
             report.diagnostics = diags
@@ -185,7 +185,7 @@ def compile_candidate(source: Source, arch: str | None, problem: Source | None, 
         seen.add(launch.key())
         try:
             resources, text = compile_launch(launch, kernels[launch.kernel], target)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (Triton's compiler raises many types: each becomes a diagnostic)
             failures.append((launch, skipped_by_autotuner(e), compile_error_diagnostics(e, kernels, source)))
             continue
         report.kernels.append(resources)
