@@ -5,7 +5,7 @@ from __future__ import annotations
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_REQUEST, METHOD_NOT_FOUND
+from mcp_types import INVALID_REQUEST, METHOD_NOT_FOUND, ToolExecution
 from pydantic import ValidationError
 
 from kforge_mcp import __version__
@@ -23,6 +23,7 @@ from kforge_mcp.tools import (
     prompts,
     run_watch,
     runs,
+    tasks,
     verify,
     verify_batch,
 )
@@ -36,7 +37,8 @@ same constructor and forward, doing its work in kernels of one target. Call list
 to see what runs here; compile gives line-level diagnostics and per-kernel resources without a
 GPU; verify checks correctness against the reference and times eager and torch.compile
 baselines (verify_batch: many candidates at once, on every worker; bench: a suite of problems scored with fast_p); profile measures kernels and the roofline, and analyze_profile turns a profile (or a captured
-ncu / torch.profiler / proton file) into ranked advice. Calls that outlive wait_s return a job_id: poll job_status / job_result.
+ncu / torch.profiler / proton file) into ranked advice. Calls that outlive wait_s return a job_id: poll job_status / job_result
+(clients with MCP tasks get a task instead: verify, verify_batch, profile, bench and run_loop; its id is the job id).
 run_loop runs the whole generate / repair / optimize loop with your model via sampling; without sampling, drive it
 with loop_start and loop_submit. Runs are resources: kforge://runs, kforge://runs/{run_id}, kforge://runs/{run_id}/best, kforge://runs/{run_id}/report (HTML), kforge://runs/{run_id}/report.png;
 subscribe to one (resources/subscribe, or subscriptions/listen) to hear when the run changes."""
@@ -75,6 +77,13 @@ async def log_refusals(ctx, call_next):
 
 
 class KforgeServer(MCPServer):
+    async def list_tools(self):
+        tools = await super().list_tools()
+        for tool in tools:  # 2025-11-25 tool-level task negotiation (tools/tasks.py)
+            if tool.name in tasks.TASK_TOOLS:
+                tool.execution = ToolExecution(task_support="optional")
+        return tools
+
     async def get_prompt(self, name, arguments=None, context=None):
         if name not in {p.name for p in await self.list_prompts()}:
             raise invalid_params(f"Unknown prompt: {name}")
@@ -89,15 +98,17 @@ class KforgeServer(MCPServer):
 
 def build_server(engine: Engine | None = None) -> MCPServer:
     app = App(engine=engine or Engine(), bus=run_watch.ListenerCount())
+    task_table = tasks.Tasks(app)
     mcp = KforgeServer(
         "kforge",
         instructions=INSTRUCTIONS,
         version=__version__,
         subscriptions=app.bus,
         lifespan=app.lifespan,
-        extensions=[app_view.extension()],  # MCP Apps: the ui://kforge/run view of a loop run
+        # MCP Apps: the ui://kforge/run view of a loop run; Tasks: long calls as tasks (tools/tasks.py)
+        extensions=[app_view.extension(), task_table],
     )
-    mcp.middleware.append(log_refusals)
+    mcp.middleware.extend([log_refusals, task_table.middleware])
     for module in TOOL_MODULES:
         module.register(mcp, app)
     mcp.kforge_app = app  # the CLI and tests reach the engine through this

@@ -4,9 +4,11 @@ with progress notifications."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,8 @@ logger = logging.getLogger("kforge_mcp.server")
 # Claude Desktop and the TypeScript SDK cut a call off at about 60 s: answer before that.
 DEFAULT_WAIT_S = 50.0
 HEARTBEAT_S = 5.0  # progress at least this often, so hosts see the call is alive
+# the MCP task a tools/call runs as (tools/tasks.py), if any: run_tool_job gives it its job
+TASK_RUN: ContextVar[Any] = ContextVar("kforge_task_run", default=None)
 
 
 def hints(read_only: bool, idempotent: bool = True, destructive: bool = False, open_world: bool = False):
@@ -70,13 +74,13 @@ class App:
         async with anyio.create_task_group() as tg:
             for task in self.background:
                 tg.start_soon(task)
-            yield {}
+            yield {"task_group": tg}  # tasks (tools/tasks.py) run their calls in it
             tg.cancel_scope.cancel()
 
 
-async def wait_for(job: Job, wait_s: float, ctx: Context | None) -> bool:
+async def wait_for(job: Job, wait_s: float, ctx: Context | None, quiet: anyio.Event | None = None) -> bool:
     """Wait up to ``wait_s`` for a job, forwarding its progress. True when it finished.
-    Progress is only ever sent before the result, never after."""
+    Progress is only ever sent before the result (or the task handle: ``quiet``), never after."""
     started = time.monotonic()
     last_sent, sent, last_value = 0.0, 0, 0.0
     # progress is seconds waited out of wait_s (the call answers by then: a result or a job id).
@@ -85,6 +89,8 @@ async def wait_for(job: Job, wait_s: float, ctx: Context | None) -> bool:
 
     async def report(message: str) -> None:
         nonlocal last_value
+        if quiet is not None and quiet.is_set():
+            return
         last_value = max(round(time.monotonic() - started, 3), round(last_value + 0.001, 3))
         try:
             await ctx.report_progress(last_value, total, message)
@@ -124,7 +130,12 @@ async def run_tool_job(
     if wait_s < 0:
         raise ToolError("wait_s must be >= 0")
     job = app.jobs.submit(tool, work)
-    if not await wait_for(job, wait_s, ctx):
+    task = TASK_RUN.get()
+    if task is not None:  # a task: the call runs to its end, with progress while the caller still waits
+        task.attach(job)
+        if not await wait_for(job, wait_s, ctx, quiet=task.detached):
+            await wait_for(job, math.inf, None)
+    elif not await wait_for(job, wait_s, ctx):
         return running(job)
     return job_result_or_raise(job)
 
