@@ -151,6 +151,7 @@ async def test_2025_declares_tasks_and_each_long_tool_takes_them(server):
         assert IDENTIFIER in (client.server_capabilities.extensions or {})
 
 
+@pytest.mark.slow
 async def test_2025_task_verify_answers_at_once_then_gives_the_calls_own_result(server):
     watcher = StatusWatcher()
     async with Client(server, mode="legacy", extensions=[watcher]) as client:
@@ -201,6 +202,18 @@ async def test_2025_cancel_stops_a_hung_candidates_job_and_the_task_stays_cancel
         assert (await get(client, tid)).status == "cancelled"
 
 
+async def test_2025_job_cancel_of_a_tasks_job_cancels_the_task(server):
+    watcher = StatusWatcher()
+    async with Client(server, mode="legacy", extensions=[watcher]) as client:
+        tid = (await call_as_task(client, "verify", HANG))["task"]["taskId"]
+        await client.call_tool("job_cancel", {"job_id": tid})
+        with anyio.fail_after(30):
+            while not any(s.task_id == tid for s in watcher.seen):
+                await anyio.sleep(0.1)
+        assert (await get(client, tid)).status == "cancelled"
+        assert [s.status for s in watcher.seen if s.task_id == tid] == ["cancelled"]
+
+
 async def test_2025_a_tool_without_tasks_and_an_unknown_task_get_the_spec_codes(server):
     async with Client(server, mode="legacy") as client:
         with pytest.raises(MCPError) as forbidden:
@@ -218,6 +231,7 @@ async def test_2025_a_tool_without_tasks_and_an_unknown_task_get_the_spec_codes(
         assert (await get(client, created["task"]["taskId"])).status == "failed"
 
 
+@pytest.mark.slow
 async def test_2025_run_loop_as_a_task_samples_the_clients_model_and_links_its_run(server):
     from loop_replies import PROBLEM, REPLIES
     from test_loop import MCP_FAST, Scripted, sampler
@@ -238,6 +252,7 @@ async def test_2025_run_loop_as_a_task_samples_the_clients_model_and_links_its_r
 # ---- 2026-07-28 ----
 
 
+@pytest.mark.slow
 async def test_2026_a_call_that_outlives_wait_s_becomes_a_task_the_client_polls_to_its_result(server):
     poller = TaskPoller()
     async with Client(server, mode="2026-07-28", extensions=[poller]) as client:
@@ -253,6 +268,7 @@ async def test_2026_a_call_that_outlives_wait_s_becomes_a_task_the_client_polls_
         assert again.structured_content["verdict"] == "pass" and len(poller.handles) == 1
 
 
+@pytest.mark.slow
 async def test_2026_without_the_extension_a_long_call_still_gets_a_job_id(server):
     async with Client(server, mode="2026-07-28") as client:
         running = (await client.call_tool("verify", {**VERIFY, "wait_s": 0})).structured_content
