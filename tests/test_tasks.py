@@ -42,7 +42,7 @@ from pydantic import TypeAdapter
 from kforge_mcp.tools.tasks import IDENTIFIER, RELATED_TASK, TASK_TOOLS
 
 sys.path.insert(0, str(ROOT / "bench"))
-from load_http import ServerProcess  # noqa: E402
+from load_http import ServerProcess
 
 pytestmark = pytest.mark.anyio
 

@@ -44,15 +44,15 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from ..engine.jobs import MAX_KEPT_JOBS, Job
-from .common import DEFAULT_WAIT_S, TASK_RUN, App, logger
+from kforge_mcp.runtime.jobs import MAX_KEPT_JOBS, Job
+from kforge_mcp.tools.common import DEFAULT_WAIT_S, TASK_RUN, App, logger
 
 IDENTIFIER = "io.modelcontextprotocol/tasks"
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 IMMEDIATE_RESPONSE = "io.modelcontextprotocol/model-immediate-response"
 TASKS_VERSION = "2025-11-25"  # the one handshake version whose core has tasks
 TASK_TOOLS = frozenset({"verify", "verify_batch", "profile", "bench", "run_loop"})
-CAPABILITY = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 POLL_MS = 2000  # a verify takes seconds to minutes
 DEFAULT_TTL_MS = 3_600_000  # kept an hour from creation unless the client asks otherwise
 TTL_RANGE_MS = (60_000, 86_400_000)
@@ -129,13 +129,18 @@ class TaskRun:
         """The Task object in this task's protocol version; ``detailed`` (2026-07-28 tasks/get) inlines
         the result or the error."""
         ttl, poll = ("ttl", "pollInterval") if self.legacy else ("ttlMs", "pollIntervalMs")
-        task = {"taskId": self.id, "status": self.status, "createdAt": self.created, "lastUpdatedAt": self.updated}
+        task: dict[str, Any] = {
+            "taskId": self.id,
+            "status": self.status,
+            "createdAt": self.created,
+            "lastUpdatedAt": self.updated,
+        }
         if (message := self.message()) is not None:
             task["statusMessage"] = message
         task |= {ttl: self.ttl_ms, poll: POLL_MS}
         if detailed and task["status"] == "completed":
             task["result"] = self.result
-        if detailed and task["status"] == "failed":
+        if detailed and task["status"] == "failed" and self.error is not None:
             task["error"] = self.error.model_dump(mode="json", exclude_none=True)
         return task
 
@@ -282,8 +287,8 @@ class Tasks(Extension):
         await run.finished.wait()
         if run.error is not None:
             raise MCPError.from_error_data(run.error)
-        meta = {**(run.result.get("_meta") or {}), RELATED_TASK: {"taskId": run.id}}
-        return {**run.result, "_meta": meta}
+        result = run.result or {}
+        return {**result, "_meta": {**(result.get("_meta") or {}), RELATED_TASK: {"taskId": run.id}}}
 
     async def list(self, ctx, params: PaginatedRequestParams) -> dict[str, Any]:
         runs = [r for r in self._tasks.values() if not r.expired()]
