@@ -98,7 +98,8 @@ class TaskRun:
         self.attached.set()
 
     def expired(self) -> bool:
-        return time.monotonic() - self.started > self.ttl_ms / 1000
+        """Past its ttl and over: a task still working is kept however long it runs."""
+        return self.finished.is_set() and time.monotonic() - self.started > self.ttl_ms / 1000
 
     @property
     def status(self) -> str:
