@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from kforge_mcp.core.home import check_home, default_home
-from kforge_mcp.core.requests import parse_request
+from kforge_mcp.core.requests import ProbeRequest, parse_request
 from kforge_mcp.runtime.pool import WorkerFailure, WorkerPool
 
 LOCAL_LANE = {"cuda": "cuda:0", "xpu": "xpu:0"}  # the lane inside the actor: the node's first device it was given
@@ -89,7 +89,7 @@ def probe_node(home: str | None, memory_limit_mb: int | None, timeout_s: float) 
     base = {k: v for k, v in os.environ.items() if not (k in EMPTIED_BY_RAY and not v)}
     pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb, base_env=base)
     try:
-        reply = pool.run("compile", "probe", {}, timeout_s)
+        reply = pool.run("compile", ProbeRequest(), timeout_s)
     except WorkerFailure as e:
         return {**_node_info(), "error": f"probe failed: {e.message}"}
     finally:
