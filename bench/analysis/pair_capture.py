@@ -5,8 +5,9 @@ Nsight Compute with the metrics capture.py uses, all pairs in one ncu run.
     PYTHONPATH=$PWD python bench/analysis/pair_capture.py --out DIR [--budget-s S] [PAIR ...]
 
 Writes DIR/pairs.json (per pair: the rule, the change, both timings, the check of both against a torch
-reference, the problem's FLOPs and bytes) and DIR/ncu-raw.csv: the raw page of every before launch,
-each pair's launches after a ``pair_marker_kernel`` launch, in the order of pairs.json.
+reference, the problem's FLOPs and bytes) and DIR/ncu-raw-N.csv: the raw pages of the before launches,
+one per ncu process (``ncu_chunks`` in pairs.json), each pair's launches after a ``pair_marker_kernel``
+launch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 import traceback
@@ -24,8 +24,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import capture  # noqa: E402  (ncu discovery, metric pruning, exports)
-import pairs  # noqa: E402
+import capture
+import pairs
 
 T0 = time.time()
 
@@ -35,10 +35,8 @@ def log(*parts) -> None:
 
 
 def timing_module():
-    try:
-        from kforge_mcp.judge import timing
-    except ImportError:
-        from kforge_mcp.engine import timing
+    from kforge_mcp.judge import timing
+
     return timing
 
 
@@ -79,29 +77,32 @@ def child_time(names: list[str], out: Path, budget_s: float) -> None:
             )
 
 
-def child_ncu(names: list[str]) -> None:
+def child_ncu(names: list[str], offset: int = 0) -> None:
     """Under ncu: per pair a marker launch, then the before kernels once, inside a profiler range."""
     import torch
 
     mark = torch.zeros(1, device="cuda", dtype=torch.int32)
     for i, name in enumerate(names):
+        p, err = None, None
         try:
             p = pairs.build(name, "cuda")
             for _ in range(2):
                 p.before()
             pairs.pair_marker_kernel[(1,)](mark, i)
             torch.cuda.synchronize()
-            torch.cuda.cudart().cudaProfilerStart()
-            pairs.pair_marker_kernel[(1,)](mark, i)
+        except Exception as e:  # noqa: BLE001  (the marker still goes out, so the pairs after stay aligned)
+            p, err = None, e
+        torch.cuda.cudart().cudaProfilerStart()
+        pairs.pair_marker_kernel[(1,)](mark, offset + i)
+        if p is not None:
             p.before()
-            torch.cuda.synchronize()
-            torch.cuda.cudart().cudaProfilerStop()
-            del p
-            torch.cuda.empty_cache()
-            print(f"profiled {name}", flush=True)
-        except Exception as e:  # noqa: BLE001
-            torch.cuda.cudart().cudaProfilerStop()
-            print(f"ncu child: {name} failed: {type(e).__name__}: {e}", flush=True)
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        del p
+        torch.cuda.empty_cache()
+        print(
+            f"profiled {name}" if err is None else f"ncu child: {name} failed: {type(err).__name__}: {err}", flush=True
+        )
 
 
 def main() -> None:
@@ -109,6 +110,9 @@ def main() -> None:
     ap.add_argument("--child", choices=["time", "ncu"])
     ap.add_argument("--out", default="/tmp/pair-capture")
     ap.add_argument("--budget-s", type=float, default=0.3, help="timing budget per kernel per pair")
+    ap.add_argument("--chunk", type=int, default=11, help="pairs per ncu process")
+    ap.add_argument("--offset", type=int, default=0, help="(ncu child) index of the first pair, for the markers")
+    ap.add_argument("--budget-total-s", type=float, default=320.0, help="start no ncu chunk after this")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
     out = Path(args.out)
@@ -116,7 +120,7 @@ def main() -> None:
     if args.child == "time":
         return child_time(names, out, args.budget_s)
     if args.child == "ncu":
-        return child_ncu(names)
+        return child_ncu(names, args.offset)
 
     out.mkdir(parents=True, exist_ok=True)
     me = str(Path(__file__).resolve())
@@ -142,13 +146,25 @@ def main() -> None:
     ncu_version = ver.strip().splitlines()[-1] if ver.strip() else "?"
     metrics_mod = capture.load_ncu_metrics()
     kept, prune = capture.prune_metrics(ncu, metrics_mod, out)
-    stem = out / "pairs"
-    cmd = [ncu, "--profile-from-start", "off", "-o", str(stem), "--force-overwrite", *metrics_mod.ncu_args(kept)]
-    cmd += [sys.executable, me, "--child", "ncu", *names]
-    rc, text = capture.sh(cmd, 420)
-    log(f"ncu rc {rc}\n" + "\n".join(ln for ln in text.splitlines() if "==PROF==" not in ln)[-4000:])
-    rep = stem.with_suffix(".ncu-rep")
-    codes = capture.export_pages(ncu, rep, stem) if rep.exists() else {}
+    # ncu: chunks of pairs, one process each, so a run cut short keeps the chunks it finished
+    chunks = [names[i : i + args.chunk] for i in range(0, len(names), args.chunk)]
+    codes, cmd = {}, []
+    for ci, chunk in enumerate(chunks):
+        if time.time() - T0 > args.budget_total_s:
+            log(f"SKIP ncu chunk {ci} {chunk}: over the {args.budget_total_s:g} s budget")
+            continue
+        stem = out / f"pairs-{ci}"
+        cmd = [ncu, "--profile-from-start", "off", "-o", str(stem), "--force-overwrite", *metrics_mod.ncu_args(kept)]
+        cmd += [sys.executable, me, "--child", "ncu", "--offset", str(ci * args.chunk), *chunk]
+        rc, text = capture.sh(cmd, 150)
+        log(f"ncu chunk {ci} rc {rc}\n" + "\n".join(ln for ln in text.splitlines() if "==PROF==" not in ln)[-3000:])
+        rep = stem.with_suffix(".ncu-rep")
+        if rep.exists():
+            codes[ci] = capture.export_pages(ncu, rep, stem)
+            rep.unlink()
+            stem.with_suffix(".ncu-details.csv").unlink(missing_ok=True)
+            if stem.with_suffix(".ncu-raw.csv").exists():
+                os.replace(stem.with_suffix(".ncu-raw.csv"), out / f"ncu-raw-{ci}.csv")
     import torch
     import triton
 
@@ -164,6 +180,7 @@ def main() -> None:
             "triton": triton.__version__,
             "ncu_version": ncu_version,
             "ncu_command": shlex.join(cmd),
+            "ncu_chunks": chunks,
             "metrics_dropped": prune.get("dropped", []),
             "exports": codes,
             "timing": "kforge verify timing: interleaved rounds of device events, L2 flushed before each call, "
@@ -178,10 +195,6 @@ def main() -> None:
     (out / "pairs.json").write_text(json.dumps(result, indent=1))
     for f in out.glob("_probe*"):
         f.unlink()
-    rep.unlink(missing_ok=True)  # the raw page is what the calibration reads
-    (out / "pairs.ncu-details.csv").unlink(missing_ok=True)
-    if stem.with_suffix(".ncu-raw.csv").exists():
-        os.replace(stem.with_suffix(".ncu-raw.csv"), out / "ncu-raw.csv")
     log("finished")
 
 

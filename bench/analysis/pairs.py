@@ -266,7 +266,7 @@ def gemm_kernel(
     a_ptrs = a_ptr + rm[:, None] * K + rk[None, :]
     b_ptrs = b_ptr + rk[:, None] * N + rn[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for _ in range(0, tl.cdiv(K, BLOCK_K)):
+    for _ in range(tl.cdiv(K, BLOCK_K)):
         acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc, input_precision=PRECISION)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K * N
@@ -323,7 +323,7 @@ def gemm_bf16x3_kernel(
     a_off = rm[:, None] * K + rk[None, :]
     b_off = rk[:, None] * N + rn[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for _ in range(0, tl.cdiv(K, BLOCK_K)):
+    for _ in range(tl.cdiv(K, BLOCK_K)):
         if SPLIT_IN_KERNEL:
             a = tl.load(ah_ptr + a_off)
             b = tl.load(bh_ptr + b_off)
@@ -354,8 +354,8 @@ def conv3x3_direct_kernel(x, w, y, C, H, W, K, BLOCK: tl.constexpr):
     oh = p // W
     ow = p % W
     acc = tl.zeros((BLOCK,), tl.float32)
-    for c in range(0, C):
-        for rs in range(0, 9):
+    for c in range(C):
+        for rs in range(9):
             ih = oh + rs // 3 - 1
             iw = ow + rs % 3 - 1
             m = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W) & (p < H * W)
@@ -377,7 +377,7 @@ def conv3x3_igemm_kernel(
     rc = tl.arange(0, BLOCK_C)
     rk = tl.arange(0, K)
     acc = tl.zeros((BLOCK_P, K), tl.float32)
-    for rs in range(0, 9):
+    for rs in range(9):
         ih = oh + rs // 3 - 1
         iw = ow + rs % 3 - 1
         mp = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W) & (p < H * W)
@@ -711,7 +711,7 @@ def _conv_inputs(dev, tiny, dtype="fp32"):
     w9 = wt.permute(2, 3, 1, 0).reshape(9, c, k).contiguous()
     y1 = torch.empty(nb, k, h, w, device=dev, dtype=td)
     y2 = torch.empty_like(y1)
-    ref = lambda: torch.nn.functional.conv2d(x.double(), wt.double(), padding=1)  # noqa: E731
+    ref = lambda: torch.nn.functional.conv2d(x.double(), wt.double(), padding=1)
     es = 2 if dtype == "bf16" else 4
     meta = _meta(
         2 * nb * k * h * w * c * 9,
@@ -744,7 +744,7 @@ def p_conv_direct_to_igemm(dev, tiny):
 
 
 def p_conv_tc(dev, tiny):
-    nb, c, h, w, k, x, wt, w9, y1, y2, ref, meta = _conv_inputs(dev, tiny)
+    nb, c, h, w, k, x, _wt, w9, y1, y2, ref, meta = _conv_inputs(dev, tiny)
 
     def before():
         _igemm(x, w9, y1, nb, c, h, w, k, 64, 16, "ieee")
@@ -758,7 +758,7 @@ def p_conv_tc(dev, tiny):
 def p_conv_bf16_stages(dev, tiny):
     """A gather-style bf16 implicit-GEMM conv: small dots behind strided gathers, the tensor pipe idles
     for latency. Deeper pipelining is what feeding a tensor pipe would ask for."""
-    nb, c, h, w, k, x, wt, w9, y1, y2, ref, meta = _conv_inputs(dev, tiny, "bf16")
+    nb, c, h, w, k, x, _wt, w9, y1, y2, ref, meta = _conv_inputs(dev, tiny, "bf16")
 
     def before():
         _igemm(x, w9, y1, nb, c, h, w, k, 64, 16, "ieee", stages=1)
@@ -771,7 +771,7 @@ def p_conv_bf16_stages(dev, tiny):
 
 def p_conv_bf16_more_work(dev, tiny):
     """The same gather-style bf16 conv: more output per program and wider channel chunks (latency advice)."""
-    nb, c, h, w, k, x, wt, w9, y1, y2, ref, meta = _conv_inputs(dev, tiny, "bf16")
+    nb, c, h, w, k, x, _wt, w9, y1, y2, ref, meta = _conv_inputs(dev, tiny, "bf16")
     bp, bc = (64, 16) if tiny else (128, 64)
 
     def before():
