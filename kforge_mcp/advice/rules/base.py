@@ -27,6 +27,9 @@ def rule(fn: Rule) -> Rule:
     return fn
 
 
+PRIORITY_RANK = {"high": 0, "medium": 1, "low": 2}
+
+
 def priority_for(gain: float) -> str:
     return "high" if gain >= 0.25 else "medium" if gain >= 0.08 else "low"
 
@@ -96,7 +99,6 @@ def run_rules(report: ProfileReport, rules: list[Rule] | None = None) -> tuple[l
             if r.expected_gain > cap and not r.stop:
                 r.gain_basis += f"; capped at 1 - T_SOL/T = {cap:.3f} (no change beats the bound)"
                 r.expected_gain = round(cap, 3)
-                r.priority = priority_for(r.expected_gain)
-    rank = {"high": 0, "medium": 1, "low": 2}
-    recs.sort(key=lambda r: (not r.stop, -r.expected_gain, rank[r.priority]))
+                r.priority = max(r.priority, priority_for(r.expected_gain), key=PRIORITY_RANK.get)  # the lower
+    recs.sort(key=lambda r: (not r.stop, -r.expected_gain, PRIORITY_RANK[r.priority]))
     return recs, notes
