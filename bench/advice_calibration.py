@@ -147,9 +147,9 @@ def table(rows: list[dict], summary: dict) -> str:
     done = [r for r in rows if "skipped" not in r]
     for rule in sorted({r["rule"] for r in done}):
         rs = [r for r in done if r["rule"] == rule]
+        pred, real = statistics.median(r["predicted"] for r in rs), statistics.median(r["realized"] for r in rs)
         lines.append(
-            f"| {rule} | {len(rs)} | {sum(r['sign_right'] for r in rs)}/{len(rs)} | "
-            f"{statistics.median(r['predicted'] for r in rs):.2f} | {statistics.median(r['realized'] for r in rs):+.2f} | "
+            f"| {rule} | {len(rs)} | {sum(r['sign_right'] for r in rs)}/{len(rs)} | {pred:.2f} | {real:+.2f} | "
             f"{statistics.median(r['gap'] for r in rs):.1f} |"
         )
     s = summary

@@ -24,8 +24,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import capture
-import pairs
+import capture  # noqa: E402  (ncu discovery, metric pruning, exports)
+import pairs  # noqa: E402
 
 T0 = time.time()
 

@@ -711,7 +711,7 @@ def _conv_inputs(dev, tiny, dtype="fp32"):
     w9 = wt.permute(2, 3, 1, 0).reshape(9, c, k).contiguous()
     y1 = torch.empty(nb, k, h, w, device=dev, dtype=td)
     y2 = torch.empty_like(y1)
-    ref = lambda: torch.nn.functional.conv2d(x.double(), wt.double(), padding=1)
+    ref = lambda: torch.nn.functional.conv2d(x.double(), wt.double(), padding=1)  # noqa: E731
     es = 2 if dtype == "bf16" else 4
     meta = _meta(
         2 * nb * k * h * w * c * 9,

@@ -138,4 +138,4 @@ def is_latency_bound(k: KernelProfile) -> bool:
 
 def multi_term(path: str | None) -> bool:
     """A path that does each product as several tensor-core products of split operands (3xtf32, bf16x3, ...)."""
-    return bool(path) and bool(re.search(r"\d+x[a-z]|[a-z]\d*x\d", path))
+    return path is not None and bool(re.search(r"\d+x[a-z]|[a-z]\d*x\d", path))

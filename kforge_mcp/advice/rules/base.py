@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kforge_mcp.advice.kinds import TENSOR_PIPES, classify
-from kforge_mcp.profiling.report import Evidence, KernelProfile, ProfileReport, Recommendation
+from kforge_mcp.profiling.report import Evidence, KernelProfile, Priority, ProfileReport, Recommendation
 
 Rule = Callable[[ProfileReport], list[Recommendation]]
 RULES: list[Rule] = []
@@ -30,7 +30,7 @@ def rule(fn: Rule) -> Rule:
 PRIORITY_RANK = {"high": 0, "medium": 1, "low": 2}
 
 
-def priority_for(gain: float) -> str:
+def priority_for(gain: float) -> Priority:
     return "high" if gain >= 0.25 else "medium" if gain >= 0.08 else "low"
 
 
@@ -99,6 +99,8 @@ def run_rules(report: ProfileReport, rules: list[Rule] | None = None) -> tuple[l
             if r.expected_gain > cap and not r.stop:
                 r.gain_basis += f"; capped at 1 - T_SOL/T = {cap:.3f} (no change beats the bound)"
                 r.expected_gain = round(cap, 3)
-                r.priority = max(r.priority, priority_for(r.expected_gain), key=PRIORITY_RANK.get)  # the lower
+                lower = priority_for(r.expected_gain)
+                if PRIORITY_RANK[lower] > PRIORITY_RANK[r.priority]:
+                    r.priority = lower  # never raised: a rule that set a lower priority keeps it
     recs.sort(key=lambda r: (not r.stop, -r.expected_gain, PRIORITY_RANK[r.priority]))
     return recs, notes

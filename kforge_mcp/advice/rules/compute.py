@@ -17,16 +17,16 @@ LIMIT_UNIT_NO_BOUND_PCT = 90.0  # without a roofline the unit alone must be at ~
 LIMIT_FRACTION = 0.8  # and the forward within 80% of the true bound
 SATURATED_FRACTION = 0.75  # a unit at >= 90% needs only ~75% of the bound (cuBLAS bf16: 97% busy, 0.795)
 STOP_SHARE = 0.8  # stop when kernels at their limit hold >= 80% of the time
-TENSOR_EFFICIENCY = 0.4  # fraction of a single-pass path's peak a first tensor-core GEMM reaches (H200, Triton 3.6:
-# bf16 64x64 and 1-stage 128x128 tiles at 39-44%, bench/results/advice-calibration/h200.md)
+TENSOR_EFFICIENCY = 0.4  # fraction of a single-pass path's peak a first tensor-core GEMM reaches (Triton 3.6 bf16
+# GEMMs with 64x64 or 1-stage 128x128 tiles: 39-44% on an H200)
 # Multi-term paths (3xTF32, bf16x3) depend on the compiler's lowering: Triton 3xTF32 GEMMs reached 44-52% of the
-# 3xTF32 peak on the H100 (analysis-h100/sweep.log) but 19-22% on the H200 with Triton 3.6, slower than a good FMA
+# 3xTF32 peak on an H100 but 19-22% on an H200 with Triton 3.6, slower than a good FMA
 # kernel. The estimate takes the low end; the basis states the range.
 MULTI_TERM_EFFICIENCY = (0.2, 0.45)
 FED_TENSOR_PCT = 90.0  # a well-fed Hopper GEMM keeps its tensor pipe ~90-97% busy (cuBLAS bf16: 97%)
 SHARED_STALLS = ("short_scoreboard", "mio_throttle")  # the MMAs wait on shared memory, not on global loads
 SHARED_BOUND_FACTOR = 0.1  # 3xTF32 GEMM waiting on shared memory: 64x64 -> 128x128 tiles, 3 stages realized 0.06
-# where the pipe figure gave 0.76 (H200); deeper pipelines and TMA speed up global loads, not this
+# where the pipe figure gave 0.76 (an H200); deeper pipelines and TMA speed up global loads, not this
 
 
 def limiting_unit(k, frac: float | None) -> tuple[str, float] | None:
@@ -88,7 +88,7 @@ def at_the_limit(report: ProfileReport) -> list[Recommendation]:
             ),
             expected_gain=0.0,
             gain_basis="a saturated unit: a change to the kernel's code is expected to save about nothing (tile and "
-            "warp changes to kernels at their limit realized -1% on the H200); what is left before the bound "
+            "warp changes to kernels at their limit realized -1% on an H200); what is left before the bound "
             "(in the evidence) needs less data moved, fewer FLOPs or another algorithm",
             kernels=hits,
             stop=stop,
@@ -168,15 +168,15 @@ def use_tensor_cores(report: ProfileReport) -> list[Recommendation]:
     if effs[0] != effs[1]:
         efficiency = (
             f"A first {best.path} kernel reaches {effs[0]:.0%} to {effs[1]:.0%} of its path's peak depending on the "
-            f"compiler (Triton 3xTF32: 19-22% on the H200 with Triton 3.6, 44-52% on the H100, "
-            f"bench/results/advice-calibration/h200.md, analysis-h100/sweep.log): the estimate takes the low end; "
+            f"compiler (measured: Triton 3xTF32 GEMMs reached 19-22% on an H200 with Triton 3.6, 44-52% on an "
+            f"H100): the estimate takes the low end; "
             f"at the high end it is {min(high, 0.95):.2f}"
         )
         uncertain = high - gain >= 0.1  # the range decides whether the change pays
     else:
         efficiency = (
-            f"A first tensor-core kernel reaches about {effs[0]:.0%} of its path's peak (Triton bf16 GEMMs "
-            "on the H200: 39-44%, bench/results/advice-calibration/h200.md)"
+            f"A first tensor-core kernel reaches about {effs[0]:.0%} of its path's peak (measured: Triton bf16 "
+            "GEMMs reached 39-44% on an H200)"
         )
         uncertain = False
     action = f"The GEMM runs on the FMA pipe. Use {TENSOR_ACTIONS.get(best.path, best.path)}. Keep the fused " + (
@@ -277,7 +277,7 @@ def feed_tensor_pipe(report: ProfileReport) -> list[Recommendation]:
             action=action,
             expected_gain=gain,
             gain_basis="; ".join(sorted(bases)) + ": time shrinks with the tensor pipe's busy fraction up to what "
-            "cuBLAS reaches (Triton bf16 GEMMs on the H200 realized 0.41-0.47 where this gave 0.49-0.50)",
+            "cuBLAS reaches (measured: Triton bf16 GEMMs on an H200 realized 0.41-0.47 where this gave 0.49-0.50)",
             kernels=hits,
             **({"priority": "low"} if shared_bound else {}),
         )
@@ -326,7 +326,7 @@ def issue_bound(report: ProfileReport) -> list[Recommendation]:
             "index arithmetic hoisted out of the inner loop.",
             expected_gain=gain,
             gain_basis="time share x (1 - math pipe busy / issue slots busy): the non-math instructions go away "
-            "(H200: a direct conv turned implicit GEMM realized 0.88 where this gave 0.61)",
+            "(measured on an H200: a direct conv turned implicit GEMM realized 0.88 where this gave 0.61)",
             kernels=hits,
         )
     ]

@@ -43,8 +43,8 @@ def fuse_launches(report: ProfileReport) -> list[Recommendation]:
     ev += [Evidence(metric="mean ms per launch", value=round(k.mean_ms, 5), kernel=k.name) for k in ks[:6]]
     if busy is None:
         # memory-bound kernels: the fused kernel reads the inputs and writes the output once, about as long as
-        # the longest of them (H200: three element-wise kernels and a three-kernel softmax realized 0.50-0.66
-        # where this gave 0.50-0.67)
+        # the longest of them (measured on an H200: three element-wise kernels and a three-kernel softmax
+        # realized 0.50-0.66 where this gave 0.50-0.67)
         longest = max(times.values())
         gain = 1 - longest / total if total > 0 else 0.0
         basis = (
@@ -60,9 +60,9 @@ def fuse_launches(report: ProfileReport) -> list[Recommendation]:
         fold = ks
     else:
         # a compute-bound GEMM/conv: only the kernels after it fold in, as its epilogue; work before it would run
-        # again for every tile in its main loop, on a pipe that is already busy (H200: folding a bf16 operand
-        # split into a bf16x3 GEMM whose tensor pipe was 66% busy made it 35% slower; a bias + ReLU epilogue
-        # saved 6%, its own share of the time)
+        # again for every tile in its main loop, on a pipe that is already busy (measured on an H200: folding a
+        # bf16 operand split into a bf16x3 GEMM whose tensor pipe was 66% busy made it 35% slower; a bias + ReLU
+        # epilogue saved 6%, its own share of the time)
         order = [k.name for k in ks]
         fold = [k for k in ks if order.index(k.name) > order.index(busy.name)]
         before = [k for k in ks if order.index(k.name) < order.index(busy.name)]
@@ -184,7 +184,8 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
             expected_gain=gain,
             gain_basis=f"time share x (1 - busiest unit / {TARGET_PCT:g}%): a latency-bound kernel speeds up until its "
             "busiest unit saturates (from the launch shape alone: share x (1 - warps/4) x (1 - memory throughput)); "
-            "H200: realized 0.14-0.89 where this gave 0.10-0.90, gather-style convs realized less (0.13 for 0.35)",
+            "measured on an H200: realized 0.14-0.89 where this gave 0.10-0.90, gather-style convs less "
+            "(0.13 for 0.35)",
             kernels=hits,
         )
     ]
@@ -201,7 +202,7 @@ def grid_too_small(report: ProfileReport) -> list[Recommendation]:
     ]  # under ~10 us a launch costs the same whatever the grid
     if not hits:
         return []
-    gain = sum(share[k.name] * (1 - k.blocks / sms) for k in hits)
+    gain = sum(share[k.name] * (1 - (k.blocks or sms) / sms) for k in hits)
     ev = [
         Evidence(metric="blocks in the grid", value=k.blocks, good=f">= {sms} (one per SM)", kernel=k.name)
         for k in hits
@@ -216,8 +217,8 @@ def grid_too_small(report: ProfileReport) -> list[Recommendation]:
             "for a GEMM), split-K with a second reduction pass or atomics, or more rows per grid dimension. "
             "Idle SMs contribute nothing to bandwidth or FLOPs.",
             expected_gain=gain,
-            gain_basis="time share x (1 - blocks / SMs): time scales with the SMs in use (H200: a 64-program row sum, "
-            "a 32-program loop and a 64-tile GEMM realized 0.48-0.86 where this gave 0.52-0.76)",
+            gain_basis="time share x (1 - blocks / SMs): time scales with the SMs in use (measured on an H200: a "
+            "64-program row sum, a 32-program loop and a 64-tile GEMM realized 0.48-0.86 where this gave 0.52-0.76)",
             kernels=[k.name for k in hits],
         )
     ]

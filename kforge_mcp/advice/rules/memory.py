@@ -12,7 +12,7 @@ from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommenda
 
 TENSOR_GEMM_FACTOR = 0.1
 DRAM_BOUND_PCT = 60.0  # DRAM this busy: the kernel streams DRAM and L1/L2 absorb wasted sectors
-DRAM_CEIL_PCT = 85.0  # what a coalesced streaming kernel reaches (H200: 77-89%)
+DRAM_CEIL_PCT = 85.0  # what a coalesced streaming kernel reaches (77-89% on an H200)
 IDEAL_SECTORS_PER_REQUEST = 4  # a warp's 32 x 4-byte access: 128 bytes = 4 sectors
 LATENCY_STALLS = ("long_scoreboard", "lg_throttle", "mio_throttle", "short_scoreboard", "membar", "drain")
 
@@ -83,14 +83,15 @@ def uncoalesced_access(report: ProfileReport) -> list[Recommendation]:
             continue
         total, wasted = wasted_sectors(k)
         dram = (k.dram_bytes_read or 0.0) + (k.dram_bytes_write or 0.0)
-        if (k.dram_throughput_pct or 0.0) >= DRAM_BOUND_PCT and dram > 0:
+        dram_pct = k.dram_throughput_pct or 0.0
+        if dram_pct >= DRAM_BOUND_PCT and dram > 0:
             # DRAM-bound: the wasted sectors are served by L1/L2; only DRAM bytes over what the accesses use go away
             excess = max(0.0, 1 - (total - wasted) * 32 / dram)
             if excess < 0.02:
                 continue
             g = excess
-        elif (k.dram_throughput_pct or 0.0) >= DRAM_BOUND_PCT:
-            g = waste * max(0.0, 1 - k.dram_throughput_pct / DRAM_CEIL_PCT)
+        elif dram_pct >= DRAM_BOUND_PCT:
+            g = waste * max(0.0, 1 - dram_pct / DRAM_CEIL_PCT)
         else:
             mem_bound = (k.memory_throughput_pct or 0) >= (k.sm_throughput_pct or 0)
             g = waste * (1.0 if mem_bound else 0.5)
@@ -118,8 +119,8 @@ def uncoalesced_access(report: ProfileReport) -> list[Recommendation]:
             "and for gathers sort or bucket the indices so a warp's reads share sectors.",
             expected_gain=gain,
             gain_basis="time share x wasted fraction of the sectors moved (halved where the kernel is not "
-            "memory-bound): a kernel bound by L1/L2 sector throughput scales with the sectors it moves (H200 "
-            f"transposes and column walks realized 0.85-0.90 where this gave 0.78-0.88); with DRAM at >= "
+            "memory-bound): a kernel bound by L1/L2 sector throughput scales with the sectors it moves (on an "
+            f"H200 transposes and column walks realized 0.85-0.90 where this gave 0.78-0.88); with DRAM at >= "
             f"{DRAM_BOUND_PCT:g}% only the DRAM bytes over the bytes the accesses use count (stride-2 loads whose "
             "other half the next load used realized 0.01)",
             kernels=hits,
