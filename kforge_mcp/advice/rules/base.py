@@ -83,7 +83,7 @@ def remaining(report: ProfileReport) -> float | None:
 
 def run_rules(report: ProfileReport, rules: list[Rule] | None = None) -> tuple[list[Recommendation], list[str]]:
     """Every rule's recommendations, the biggest lever first (a stop at the limit leads when it covers
-    most of the time); errors of a broken rule become notes."""
+    most of the time, Nsight Compute's own rule results come last); errors of a broken rule become notes."""
     flops_known = bool(report.roofline and report.roofline.flops > 0)
     for k in report.device_kernels():
         classify(k, flops_known)
@@ -102,5 +102,6 @@ def run_rules(report: ProfileReport, rules: list[Rule] | None = None) -> tuple[l
                 lower = priority_for(r.expected_gain)
                 if PRIORITY_RANK[lower] > PRIORITY_RANK[r.priority]:
                     r.priority = lower  # never raised: a rule that set a lower priority keeps it
-    recs.sort(key=lambda r: (not r.stop, -r.expected_gain, PRIORITY_RANK[r.priority]))
+    # Nsight Compute's own estimates are not calibrated against measured gains: they follow the calibrated rules
+    recs.sort(key=lambda r: (not r.stop, r.rule.startswith("ncu:"), -r.expected_gain, PRIORITY_RANK[r.priority]))
     return recs, notes

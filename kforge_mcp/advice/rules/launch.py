@@ -251,7 +251,8 @@ def ncu_own_rules(report: ProfileReport, top: int = 3) -> list[Recommendation]:
                 ],
                 action=r.description,
                 expected_gain=gain,
-                gain_basis="ncu's estimated speedup x the kernel's time share x 0.5 (ncu estimates overlap)",
+                gain_basis="ncu's estimated speedup x the kernel's time share x 0.5 (ncu estimates overlap); not "
+                "calibrated against measured gains, so listed after the rules that are",
                 kernels=[r.kernel],
             )
         )
