@@ -390,6 +390,31 @@ def conv3x3_igemm_kernel(
     tl.store(y + (n * K + rk[None, :]) * H * W + p[:, None], acc.to(y.dtype.element_ty), mask=(p < H * W)[:, None])
 
 
+@triton.jit
+def conv1x1_lanes_k_kernel(x, w, y, C, P, K: tl.constexpr):
+    # one pixel per program, its lanes over the output channels: loads of w and stores of y stride by C and P
+    n = tl.program_id(0) // P
+    p = tl.program_id(0) % P
+    rk = tl.arange(0, K)
+    acc = tl.zeros((K,), tl.float32)
+    for c in range(C):
+        acc += tl.load(x + (n * C + c) * P + p) * tl.load(w + rk * C + c)
+    tl.store(y + (n * K + rk) * P + p, acc)
+
+
+@triton.jit
+def conv1x1_lanes_p_kernel(x, w, y, C, P, K, BLOCK: tl.constexpr):
+    # one output channel and BLOCK pixels per program, lanes along the pixels: contiguous loads and stores
+    n = tl.program_id(0) // K
+    k = tl.program_id(0) % K
+    p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = p < P
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for c in range(C):
+        acc += tl.load(x + (n * C + c) * P + p, mask=m, other=0.0) * tl.load(w + k * C + c)
+    tl.store(y + (n * K + k) * P + p, acc, mask=m)
+
+
 # ---------------------------------------------------------------------------------------------
 # pairs
 # ---------------------------------------------------------------------------------------------
@@ -808,6 +833,56 @@ def p_conv_bf16_more_work(dev, tiny):
     return Pair(before, after, {"before": lambda: y1, "after": lambda: y2}, ref, meta, tol=0.25)
 
 
+def p_coalesce_conv1x1(dev, tiny):
+    """A 1x1 conv with its lanes over the output channels: every store lands in its own sector."""
+    import torch
+
+    nb, c, k, hw = (1, 16, 16, 64) if tiny else (8, 64, 64, 4096)
+    r = _t(dev)
+    x, w = r(nb, c, hw), r(k, c)
+    y1, y2 = torch.empty(nb, k, hw, device=dev), torch.empty(nb, k, hw, device=dev)
+
+    def before():
+        conv1x1_lanes_k_kernel[(nb * hw,)](x, w, y1, c, hw, K=k, num_warps=2)
+
+    def after():
+        conv1x1_lanes_p_kernel[(nb * k, triton.cdiv(hw, 128))](x, w, y2, c, hw, k, BLOCK=128, num_warps=4)
+
+    return Pair(
+        before,
+        after,
+        {"before": lambda: y1, "after": lambda: y2},
+        lambda: torch.einsum("kc,ncp->nkp", w.double(), x.double()),
+        _meta(2 * nb * k * c * hw, (x.numel() + w.numel() + y1.numel()) * 4, conv=[nb, c, hw, k]),
+        tol=1e-3,
+    )
+
+
+def p_latency_conv1x1(dev, tiny):
+    """The coalesced 1x1 conv with 32 pixels and one warp per program: few bytes in flight per SM."""
+    import torch
+
+    nb, c, k, hw = (1, 16, 16, 64) if tiny else (8, 64, 64, 4096)
+    r = _t(dev)
+    x, w = r(nb, c, hw), r(k, c)
+    y1, y2 = torch.empty(nb, k, hw, device=dev), torch.empty(nb, k, hw, device=dev)
+
+    def before():
+        conv1x1_lanes_p_kernel[(nb * k, triton.cdiv(hw, 32))](x, w, y1, c, hw, k, BLOCK=32, num_warps=1)
+
+    def after():
+        conv1x1_lanes_p_kernel[(nb * k, triton.cdiv(hw, 256))](x, w, y2, c, hw, k, BLOCK=256, num_warps=4)
+
+    return Pair(
+        before,
+        after,
+        {"before": lambda: y1, "after": lambda: y2},
+        lambda: torch.einsum("kc,ncp->nkp", w.double(), x.double()),
+        _meta(2 * nb * k * c * hw, (x.numel() + w.numel() + y1.numel()) * 4, conv=[nb, c, hw, k]),
+        tol=1e-3,
+    )
+
+
 def p_latency_softmax(dev, tiny):
     import torch
 
@@ -1185,6 +1260,11 @@ PAIRS: dict[str, tuple[str, object, str]] = {
         p_conv_bf16_more_work,
         "gather-style bf16 conv: 64 -> 128 pixels and 16 -> 64 channels per step",
     ),
+    "latency_conv1x1": (
+        "latency_bound",
+        p_latency_conv1x1,
+        "1x1 conv: 32 pixels and 1 warp per program -> 256 pixels and 4 warps",
+    ),
     "latency_softmax": ("latency_bound", p_latency_softmax, "1-warp chunked softmax -> one row per 8-warp program"),
     "latency_softmax_wide": ("latency_bound", p_latency_softmax_wide, "256-wide chunks -> 2048-wide, 8 warps"),
     "latency_row_sum": ("latency_bound", p_latency_row_sum, "row sum: 32-wide 1-warp loop -> 1024-wide, 4 warps"),
@@ -1196,6 +1276,11 @@ PAIRS: dict[str, tuple[str, object, str]] = {
         "row-read transpose (4096^2) -> 32x32 tile transpose",
     ),
     "coalesce_columns": ("uncoalesced_access", p_coalesce_columns, "lanes down a column -> along a row"),
+    "coalesce_conv1x1": (
+        "uncoalesced_access",
+        p_coalesce_conv1x1,
+        "1x1 conv: lanes over output channels (strided stores) -> lanes over pixels",
+    ),
     "coalesce_pairs": ("uncoalesced_access", p_coalesce_pairs, "two stride-2 loads -> one contiguous load + split"),
     "spills_layernorm": ("register_spills", p_spills_layernorm, "16384-wide row in 2 warps -> 16 warps"),
     "spills_softmax": ("register_spills", p_spills_softmax, "16384-wide row in 2 warps -> 16 warps"),
