@@ -20,8 +20,8 @@ STOP_SHARE = 0.8  # stop when kernels at their limit hold >= 80% of the time
 TENSOR_EFFICIENCY = 0.4  # fraction of a single-pass path's peak a first tensor-core GEMM reaches (Triton 3.6 bf16
 # GEMMs with 64x64 or 1-stage 128x128 tiles: 39-44% on an H200)
 # Multi-term paths (3xTF32, bf16x3) depend on the compiler's lowering: Triton 3xTF32 GEMMs reached 44-52% of the
-# 3xTF32 peak on an H100 but 19-22% on an H200 with Triton 3.6, slower than a good FMA
-# kernel. The estimate takes the low end; the basis states the range.
+# 3xTF32 peak on an H100 but 19-22% on an H200 with Triton 3.6, slower than a good FMA kernel. The estimate takes
+# the low end; the basis states the range.
 MULTI_TERM_EFFICIENCY = (0.2, 0.45)
 FED_TENSOR_PCT = 90.0  # a well-fed Hopper GEMM keeps its tensor pipe ~90-97% busy (cuBLAS bf16: 97%)
 SHARED_STALLS = ("short_scoreboard", "mio_throttle")  # the MMAs wait on shared memory, not on global loads
@@ -138,10 +138,11 @@ def use_tensor_cores(report: ProfileReport) -> list[Recommendation]:
             sms = report.sm_count or DEFAULT_SM_COUNT
             used = min(1.0, (k.blocks or sms) / sms)
             k_ms = share * total_ms
-            for eff, is_low in zip(effs, (True, False)):
-                after = r.flops * (share / gemm_share) / (best.peak_flops * eff * used) * 1e3
-                g = share * max(0.0, 1 - after / k_ms)
-                gain, high = (gain + g, high) if is_low else (gain, high + g)
+            low_g, high_g = (
+                share * max(0.0, 1 - r.flops * (share / gemm_share) / (best.peak_flops * eff * used) * 1e3 / k_ms)
+                for eff in effs
+            )
+            gain, high = gain + low_g, high + high_g
             bases.add(f"1 - FLOPs / ({best.path} peak x {effs[0]:g}) / measured time")
             continue
         if k.fma_pipe_pct is not None:  # only the time the FMA pipe is busy shrinks
@@ -168,9 +169,8 @@ def use_tensor_cores(report: ProfileReport) -> list[Recommendation]:
     if effs[0] != effs[1]:
         efficiency = (
             f"A first {best.path} kernel reaches {effs[0]:.0%} to {effs[1]:.0%} of its path's peak depending on the "
-            f"compiler (measured: Triton 3xTF32 GEMMs reached 19-22% on an H200 with Triton 3.6, 44-52% on an "
-            f"H100): the estimate takes the low end; "
-            f"at the high end it is {min(high, 0.95):.2f}"
+            "compiler (measured: Triton 3xTF32 GEMMs reached 19-22% on an H200 with Triton 3.6, 44-52% on an "
+            f"H100): the estimate takes the low end; at the high end it is {min(high, 0.95):.2f}"
         )
         uncertain = high - gain >= 0.1  # the range decides whether the change pays
     else:
