@@ -39,7 +39,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-NCU_METRICS = ROOT / "kforge_mcp" / "analysis" / "ncu_metrics.py"
+NCU_METRICS = ROOT / "kforge_mcp" / "profiling" / "ncu_metrics.py"
 sys.path.insert(0, str(HERE))
 
 # torch/triton-only cases first (they need no build), the CUDA-extension cases after the build

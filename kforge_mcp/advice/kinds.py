@@ -111,3 +111,31 @@ def is_tensor_gemm(k: KernelProfile) -> bool:
 
 def is_fma_gemm(k: KernelProfile) -> bool:
     return k.category in ("gemm", "conv") and k.compute_path == "fma"
+
+
+# A latency-bound kernel: few issue slots used, no busy math pipe, DRAM far from its peak, and warps waiting on
+# global memory. Its tensor pipe (if any) idles for that reason, so feeding it is not the lever; more bytes in flight
+# per SM and more independent work per program are (gather-style convs: tensor pipe 6-12% busy, DRAM 3-16%).
+LATENCY_ISSUE_PCT = 40.0
+LATENCY_PIPE_PCT = 30.0
+LATENCY_DRAM_PCT = 40.0
+LATENCY_MEMORY_PCT = 60.0  # nor L1/shared: a GEMM at 80% memory throughput waits on shared memory, not on latency
+LATENCY_STALLS = ("long_scoreboard", "lg_throttle")
+
+
+def is_latency_bound(k: KernelProfile) -> bool:
+    if k.issue_active_pct is None or not k.top_stalls:
+        return False
+    _, tensor = busiest_tensor_pipe(k)
+    return (
+        k.issue_active_pct < LATENCY_ISSUE_PCT
+        and max(tensor, k.fma_pipe_pct or 0.0) < LATENCY_PIPE_PCT
+        and (k.dram_throughput_pct or 0.0) < LATENCY_DRAM_PCT
+        and (k.memory_throughput_pct or 0.0) < LATENCY_MEMORY_PCT
+        and k.top_stalls[0].reason in LATENCY_STALLS
+    )
+
+
+def multi_term(path: str | None) -> bool:
+    """A path that does each product as several tensor-core products of split operands (3xtf32, bf16x3, ...)."""
+    return path is not None and bool(re.search(r"\d+x[a-z]|[a-z]\d*x\d", path))

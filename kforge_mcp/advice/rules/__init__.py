@@ -7,7 +7,7 @@ timeline: device idle gaps and Intel XVE counters.
 
 from kforge_mcp.advice.rules import compute, launch, memory, timeline
 from kforge_mcp.advice.rules.base import RULES, Rule, hot_kernels, priority_for, recommendation, rule, run_rules, shares
-from kforge_mcp.advice.rules.compute import at_the_limit, feed_tensor_pipe, use_tensor_cores
+from kforge_mcp.advice.rules.compute import at_the_limit, feed_tensor_pipe, issue_bound, use_tensor_cores
 from kforge_mcp.advice.rules.launch import fuse_launches, grid_too_small, latency_bound, ncu_own_rules
 from kforge_mcp.advice.rules.memory import atomic_contention, register_spills, shared_bank_conflicts, uncoalesced_access
 from kforge_mcp.advice.rules.timeline import device_idle_gaps, xve_idle, xve_stalled
@@ -23,6 +23,7 @@ __all__ = [
     "fuse_launches",
     "grid_too_small",
     "hot_kernels",
+    "issue_bound",
     "latency_bound",
     "launch",
     "memory",

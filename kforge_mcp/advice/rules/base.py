@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kforge_mcp.advice.kinds import TENSOR_PIPES, classify
-from kforge_mcp.profiling.report import Evidence, KernelProfile, ProfileReport, Recommendation
+from kforge_mcp.profiling.report import Evidence, KernelProfile, Priority, ProfileReport, Recommendation
 
 Rule = Callable[[ProfileReport], list[Recommendation]]
 RULES: list[Rule] = []
@@ -27,7 +27,10 @@ def rule(fn: Rule) -> Rule:
     return fn
 
 
-def priority_for(gain: float) -> str:
+PRIORITY_RANK = {"high": 0, "medium": 1, "low": 2}
+
+
+def priority_for(gain: float) -> Priority:
     return "high" if gain >= 0.25 else "medium" if gain >= 0.08 else "low"
 
 
@@ -80,7 +83,7 @@ def remaining(report: ProfileReport) -> float | None:
 
 def run_rules(report: ProfileReport, rules: list[Rule] | None = None) -> tuple[list[Recommendation], list[str]]:
     """Every rule's recommendations, the biggest lever first (a stop at the limit leads when it covers
-    most of the time); errors of a broken rule become notes."""
+    most of the time, Nsight Compute's own rule results come last); errors of a broken rule become notes."""
     flops_known = bool(report.roofline and report.roofline.flops > 0)
     for k in report.device_kernels():
         classify(k, flops_known)
@@ -96,7 +99,9 @@ def run_rules(report: ProfileReport, rules: list[Rule] | None = None) -> tuple[l
             if r.expected_gain > cap and not r.stop:
                 r.gain_basis += f"; capped at 1 - T_SOL/T = {cap:.3f} (no change beats the bound)"
                 r.expected_gain = round(cap, 3)
-                r.priority = priority_for(r.expected_gain)
-    rank = {"high": 0, "medium": 1, "low": 2}
-    recs.sort(key=lambda r: (not r.stop, -r.expected_gain, rank[r.priority]))
+                lower = priority_for(r.expected_gain)
+                if PRIORITY_RANK[lower] > PRIORITY_RANK[r.priority]:
+                    r.priority = lower  # never raised: a rule that set a lower priority keeps it
+    # Nsight Compute's own estimates are not calibrated against measured gains: they follow the calibrated rules
+    recs.sort(key=lambda r: (not r.stop, r.rule.startswith("ncu:"), -r.expected_gain, PRIORITY_RANK[r.priority]))
     return recs, notes
