@@ -125,15 +125,15 @@ def two_cpu_workers(engine):
     eng = Engine(home=engine.home, executor=LocalExecutor(pool, cpu_workers=2))
     real, gate, spans = eng.executor.run, threading.Barrier(2, timeout=120), []
 
-    def run(lane, kind, *args, **kwargs):
-        if kind == "verify" and len(spans) < 2:
+    def run(lane, request, *args, **kwargs):
+        if request.kind == "verify" and len(spans) < 2:
             spans.append(None)
             gate.wait()  # broken (an error) if the second verify does not come while the first waits
         t0 = time.monotonic()
         try:
-            return real(lane, kind, *args, **kwargs)
+            return real(lane, request, *args, **kwargs)
         finally:
-            if kind == "verify":
+            if request.kind == "verify":
                 spans.append((lane, t0, time.monotonic()))
 
     eng.executor.run = run
