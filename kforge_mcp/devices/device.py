@@ -1,6 +1,7 @@
 """One torch device kind (cuda, xpu, mps, cpu) and everything the engine needs to know of it:
 waiting for its work, its timing events and clock, poisoning freed memory, flushing its cache,
-which profiler sees its kernels, its name and state, and what a machine needs to run it.
+which profiler sees its kernels, its name and state, what a machine needs to run it, and the
+device-wide state a candidate can change (a snapshot, and putting it back).
 Timing, verify, profile, guards and the executors ask a Device instead of branching on names.
 
 torch is imported only when a device is used. The event class and synchronize of a kind are
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 _bound: dict[str, tuple] = {}  # kind -> (torch module, Event class, synchronize), bound once
 _flush_buffers: dict[str, Any] = {}
+_xpu_streams: dict[int, Any] = {}  # stream_id -> the stream a snapshot found current (to make it current again)
 
 
 class Device:
@@ -98,6 +100,26 @@ class Device:
         """What is known of the device's clocks while we timed."""
         return {}
 
+    # ---- device-wide state a candidate can leave changed for what runs after it ----
+
+    guarded_state: ClassVar[str] = "nothing: the CPU has no device-wide state a candidate could leave changed"
+
+    def snapshot(self) -> dict[str, Any]:
+        """That state now, as plain values (name -> value; compared with ==, reported as evidence)."""
+        return {}
+
+    def restore(self, before: dict[str, Any]) -> list[str]:
+        """Put back what differs from ``before``; return the names that stay changed (empty: all went back)."""
+        if not before:
+            return []
+        now = self.snapshot()
+        self._put_back(before, {name for name, value in before.items() if now.get(name) != value})
+        now = self.snapshot()
+        return [name for name, value in before.items() if now.get(name) != value]
+
+    def _put_back(self, before: dict[str, Any], changed: set[str]) -> None:
+        pass
+
 
 class _EventDevice(Device):
     """A GPU whose torch module has Event(enable_timing=True) and synchronize."""
@@ -115,6 +137,11 @@ class _EventDevice(Device):
     def state(self) -> dict:
         return {"name": self.display_name()}
 
+    def _index(self) -> int:
+        import torch
+
+        return torch.device(self.name).index or 0
+
 
 class CudaDevice(_EventDevice):
     kind = "cuda"
@@ -127,10 +154,21 @@ class CudaDevice(_EventDevice):
         # cycles at a 2 GHz clock: a slower clock only spins longer
         torch.cuda._sleep(int(min(seconds, 0.005) * 2e9))
 
-    def _index(self) -> int:
-        import torch
+    guarded_state = (
+        "the persisting-L2 set-aside and the L2 fetch granularity, the stack, malloc heap and printf FIFO limits, "
+        "the timed stream's access policy window and priority, the cache and shared-memory configuration "
+        "(where the runtime still has it), the current device and stream; persisting L2 lines are reset"
+    )
 
-        return torch.device(self.name).index or 0
+    def snapshot(self) -> dict[str, Any]:
+        from kforge_mcp.devices import cuda_state
+
+        return cuda_state.snapshot(self._index())
+
+    def _put_back(self, before: dict[str, Any], changed: set[str]) -> None:
+        from kforge_mcp.devices import cuda_state
+
+        cuda_state.restore(self._index(), before, changed)
 
     def poison_free_memory(self) -> None:
         """Best effort: the candidate running before the reference in each trial is the main defence."""
@@ -183,6 +221,25 @@ class XpuDevice(_EventDevice):
     kind = "xpu"
     resource = "xpu"
     profilers = ("torch.profiler", "proton")
+    guarded_state = (
+        "the current device and stream; torch.xpu and SYCL expose no persisting-L2 set-aside, access policy "
+        "window, device limits or cache configuration to read or put back"
+    )
+
+    def snapshot(self) -> dict[str, Any]:
+        import torch
+
+        stream = torch.xpu.current_stream(self._index())
+        _xpu_streams[stream.stream_id] = stream
+        return {"current_device": torch.xpu.current_device(), "current_stream": stream.stream_id}
+
+    def _put_back(self, before: dict[str, Any], changed: set[str]) -> None:
+        import torch
+
+        with contextlib.suppress(Exception):  # what stays changed is seen by the snapshot after
+            torch.xpu.set_stream(_xpu_streams[before["current_stream"]])
+        with contextlib.suppress(Exception):
+            torch.xpu.set_device(before["current_device"])
 
     def profiler_activities(self) -> list:
         from torch.profiler import ProfilerActivity
@@ -208,6 +265,10 @@ class MpsDevice(_EventDevice):
     kind = "mps"
     resource = "metal"
     profilers = ("mps events", "xctrace")  # torch.profiler does not see Metal kernels
+    guarded_state = (
+        "nothing: torch.mps and Metal expose no device-wide state a candidate could change and leave "
+        "(no limits, streams, cache configuration or L2 residency control)"
+    )
 
     def display_name(self) -> str:
         return "Apple GPU (MPS)"
