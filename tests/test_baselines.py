@@ -14,6 +14,7 @@ from conftest import example, problem
 from kforge_mcp.core.problem import seed_everything
 from kforge_mcp.core.requests import BaselinesRequest
 from kforge_mcp.judge import baselines
+from kforge_mcp.judge.device_guard import DeviceGuard
 
 
 class Sleeper:
@@ -39,6 +40,7 @@ def verifier(cache: baselines.BaselineCache) -> types.SimpleNamespace:
         progress=lambda _m: None,
         timing_feed=lambda: list,
         findings=[],
+        guard=DeviceGuard("cpu"),
     )
     v.finding = v.findings.append
     return v

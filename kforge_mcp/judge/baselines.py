@@ -97,6 +97,8 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple) -> tuple[dict
     the anchor timed now, the other baselines kept and scaled by the anchor's move; or, with nothing
     kept or an anchor that moved past RESCALE_LIMIT, all timed now."""
     names = [n for n in fns if n != "candidate"]
+    # device state the candidate changed is put back after each of its batches, before a baseline runs
+    settle = {"candidate": v.guard.settle}
     key = timing_key(v, names)
     kept = fresh(v.cache, key)
     earlier: list = []
@@ -110,6 +112,7 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple) -> tuple[dict
             feed=v.timing_feed(),
             check=check,
             shares={anchor: ANCHOR_SHARE},
+            settle=settle,
         )
         factor = stats[anchor].median_ms / kept.stats[anchor].median_ms
         if abs(factor - 1) <= RESCALE_LIMIT:
@@ -148,7 +151,7 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple) -> tuple[dict
                 f"(limit {RESCALE_LIMIT:.0%}), so every callable was timed again, interleaved",
             )
         )
-    stats, samples, calls = time_interleaved(fns, v.device, budget, feed=v.timing_feed(), check=check)
+    stats, samples, calls = time_interleaved(fns, v.device, budget, feed=v.timing_feed(), check=check, settle=settle)
     v.cache.kept[key] = Kept({n: stats[n] for n in names}, {n: samples[n] for n in names})
     return stats, samples, earlier + calls
 

@@ -152,15 +152,22 @@ def time_interleaved(
     feed: Callable[[], list] | None = None,
     check: tuple[str, int, int] | None = None,
     shares: dict[str, float] | None = None,
+    settle: dict[str, Callable[[], None]] | None = None,
 ) -> tuple[dict[str, TimingStats], dict[str, list[float]], list]:
     """Time each callable in ``rounds`` interleaved batches; each gets about ``budget_s``.
     ``feed``: fresh inputs for every call (the callables take them as arguments). ``check``:
     (name, how many, seed): that many of ``name``'s timed calls, chosen at random once the number
     of calls is known, keep their inputs and output. ``shares``: a callable's budget (and call cap) as
-    a share of the others' (default 1). Returns the statistics, the raw samples (ms)
-    per name and the kept (inputs, output) pairs."""
+    a share of the others' (default 1). ``settle``: called after each warm-up and batch of that name,
+    before any other callable runs (the candidate's: put back device state it changed). Returns the
+    statistics, the raw samples (ms) per name and the kept (inputs, output) pairs."""
     samplers = {name: Sampler(fn, device, feed) for name, fn in fns.items()}
-    per_call = {name: s.warm_up(warmup_calls) for name, s in samplers.items()}
+    after = settle or {}
+    per_call = {}
+    for name, s in samplers.items():
+        per_call[name] = s.warm_up(warmup_calls)
+        if name in after:
+            after[name]()
     share = shares or {}
     calls = {
         name: int(min(max_calls * share.get(name, 1.0), max(min_calls, budget_s * share.get(name, 1.0) / t)))
@@ -175,6 +182,8 @@ def time_interleaved(
             share = calls[name] // rounds + (1 if r < calls[name] % rounds else 0)
             if share:
                 sampler.batch(share)
+                if name in after:
+                    after[name]()
     stats = {name: summarize(s.samples, s.clock) for name, s in samplers.items()}
     kept = samplers[check[0]].kept if check is not None and check[0] in samplers else []
     return stats, {name: s.samples for name, s in samplers.items()}, kept

@@ -4,6 +4,10 @@ and the baselines in interleaved rounds.
 
 Each trial runs the candidate first, on its own copy of fresh inputs, while no reference
 output of that trial exists yet; then the reference on another copy.
+
+Device-wide state (judge/device_guard.py) is read before the candidate's module is imported and
+checked and put back after every stretch of candidate code, so the reference, the baselines and
+the next job never run on a device the candidate changed.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge import guards, precision
 from kforge_mcp.judge.baselines import BaselineCache, baseline_fns, time_with_baselines, warm
 from kforge_mcp.judge.correctness import compare_outputs
+from kforge_mcp.judge.device_guard import DeviceGuard
 from kforge_mcp.judge.timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device
 from kforge_mcp.targets import get_target
 
@@ -125,6 +130,8 @@ class Verifier:
                 sync_device(self.device)
             except (Exception, SystemExit) as e:  # noqa: BLE001  (candidate code can raise anything: diagnostics at its line)
                 raise self.candidate_error("ModelNew.forward", e) from None
+            finally:
+                self.guard.settle()
         self.finding(threads.finding())
         self.finding(guards.inputs_mutated(inputs, used))
         for f in guards.output_findings(got, used):
@@ -170,6 +177,7 @@ class Verifier:
         candidate_source = self.req.candidate
         self.report.findings += self.target.check(candidate_source) + guards.static_findings(candidate_source.text)
         self.load_problem()
+        self.guard = DeviceGuard(self.device)  # before any of the candidate's code, its import included
         timers = guards.timer_snapshot()
         self.flags = precision.MathFlags()
         self.progress("loading candidate")
@@ -186,6 +194,8 @@ class Verifier:
             self.report.errors.append(str(e))
             self.report.diagnostics += e.diagnostics
             return self.verdict(error=True)
+        finally:
+            self.guard.settle()  # what the import or the constructor changed
         self.finding(guards.patched_timers(timers))
         # Everything made so far (torch, Triton, the models) is set aside from the collector, so a
         # trial's gc.collect() looks only at what the trials made: ~1 ms instead of ~0.2 s.
@@ -295,7 +305,10 @@ class Verifier:
             self.report.speedup_over = best
             self.report.speedup_ci = list(speedup_interval(samples[best], samples["candidate"]))
         if self.device != "cpu":
-            self.finding(guards.stream_findings(lambda: self.candidate(*inputs), self.device))
+            try:
+                self.finding(guards.stream_findings(lambda: self.candidate(*inputs), self.device))
+            finally:
+                self.guard.settle()
             self.report.device_state = device_state(self.device)
             self.speed_of_light(stats["candidate"].median_ms)
             if stats["candidate"].median_ms < HOST_BOUND_MS:
@@ -406,6 +419,9 @@ class Verifier:
         r.precision, r.atol, r.rtol = self.judge.precision, self.judge.atol, self.judge.rtol
         if hasattr(self, "flags"):
             self.flags.restore()  # the next job in this worker starts with torch's switches as they were
+        if hasattr(self, "guard"):
+            self.guard.settle()
+            self.finding(self.guard.finding())
         if error:
             r.verdict, r.correct = "error", False
         elif r.mismatches or self.failed():

@@ -34,6 +34,30 @@ def device_healthy() -> bool:
         return False
 
 
+CANDIDATE_JOBS = ("verify", "profile")  # the jobs that run candidate code on a device
+
+
+def device_snapshot(device: str) -> dict:
+    """The device-wide state of ``device`` a candidate could leave changed (empty where none, or unreadable)."""
+    from kforge_mcp.devices.device import get_device
+
+    try:
+        return get_device(device).snapshot()
+    except Exception:  # noqa: BLE001  (a device this worker cannot read: nothing to compare)
+        return {}
+
+
+def device_state_left(device: str, clean: dict) -> bool:
+    """Put back what a job left changed on ``device`` (verify does so itself, and reports it; this is for
+    every job); True when something stays changed and the worker must not be reused."""
+    from kforge_mcp.devices.device import get_device
+
+    try:
+        return bool(get_device(device).restore(clean))
+    except Exception:  # noqa: BLE001
+        return True
+
+
 def release_memory() -> None:
     """Give a job's freed host memory back to the OS, so a warm worker's footprint does not
     creep up across GPU-sized jobs until the memory limit kills it."""
@@ -70,6 +94,7 @@ def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler
     from kforge_mcp.runtime import sandbox
 
     clean_timers = None  # taken once torch is in: a job that patches these leaves a worker we do not reuse
+    clean_devices: dict[str, dict] = {}  # device -> its state before any candidate ran on it in this worker
 
     def warm() -> None:
         nonlocal clean_timers
@@ -90,6 +115,9 @@ def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler
             return
         if request["kind"] != "probe":
             warm()  # before any code of a candidate's runs, so the timers are taken clean
+        device = request["payload"].get("device") if request["kind"] in CANDIDATE_JOBS else None
+        if device and device not in clean_devices:
+            clean_devices[device] = device_snapshot(device)
         sandbox.reset_cpu_limit()  # a CPU-time backstop per job, not per worker life
         workdir = Path(tempfile.mkdtemp(prefix="job-", dir=Settings.read().worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
@@ -97,11 +125,12 @@ def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler
             value = handlers[request["kind"]](
                 parse_request(request["kind"], request["payload"]), progress, workdir, state
             )
-            # a poisoned device, patched clocks, or threads the candidate left running (they
-            # would run on into the next job): this process is not reused
+            # a poisoned device, patched clocks, threads the candidate left running (they would run
+            # on into the next job), or device state that could not be put back: this process is not reused
             left_threads = any(f.get("code") == "spawned_threads" for f in (value or {}).get("findings", []))
             patched = clean_timers is not None and timer_snapshot() != clean_timers  # (None: our probe ran)
             recycle = not device_healthy() or patched or left_threads
+            recycle = recycle or bool(device and device_state_left(device, clean_devices[device]))
             recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
             send({"type": "result", "ok": True, "value": value, "recycle": recycle})
         except InputError as e:
