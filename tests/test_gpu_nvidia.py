@@ -5,8 +5,10 @@ Run there with: pytest tests/test_gpu_nvidia.py -q"""
 from __future__ import annotations
 
 import importlib.util
+import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import example, problem
@@ -171,3 +173,57 @@ def test_the_gpu_warm_up_leaves_a_worker_whose_compiled_baseline_still_judges(tm
         assert not [f for f in report.findings if f.code == "compiled_baseline_unavailable"]
     finally:
         engine.close()
+
+
+CHEATS = Path(__file__).resolve().parent / "cheats"
+
+
+def test_a_candidate_that_pins_l2_is_suspicious_and_changes_nothing_for_the_ones_after_it(tmp_path):
+    """The L2-pinning cheat raises the persisting-L2 limit and sets an access policy window on every call. Its
+    honest twin, verified alone and in one batch with it in both orders, keeps its verdict, time and speedup;
+    the baselines agree across all; the cheat is suspicious, naming the persisting L2."""
+    prob, pin, honest = (str(CHEATS / f"{n}.py") for n in ("row_sum_problem", "pin_l2", "pin_l2_honest"))
+    engine = Engine(home=tmp_path)
+    common = {"target": "cuda", "timeout_s": 900}
+    try:
+        alone = engine.verify(prob, honest, **common)
+        order = [pin, honest, honest, pin]  # the twin after the cheat, after itself; the cheat after the twin
+        batch = engine.verify_batch([{"problem": prob, "candidate": c} for c in order], **common)
+    finally:
+        engine.close()
+    reports = [alone, *batch]
+    print(json.dumps([summary(c, r) for c, r in zip([honest, *order], reports)], indent=1))
+    for r in (batch[0], batch[3]):
+        state = next(f for f in r.findings if f.code == "device_state_changed")
+        assert r.verdict == "suspicious" and state.severity == "suspicious", r.findings
+        assert "persisting_l2_limit" in state.evidence["moves_timings"] and "persisting-L2" in state.message
+        assert "access_policy_window" in state.evidence["changed"] and state.evidence["unrestored"] == []
+    for r in (alone, batch[1], batch[2]):
+        assert r.verdict == "pass", (r.errors, r.mismatches, r.findings)
+        assert not [f for f in r.findings if f.code == "device_state_changed"], r.findings
+        ratio = r.timing.candidate.median_ms / alone.timing.candidate.median_ms
+        assert abs(ratio - 1) <= SAME_WITHIN, ("candidate time", ratio)
+        assert abs(r.speedup / alone.speedup - 1) <= SAME_WITHIN, ("speedup", r.speedup, alone.speedup)
+    for name in ("eager", "compiled"):
+        ms = [getattr(r.timing, name).median_ms for r in reports]
+        assert max(ms) / min(ms) - 1 <= SAME_WITHIN, (name, ms)
+
+
+# Run-to-run spread of these ~20 us timings on the H200 (bench/results/device-state-guard/h200.md); the
+# pinning moved them by 6-27% when it was left in place.
+SAME_WITHIN = 0.05
+
+
+def summary(candidate: str, r) -> dict:
+    t = r.timing
+    return {
+        "candidate": Path(candidate).stem,
+        "verdict": r.verdict,
+        "candidate_ms": t.candidate.median_ms if t else None,
+        "eager_ms": t.eager.median_ms if t and t.eager else None,
+        "compiled_ms": t.compiled.median_ms if t and t.compiled else None,
+        "speedup": r.speedup,
+        "speedup_ci": r.speedup_ci,
+        "findings": {f.code: f.severity for f in r.findings},
+        "device_state_changed": next((f.evidence for f in r.findings if f.code == "device_state_changed"), None),
+    }
