@@ -112,3 +112,20 @@ def test_no_baseline_runs_between_a_candidate_batch_and_its_put_back(budget):
         if name in ("eager", "compiled"):
             last_candidate = max((j for j in range(i) if log[j] == "candidate"), default=-1)
             assert "settle" in log[last_candidate + 1 : i] or last_candidate == -1, log[: i + 1]
+
+
+class Unreadable(Device):
+    kind = "test"
+
+    def snapshot(self):
+        raise OSError("no CUDA runtime library (libcudart) could be loaded")
+
+
+def test_a_device_whose_state_cannot_be_read_is_a_warning_not_a_crash(monkeypatch):
+    from kforge_mcp.judge import device_guard
+
+    monkeypatch.setattr(device_guard, "get_device", Unreadable)
+    guard = DeviceGuard("test")
+    guard.settle()
+    f = guard.finding()
+    assert f.code == "device_state_unchecked" and f.severity == "warning" and "libcudart" in f.message

@@ -202,16 +202,16 @@ def test_a_candidate_that_pins_l2_is_suspicious_and_changes_nothing_for_the_ones
         assert r.verdict == "pass", (r.errors, r.mismatches, r.findings)
         assert not [f for f in r.findings if f.code == "device_state_changed"], r.findings
         ratio = r.timing.candidate.median_ms / alone.timing.candidate.median_ms
-        assert abs(ratio - 1) <= SAME_WITHIN, ("candidate time", ratio)
-        assert abs(r.speedup / alone.speedup - 1) <= SAME_WITHIN, ("speedup", r.speedup, alone.speedup)
+        assert abs(ratio - 1) <= TIME_WITHIN, ("candidate time", ratio)
+        assert abs(r.speedup / alone.speedup - 1) <= RATIO_WITHIN, ("speedup", r.speedup, alone.speedup)
     for name in ("eager", "compiled"):
         ms = [getattr(r.timing, name).median_ms for r in reports]
-        assert max(ms) / min(ms) - 1 <= SAME_WITHIN, (name, ms)
+        assert max(ms) / min(ms) - 1 <= RATIO_WITHIN, (name, ms)
 
 
-# Run-to-run spread of these ~20 us timings on the H200 (bench/results/device-state-guard/h200.md); the
-# pinning moved them by 6-27% when it was left in place.
-SAME_WITHIN = 0.05
+# Run-to-run spread of these 15-20 us timings on the H200 (bench/results/device-state-guard/h200.md). Left in
+# place, the pinning moved the baselines by 27-29%, the twin's speedup by 22% and its own time by 6-8%.
+TIME_WITHIN, RATIO_WITHIN = 0.05, 0.10
 
 
 def summary(candidate: str, r) -> dict:

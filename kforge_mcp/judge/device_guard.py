@@ -69,19 +69,32 @@ class DeviceGuard:
     def __init__(self, device: str):
         self.name = device
         self.device = get_device(device)
-        self.before = self.device.snapshot()
         self.changed: dict[str, dict] = {}
         self.unrestored: list[str] = []
+        self.unread = ""
+        try:
+            self.before = self.device.snapshot()
+        except Exception as e:  # noqa: BLE001  (no runtime to ask: verify goes on, and says so)
+            self.before, self.unread = {}, f"{type(e).__name__}: {e}"
 
     def settle(self) -> None:
         if not self.before:  # a device with nothing to guard
             return
-        for name, change in changes(self.before, self.device.snapshot()).items():
-            self.changed.setdefault(name, change)  # the first change seen is the candidate's own
-        # Put back every time: persisting L2 lines are reset even when the limits read the same
-        for name in self.device.restore(self.before):
-            if name not in self.unrestored:
-                self.unrestored.append(name)
+        try:
+            for name, change in changes(self.before, self.device.snapshot()).items():
+                self.changed.setdefault(name, change)  # the first change seen is the candidate's own
+            # put back every time: persisting L2 lines are reset even when the limits read the same
+            left = self.device.restore(self.before)
+        except Exception as e:  # noqa: BLE001  (a faulted context: the worker goes anyway)
+            left = [f"unreadable ({type(e).__name__}: {e})"]
+        self.unrestored += [name for name in left if name not in self.unrestored]
 
     def finding(self) -> Finding | None:
+        if self.unread:
+            return Finding(
+                code="device_state_unchecked",
+                severity="warning",
+                evidence={"device": self.name, "error": self.unread},
+                message=f"device-wide state could not be read, so changes to it were not checked: {self.unread}",
+            )
         return state_finding(self.changed, self.unrestored, self.name)

@@ -121,17 +121,18 @@ class Verifier:
         used = _clone(inputs)
         guards.poison_free_device_memory(self.device)
         counter = self.target.launch_counter() if watch else None
-        with contextlib.ExitStack() as stack:
-            threads = stack.enter_context(guards.ThreadWatch({getattr(self.module, "__file__", None)}))
-            ops = stack.enter_context(guards.TorchOpRecorder()) if watch else None
-            launches = stack.enter_context(counter) if counter is not None else None
-            try:
-                got = self.candidate(*used)
-                sync_device(self.device)
-            except (Exception, SystemExit) as e:  # noqa: BLE001  (candidate code can raise anything: diagnostics at its line)
-                raise self.candidate_error("ModelNew.forward", e) from None
-            finally:
-                self.guard.settle()
+        try:
+            with contextlib.ExitStack() as stack:
+                threads = stack.enter_context(guards.ThreadWatch({getattr(self.module, "__file__", None)}))
+                ops = stack.enter_context(guards.TorchOpRecorder()) if watch else None
+                launches = stack.enter_context(counter) if counter is not None else None
+                try:
+                    got = self.candidate(*used)
+                    sync_device(self.device)
+                except (Exception, SystemExit) as e:  # noqa: BLE001  (candidate code can raise anything: diagnostics at its line)
+                    raise self.candidate_error("ModelNew.forward", e) from None
+        finally:
+            self.guard.settle()  # outside the watches: reading the device is not the candidate's doing
         self.finding(threads.finding())
         self.finding(guards.inputs_mutated(inputs, used))
         for f in guards.output_findings(got, used):
