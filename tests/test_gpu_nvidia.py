@@ -197,21 +197,22 @@ def test_a_candidate_that_pins_l2_is_suspicious_and_changes_nothing_for_the_ones
         state = next(f for f in r.findings if f.code == "device_state_changed")
         assert r.verdict == "suspicious" and state.severity == "suspicious", r.findings
         assert "persisting_l2_limit" in state.evidence["moves_timings"] and "persisting-L2" in state.message
-        assert "access_policy_window" in state.evidence["changed"] and state.evidence["unrestored"] == []
+        assert state.evidence["unrestored"] == []
     for r in (alone, batch[1], batch[2]):
         assert r.verdict == "pass", (r.errors, r.mismatches, r.findings)
         assert not [f for f in r.findings if f.code == "device_state_changed"], r.findings
         ratio = r.timing.candidate.median_ms / alone.timing.candidate.median_ms
-        assert abs(ratio - 1) <= TIME_WITHIN, ("candidate time", ratio)
-        assert abs(r.speedup / alone.speedup - 1) <= RATIO_WITHIN, ("speedup", r.speedup, alone.speedup)
+        assert abs(ratio - 1) <= SAME_WITHIN, ("candidate time", ratio)
+        assert abs(r.speedup / alone.speedup - 1) <= SAME_WITHIN, ("speedup", r.speedup, alone.speedup)
     for name in ("eager", "compiled"):
         ms = [getattr(r.timing, name).median_ms for r in reports]
-        assert max(ms) / min(ms) - 1 <= RATIO_WITHIN, (name, ms)
+        assert max(ms) / min(ms) - 1 <= SAME_WITHIN, (name, ms)
 
 
-# Run-to-run spread of these 15-20 us timings on the H200 (bench/results/device-state-guard/h200.md). Left in
-# place, the pinning moved the baselines by 27-29%, the twin's speedup by 22% and its own time by 6-8%.
-TIME_WITHIN, RATIO_WITHIN = 0.05, 0.10
+# On the H200 (bench/results/device-state-guard/h200.md), with the guard, the twin's time, speedup and the
+# baselines stayed within 5% of each other across the sequence; with its put-back off, the cheat left the
+# baselines 16-17% slower and the twin after it 21% slower.
+SAME_WITHIN = 0.10
 
 
 def summary(candidate: str, r) -> dict:
