@@ -144,8 +144,8 @@ def restore(index: int, before: dict[str, Any], changed: set[str]) -> None:
     Raises nothing: the caller reads the state again to see what stayed changed."""
     import torch
 
-    steps = []
-    stream = before.get("current_stream")
+    steps: list = []
+    stream: int = before.get("current_stream", 0)
     with torch.cuda.device(index):
         if "current_stream" in changed and stream in _streams:
             steps.append(functools.partial(torch.cuda.set_stream, _streams[stream]))
@@ -154,12 +154,13 @@ def restore(index: int, before: dict[str, Any], changed: set[str]) -> None:
         if "stream_priority" in changed:
             value = AttrValue()
             value.priority = before["stream_priority"]
-            args = (ctypes.c_void_p(stream), ctypes.c_int(ATTR_PRIORITY), ctypes.byref(value))
-            steps.append(functools.partial(_call, "cudaStreamSetAttribute", *args))
+            attr = (ctypes.c_void_p(stream), ctypes.c_int(ATTR_PRIORITY), ctypes.byref(value))
+            steps.append(functools.partial(_call, "cudaStreamSetAttribute", *attr))
         for name, limit in LIMITS.items():
             if name in changed:
-                args = (ctypes.c_int(limit), ctypes.c_size_t(before[name]))
-                steps.append(functools.partial(_call, "cudaDeviceSetLimit", *args))
+                steps.append(
+                    functools.partial(_call, "cudaDeviceSetLimit", ctypes.c_int(limit), ctypes.c_size_t(before[name]))
+                )
         if "persisting_l2_limit" in before:
             steps.append(functools.partial(_call, "cudaCtxResetPersistingL2Cache"))
         for name, call in (
