@@ -161,6 +161,24 @@ class Timing(BaseModel):
     compiled: TimingStats | None = None
 
 
+class ComputePath(BaseModel):
+    """One way to do the problem's math, and whether it can meet the tolerance."""
+
+    path: str = Field(
+        description="fp32 (FMA pipe), single-pass tf32, bf16, fp16, fp8, or a split: bf16x3 (bf16 hi*hi + hi*lo + "
+        "lo*hi), 3xtf32, bf16x6, bf16x2 and fp16x2 (one operand split), fp64"
+    )
+    peak_flops: float = Field(description="dense FLOP/s of this path on the device: its format's peak over terms")
+    feasible: bool = Field(description="can meet the problem's tolerance (measured: max error within the margin)")
+    why: str = ""
+    terms: int = Field(1, description="tensor-core products per step (3 for bf16x3 and 3xtf32)")
+    max_error: float | None = Field(
+        None,
+        description="measured on the problem's inputs: max |a - b| / (atol + rtol |b|) against the reference "
+        "(None: not measured, or not finite)",
+    )
+
+
 class VerifyReport(JobAware):
     verdict: Verdict | None = None
     correct: bool | None = None
@@ -176,13 +194,18 @@ class VerifyReport(JobAware):
     sol_ms: float | None = Field(None, description="speed-of-light time of the problem on this device (GPU only)")
     fraction_of_sol: float | None = Field(
         None,
-        description="sol_ms over the candidate's median time (never over 1: a "
-        "time below the bound is a below_speed_of_light_model finding instead)",
+        description="sol_ms over the candidate's median time, never over 1: a time below the model's bound "
+        "corrects the bound (a below_speed_of_light_model finding says which assumption failed)",
     )
     sol_path: str | None = Field(
         None,
-        description="the compute path the bound assumes and why (the fastest that can "
-        "meet the tolerance: e.g. 3xtf32 for fp32 at 1e-4)",
+        description="the compute path the bound assumes and why (the fastest that meets the tolerance with a "
+        "margin on the problem's own inputs: e.g. bf16x3 for an fp32 GEMM at 1e-4), and any correction",
+    )
+    compute_paths: list[ComputePath] = Field(
+        default_factory=list,
+        description="every compute path of the problem with its measured max error (fraction of the tolerance) "
+        "and its rate on the device",
     )
     device_state: dict[str, Any] = Field(default_factory=dict, description="clocks and device facts when known")
     timing: Timing | None = None
@@ -248,15 +271,6 @@ class JobInfo(BaseModel):
     result: dict[str, Any] | None = Field(None, description="the tool's own result, when done")
 
 
-class ComputePath(BaseModel):
-    """One way to do the problem's math, and whether it can meet the tolerance."""
-
-    path: str = Field(description="fp32 (FMA pipe), 3xtf32 (three TF32 MMAs per product), tf32, bf16, fp16, fp8, fp64")
-    peak_flops: float = Field(description="dense FLOP/s of this path on the device")
-    feasible: bool = Field(description="can meet the problem's tolerance")
-    why: str = ""
-
-
 class Roofline(BaseModel):
     flops: float = Field(description="FLOPs of one reference forward (torch FlopCounterMode)")
     bytes: float = Field(description="minimum bytes: inputs and parameters read once, outputs written once")
@@ -264,6 +278,7 @@ class Roofline(BaseModel):
     path: str = Field("fp32", description="the compute path the bound assumes: the fastest that can meet the tolerance")
     path_reason: str = Field("", description="why that path")
     paths: list[ComputePath] = Field(default_factory=list, description="every path considered")
+    paths_measured: bool = Field(False, description="the paths' errors were measured on the problem's inputs")
     atol: float | None = Field(None, description="the tolerance the path was chosen for")
     rtol: float | None = None
     device: str = Field(description="the device whose peaks were used")
@@ -276,13 +291,16 @@ class Roofline(BaseModel):
     measured_ms: float | None = Field(None, description="device time of one forward in this profile")
     fraction_of_sol: float | None = Field(
         None,
-        description="sol_ms / measured_ms (1.0 = at the speed of light); None "
-        "when the measured time is below the bound (then the model is wrong)",
+        description="sol_ms / measured_ms (1.0 = at the speed of light), never over 1: against corrected_sol_ms "
+        "when the measured time beat the bound; None only without a measured time",
     )
     below_bound: bool = Field(
         False,
-        description="the measured time beat the bound: the model (peaks, path or bytes) "
-        "is wrong for this kernel, and no fraction is reported",
+        description="the measured time beat the bound: the model (path, peaks or bytes) was wrong for this "
+        "kernel and was corrected (correction says how)",
     )
+    corrected_sol_ms: float | None = Field(None, description="the bound after the correction, when below_bound")
+    correction: str | None = Field(None, description="which assumption the kernel broke and what the bound became")
+    out_bytes: float | None = Field(None, description="bytes of the outputs alone (the write no kernel avoids)")
     bound: Literal["memory", "compute"] = "memory"
     notes: list[str] = Field(default_factory=list)

@@ -2,10 +2,13 @@
 (inputs and parameters read once, outputs written once), and a table of device peaks.
 
 T_SOL = max(flops / peak_flops(path), bytes / peak_bandwidth), where the path is the fastest way
-to do the math that can still meet the problem's tolerance: an fp32 problem judged at 1e-4 can
-run on tensor cores as 3xTF32 (three TF32 MMAs per product, fp32-level accuracy), so its bound
-uses that rate, not the FMA pipe's. A bound a correct kernel beats is no bound: a measured time
-below it is reported as the model being wrong (``below_bound``), never as a fraction over 1.
+to do the math that still meets the problem's tolerance. With a problem, each path (fp8, fp16,
+bf16, tf32, the splits bf16x2/x3/x6, fp16x2, 3xTF32, fp32 FMA) is measured on its own inputs
+(precision_paths.py) and the bound takes the fastest whose max error stays within a margin of the
+tolerance: an fp32 GEMM at 1e-4 typically passes as bf16x3 (three bf16 MMAs, twice 3xTF32's
+rate). Without one, a path is judged by its operands' rounding. A correct kernel that beats the
+bound shows the model wrong: the bound is corrected (corrected_bound: a faster path, the memory
+floor, the output write) and said so, and the fraction is taken against it, never over 1.
 
 FlopCounterMode counts matmul, convolution and attention FLOPs only: element-wise ops and
 reductions count 0, so such problems come out memory-bound (they nearly always are).
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 
 from kforge_mcp.core.options import default_tolerance
 from kforge_mcp.core.schemas import ComputePath, Roofline
+from kforge_mcp.judge.precision_paths import MARGIN, PATH_SPECS, MeasuredPaths
 
 
 @dataclass(frozen=True)
@@ -165,22 +169,28 @@ _ALIASES = [  # (substrings that must all appear in the lowercased name, table k
     (("cpu",), "CPU (generic)"),
 ]
 
-# Unit roundoff of each path's operands: a path can meet a tolerance tol when 2u <= tol (the
-# generous side: a bound must never be slower than a kernel that passes). 3xTF32 splits each fp32
-# operand into two TF32 parts and keeps about fp32 accuracy (max error ~6e-7 at K=8192).
+# Unit roundoff of each path's operands, for a bound without a problem to measure (precision_paths.py
+# measures the paths on the problem's own inputs when there is one): a path can meet a tolerance tol when
+# 2u <= tol (the generous side: a bound must never be slower than a kernel that passes). 3xTF32 keeps about
+# fp32 accuracy (max error ~6e-7 at K=8192); bf16x3 about 16 bits; bf16x2 and fp16x2 leave one operand
+# rounded once, so they round like a single pass.
 UNIT_ROUNDOFF = {
     "fp64": 2.0**-53,
     "fp32": 2.0**-24,
+    "bf16x6": 2.0**-24,
     "3xtf32": 2.0**-22,
+    "bf16x3": 2.0**-17,
     "tf32": 2.0**-11,
     "fp16": 2.0**-11,
+    "fp16x2": 2.0**-11,
     "bf16": 2.0**-8,
+    "bf16x2": 2.0**-8,
     "fp8": 2.0**-4,
 }
 # Paths open to each problem dtype: converting down is allowed when the tolerance allows it.
 PATHS_FOR = {
     "fp64": ("fp64",),
-    "fp32": ("fp32", "3xtf32", "tf32", "fp16", "bf16", "fp8"),
+    "fp32": ("fp32", "bf16x6", "3xtf32", "bf16x3", "fp16x2", "bf16x2", "tf32", "fp16", "bf16", "fp8"),
     "bf16": ("bf16", "fp8"),
     "fp16": ("fp16", "fp8"),
     "fp8": ("fp8",),
@@ -214,29 +224,76 @@ def lookup_peaks(device_name: str | None) -> tuple[Peaks, str | None]:
 
 
 def path_peak(peaks: Peaks, path: str) -> float | None:
-    if path == "3xtf32":
-        tf32 = peaks.flops.get("tf32")
-        return tf32 / 3 if tf32 and tf32 > peaks.flops.get("fp32", 0) else None
-    return peaks.flops.get(path)
+    """A path's rate: its format's peak over its products per step. A split is offered only where it beats
+    the FMA pipe (a device without tensor cores for the format gains nothing by splitting)."""
+    spec = PATH_SPECS.get(path)
+    if spec is None:
+        return peaks.flops.get(path)
+    base = peaks.flops.get(spec.base)
+    if not base:
+        return None
+    rate = base / len(spec.terms)
+    return rate if len(spec.terms) == 1 or rate > peaks.flops.get("fp32", 0) else None
 
 
-def compute_paths(peaks: Peaks, dtype: str, atol: float | None, rtol: float | None) -> list[ComputePath]:
-    """Every path open to the dtype on this device, each marked feasible or not for the tolerance."""
+def compute_paths(
+    peaks: Peaks, dtype: str, atol: float | None, rtol: float | None, measured: MeasuredPaths | None = None
+) -> list[ComputePath]:
+    """Every path open to the dtype on this device, each marked feasible or not for the tolerance: from its
+    max error measured on the problem's inputs when ``measured`` has it, else from its operands' rounding."""
     tol = path_tolerance(dtype, atol, rtol)
+    margin = measured.margin if measured is not None else MARGIN
     out = []
     for path in PATHS_FOR.get(dtype, (dtype,)):
         peak = path_peak(peaks, path)
         if not peak:
             continue
+        spec = PATH_SPECS.get(path)
+        terms = len(spec.terms) if spec else 1
         u = UNIT_ROUNDOFF.get(path, 0.0)
+        seen = measured is not None and path in measured.errors
+        err = measured.errors[path] if seen else None
+        said = (
+            f"max error {err:.2g} of the tolerance on this problem's inputs"
+            if err is not None
+            else "not finite on this problem's inputs (overflow or NaN)"
+        )
         if path == dtype:
-            ok, why = True, f"the problem's own dtype ({dtype})"
+            ok, why = True, f"the problem's own dtype ({dtype})" + (f"; {said}" if seen else "")
+        elif seen:
+            ok = err is not None and err <= margin
+            why = said + (f" (within the margin {margin:g})" if ok else f" (over the margin {margin:g})")
         elif 2 * u <= tol:
             ok, why = True, f"operand rounding ~{u:.1e} (2u = {2 * u:.1e}) fits the tolerance {tol:g}"
         else:
             ok, why = False, f"operand rounding ~{u:.1e} (2u = {2 * u:.1e}) exceeds the tolerance {tol:g}"
-        out.append(ComputePath(path=path, peak_flops=peak, feasible=ok, why=why))
+        if terms > 1 and spec:
+            why += f"; {terms} {spec.base} products per step"
+        out.append(ComputePath(path=path, peak_flops=peak, feasible=ok, why=why, terms=terms, max_error=err))
     return out
+
+
+def path_choice(paths: list[ComputePath], best: ComputePath, tol: float, measured: bool) -> str:
+    """Why the bound takes ``best``: its measured error (or rounding), its rate against the next passing path,
+    and the faster paths that miss the tolerance."""
+    reason = f"{best.path} at {best.peak_flops / 1e12:.4g} TFLOP/s: the fastest path that meets the tolerance {tol:g}"
+    if measured and best.max_error is not None:
+        reason = f"{best.path}: max error {best.max_error:.2g} of the tolerance {tol:g} on this problem's inputs"
+    slower = [p for p in paths if p.feasible and p.peak_flops < best.peak_flops]
+    if slower:
+        nxt = max(slower, key=lambda p: (round(p.peak_flops / 1e12), -p.terms))  # a tie: the fewer products
+        ratio = best.peak_flops / nxt.peak_flops
+        rate = "twice" if abs(ratio - 2) < 0.05 else f"{ratio:.3g}x"
+        reason += f", {rate} {nxt.path}'s rate ({best.peak_flops / 1e12:.4g} TFLOP/s)"
+    faster = sorted((p for p in paths if not p.feasible), key=lambda p: -p.peak_flops)
+    if faster and measured:
+        miss = ", ".join(
+            f"{p.path} {p.max_error:.2g}" if p.max_error is not None else f"{p.path} not finite" for p in faster
+        )
+        reason += f"; faster paths miss the margin {MARGIN:g} (max error: {miss})"
+    elif faster:
+        reason += f" ({', '.join(p.path for p in faster)} round too coarsely for it; see paths)"
+    return reason
 
 
 def dtype_key(dtype) -> str:
@@ -262,10 +319,16 @@ def make_roofline(
     peak_bandwidth: float | None = None,
     atol: float | None = None,
     rtol: float | None = None,
+    measured: MeasuredPaths | None = None,
+    out_bytes: float | None = None,
 ) -> Roofline:
+    """``measured``: the paths' errors on the problem's own inputs (precision_paths.py); without it each path
+    is judged by its operands' rounding."""
     peaks, note = lookup_peaks(device_name)
     notes = [note] if note else []
-    paths = compute_paths(peaks, dtype, atol, rtol)
+    if measured is not None:
+        notes += measured.notes
+    paths = compute_paths(peaks, dtype, atol, rtol, measured)
     feasible = [p for p in paths if p.feasible] or paths
     best = max(feasible, key=lambda p: p.peak_flops) if feasible else None
     path = best.path if best else dtype
@@ -276,19 +339,19 @@ def make_roofline(
     if peaks.note:
         notes.append(f"{peaks.name}: {peaks.note}")
     tol = path_tolerance(dtype, atol, rtol)
-    too_coarse = [p.path for p in paths if not p.feasible]
-    reason = f"{path} at {pf / 1e12:.4g} TFLOP/s: the fastest path that meets the tolerance {tol:g}" + (
-        f" ({', '.join(too_coarse)} round too coarsely for it; see paths)" if too_coarse else ""
-    )
+    measured_any = measured is not None and bool(measured.errors)
+    reason = path_choice(paths, best, tol, measured_any) if best else f"{dtype}: no path in the {peaks.name} table"
     flop_ms, byte_ms = flops / pf * 1e3, nbytes / bw * 1e3
     sol = max(flop_ms, byte_ms)
     r = Roofline(
         flops=flops,
         bytes=nbytes,
+        out_bytes=out_bytes if out_bytes is not None else (measured.out_bytes if measured is not None else None),
         dtype=dtype,
         path=path,
         path_reason=reason,
         paths=paths,
+        paths_measured=measured_any,
         atol=atol,
         rtol=rtol,
         device=peaks.name,
@@ -306,22 +369,99 @@ def make_roofline(
     return with_measured(r, measured_ms)
 
 
+def from_measured(
+    m: MeasuredPaths,
+    device_name: str | None,
+    measured_ms: float | None = None,
+    peak_flops: float | None = None,
+    peak_bandwidth: float | None = None,
+) -> Roofline:
+    """The roofline of a problem whose paths were measured, for one device and time."""
+    return make_roofline(
+        m.flops, m.bytes, m.dtype, device_name, measured_ms, peak_flops, peak_bandwidth, m.atol, m.rtol, m
+    )
+
+
+def corrected_bound(r: Roofline, measured_ms: float) -> tuple[float, str]:
+    """A time below the bound shows which assumption failed. The bound steps down, in order, to the next
+    faster path (the kernel runs a path the model judged too coarse, or a faster one than it knew), to the
+    memory floor (FLOPs free), and to the output write alone (inputs served from a cache); the first step
+    at or under the measured time is the corrected bound."""
+    steps = []
+    for p in sorted(r.paths, key=lambda p: -p.peak_flops):
+        if p.peak_flops > r.peak_flops:
+            steps.append(
+                (
+                    max(r.flops / p.peak_flops * 1e3, r.byte_ms),
+                    (
+                        f"the kernel's math is faster than the {r.path} path allows: bound taken on the {p.path} "
+                        f"path ({p.peak_flops / 1e12:.4g} TFLOP/s; {p.why})"
+                    ),
+                )
+            )
+    steps.append((r.byte_ms, "bound taken as the memory floor: the minimum bytes at peak bandwidth, FLOPs free"))
+    if r.out_bytes:
+        steps.append(
+            (
+                r.out_bytes / r.peak_bandwidth * 1e3,
+                "the inputs did not all come from DRAM: bound taken as the output write alone at peak bandwidth",
+            )
+        )
+    for sol, why in sorted(steps, key=lambda x: -x[0]):
+        if sol <= measured_ms:
+            return sol, why
+    return measured_ms, (
+        "faster than writing the output at peak bandwidth: the peaks or the byte count are wrong for this "
+        "device (verify flags faster_than_light); fraction set to 1"
+    )
+
+
 def with_measured(r: Roofline, measured_ms: float | None) -> Roofline:
-    """Attach a measured time. One below the bound is a finding about the model, not a fraction over 1."""
+    """Attach a measured time. A time below the bound means the model is wrong: the bound is corrected
+    (corrected_bound) and said so, and the fraction is taken against the corrected bound, never over 1."""
     r.measured_ms = measured_ms
-    r.fraction_of_sol, r.below_bound = None, False
+    r.fraction_of_sol, r.below_bound, r.corrected_sol_ms, r.correction = None, False, None, None
     r.notes = [n for n in r.notes if not n.startswith("measured ")]
     if measured_ms and measured_ms > 0:
-        if measured_ms < r.sol_ms:
-            r.below_bound = True
-            r.notes.append(
-                f"measured {measured_ms:.4g} ms is below the bound {r.sol_ms:.4g} ms: the model is wrong for "
-                f"this kernel (a peak in the {r.device} table, the {r.path} path, or the minimum bytes, e.g. "
-                "data served from L2 across calls); no fraction of speed of light is reported"
-            )
-        else:
+        if measured_ms >= r.sol_ms:
             r.fraction_of_sol = r.sol_ms / measured_ms
+        else:
+            sol, why = corrected_bound(r, measured_ms)
+            r.below_bound, r.corrected_sol_ms, r.correction = True, sol, why
+            r.fraction_of_sol = min(1.0, sol / measured_ms)
+            r.notes.append(
+                f"measured {measured_ms:.4g} ms is below the bound {r.sol_ms:.4g} ms on the {r.path} path: the "
+                f"model is wrong for this kernel; {why} ({sol:.4g} ms)"
+            )
     return r
+
+
+def set_verify_bound(report, roof: Roofline, candidate_ms: float) -> None:
+    """A verify report's bound (sol_ms, fraction_of_sol, sol_path, compute_paths) from a roofline with the
+    candidate's time, and the finding that says so when the candidate beat the model."""
+    from kforge_mcp.core.schemas import Finding
+
+    report.sol_ms = roof.corrected_sol_ms if roof.below_bound else roof.sol_ms
+    report.fraction_of_sol = roof.fraction_of_sol
+    report.sol_path = f"{roof.path} ({roof.bound}-bound on {roof.device}): {roof.path_reason}" + (
+        f"; corrected: {roof.correction}" if roof.below_bound else ""
+    )
+    report.compute_paths = roof.paths
+    report.findings = [f for f in report.findings if f.code != "below_speed_of_light_model"]
+    if roof.below_bound:
+        report.findings.append(
+            Finding(
+                code="below_speed_of_light_model",
+                severity="info",
+                evidence={
+                    "candidate_ms": candidate_ms,
+                    "model_sol_ms": roof.sol_ms,
+                    "path": roof.path,
+                    "corrected_sol_ms": roof.corrected_sol_ms,
+                },
+                message=roof.notes[-1],
+            )
+        )
 
 
 # ---- inside a worker: these run the reference ----
@@ -340,8 +480,16 @@ def _tensors(value):
             yield from _tensors(v)
 
 
-def count_reference(model, inputs: list) -> tuple[float, float, str]:
-    """(flops, minimum bytes, dominant dtype key) of one forward of ``model`` on ``inputs``."""
+@dataclass(frozen=True)
+class Counts:
+    flops: float
+    bytes: float  # inputs and parameters read once, outputs written once
+    dtype: str
+    out_bytes: float  # the outputs alone
+
+
+def count_reference(model, inputs: list) -> Counts:
+    """FLOPs, minimum bytes, dominant dtype key and output bytes of one forward of ``model`` on ``inputs``."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -351,18 +499,40 @@ def count_reference(model, inputs: list) -> tuple[float, float, str]:
             out = model(*inputs)
     flops = float(counter.get_total_flops())
     read = list(_tensors(inputs)) + list(model.parameters()) + list(model.buffers())
-    seen, nbytes, by_dtype = set(), 0.0, {}
-    for t in read + list(_tensors(out)):
+    outputs = list(_tensors(out))
+    seen, nbytes, out_bytes, by_dtype = set(), 0.0, 0.0, {}
+    for i, t in enumerate(read + outputs):
         key = (t.data_ptr(), t.numel(), t.dtype) if t.device.type != "meta" else id(t)
+        size = float(t.numel() * t.element_size())
+        if i >= len(read):
+            out_bytes += size
         if key in seen:
             continue
         seen.add(key)
-        size = float(t.numel() * t.element_size())
         nbytes += size
         if t.is_floating_point():
             by_dtype[t.dtype] = by_dtype.get(t.dtype, 0.0) + size
     dtype = dtype_key(max(by_dtype, key=by_dtype.get)) if by_dtype else "fp32"
-    return flops, nbytes, dtype
+    return Counts(flops, nbytes, dtype, out_bytes)
+
+
+def count_problem(problem, device: str = "cpu") -> Counts:
+    """The reference's counts, on the meta device when it allows (no memory, no compute), else on ``device``."""
+    import torch
+
+    from kforge_mcp.core.problem import seed_everything
+
+    try:
+        init = problem.init_inputs("cpu")
+        with torch.device("meta"):
+            seed_everything(0)
+            model = problem.module.Model(*init)
+        inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in problem.make_inputs(7, "cpu")]
+        return count_reference(model, inputs)
+    except Exception:  # noqa: BLE001  (data-dependent models cannot run on meta: run it for real)
+        seed_everything(0)
+        model = problem.module.Model(*problem.init_inputs(device)).to(device)
+        return count_reference(model, problem.make_inputs(7, device))
 
 
 def reference_roofline(
@@ -374,23 +544,18 @@ def reference_roofline(
     atol: float | None = None,
     rtol: float | None = None,
 ) -> Roofline:
-    """Build the reference on the meta device when it allows (no memory, no compute), else on ``device``."""
-    import torch
-
-    from kforge_mcp.core.problem import seed_everything
-
+    """The reference's roofline, its paths judged by their rounding (the server measures them: precision_paths)."""
     peaks = peaks or {}
-    try:
-        init = problem.init_inputs("cpu")
-        with torch.device("meta"):
-            seed_everything(0)
-            model = problem.module.Model(*init)
-        inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in problem.make_inputs(7, "cpu")]
-        flops, nbytes, dtype = count_reference(model, inputs)
-    except Exception:  # noqa: BLE001  (data-dependent models cannot run on meta: run it for real)
-        seed_everything(0)
-        model = problem.module.Model(*problem.init_inputs(device)).to(device)
-        flops, nbytes, dtype = count_reference(model, problem.make_inputs(7, device))
+    c = count_problem(problem, device)
     return make_roofline(
-        flops, nbytes, dtype, device_name, measured_ms, peaks.get("flops"), peaks.get("bandwidth"), atol, rtol
+        c.flops,
+        c.bytes,
+        c.dtype,
+        device_name,
+        measured_ms,
+        peaks.get("flops"),
+        peaks.get("bandwidth"),
+        atol,
+        rtol,
+        out_bytes=c.out_bytes,
     )

@@ -368,7 +368,7 @@ class Verifier:
     def speed_of_light(self, candidate_ms: float) -> None:
         """Faster than physics is a bug: the floor is the minimum bytes at peak bandwidth and the
         FLOPs at the device's fastest (lowest-precision) tensor rate."""
-        from kforge_mcp.judge.roofline import lookup_peaks, reference_roofline
+        from kforge_mcp.judge.roofline import lookup_peaks, reference_roofline, set_verify_bound
 
         try:
             roof = reference_roofline(
@@ -382,17 +382,7 @@ class Verifier:
         except Exception as e:  # noqa: BLE001  (a reference the counter cannot run gets no bound, and says so)
             self.finding(Finding(code="no_speed_of_light", message=f"no speed-of-light bound: {type(e).__name__}: {e}"))
             return
-        self.report.sol_ms, self.report.fraction_of_sol = roof.sol_ms, roof.fraction_of_sol
-        self.report.sol_path = f"{roof.path} ({roof.bound}-bound on {roof.device}): {roof.path_reason}"
-        if roof.below_bound:
-            self.finding(
-                Finding(
-                    code="below_speed_of_light_model",
-                    severity="info",
-                    evidence={"candidate_ms": candidate_ms, "sol_ms": roof.sol_ms, "path": roof.path},
-                    message=roof.notes[-1],
-                )
-            )
+        set_verify_bound(self.report, roof, candidate_ms)
         peaks, _ = lookup_peaks(self.report.device_state.get("name"))
         floor_ms = max(roof.bytes / peaks.bandwidth, roof.flops / max(peaks.flops.values())) * 1e3
         if candidate_ms < floor_ms * SOL_MARGIN:
