@@ -46,6 +46,10 @@ class Engine:
         # where worker jobs run: this machine's pool unless an executor (e.g. Ray) is given
         self.executor: Executor = executor or LocalExecutor(WorkerPool(self.home, memory_limit_mb=limit))
         self.compile_cache = CompileCache(self.home / "cache" / "compile")
+        # each problem's compute paths measured once per tolerance (judge/precision_paths.py)
+        self.paths_cache = CompileCache(self.home / "cache" / "precision_paths", "the precision-paths cache")
+        self._paths_pool: ThreadPoolExecutor | None = None
+        self._paths_lock = threading.Lock()
         self.targets = KnownTargets(self.home, self._probe)
 
     def resolve_source(self, value: str, role: str) -> Source:
@@ -195,6 +199,8 @@ class Engine:
         )
         error = dict(verdict="error", correct=False, target=target, device=dev, trials=trials, seed=seed)
         error |= dict(execution=get_target(target).execution(dev), precision=precision)
+        # the paths' errors are measured on the CPU while the device verifies (a GPU verify gets a bound)
+        paths = self._paths_soon(prob, precision, atol, rtol, timeout_s) if dev != "cpu" else None
         try:
             if head_start:
                 head_start_one(self, candidate, request, on_progress, cancel)
@@ -213,6 +219,15 @@ class Engine:
             return VerifyReport(**error, errors=errors, seconds=time.perf_counter() - started)
         report = self._reply_to_report(reply, VerifyReport, cand)
         report.node = reply.get("node")  # where a cluster executor ran it
+        if paths is not None and report.sol_ms is not None and report.timing is not None:
+            notes: list[str] = []
+            m = self._paths_result(paths, started + timeout_s, notes)
+            if m is not None:
+                from kforge_mcp.judge.roofline import from_measured, set_verify_bound
+
+                ms = report.timing.candidate.median_ms
+                set_verify_bound(report, from_measured(m, report.device_state.get("name"), ms), ms)
+            report.sol_path = "; ".join([report.sol_path or "", *notes]).strip("; ")
         return report
 
     def verify_batch(
@@ -314,6 +329,7 @@ class Engine:
             proton=proton,
             peaks=peaks,
         )
+        paths = self._paths_soon(prob, None, None, None, timeout_s) if dev != "cpu" else None
         try:
             reply = self.executor.run(dev, request, timeout_s, on_progress, cancel)
         except JobCancelled:
@@ -330,6 +346,16 @@ class Engine:
             report = ProfileReport(
                 target=target, device=dev, errors=[reply.get("message", ""), reply.get("traceback", "")]
             )
+        if paths is not None and report.roofline is not None:
+            m = self._paths_result(paths, started + timeout_s, report.notes)
+            if m is not None:
+                from kforge_mcp.judge.roofline import from_measured
+
+                old, peaks = report.roofline, peaks or {}
+                report.roofline = from_measured(
+                    m, old.device, old.measured_ms, peaks.get("flops"), peaks.get("bandwidth")
+                )
+                report.roofline.notes += [n for n in old.notes if n not in report.roofline.notes]
         report.seconds = time.perf_counter() - started
         return report
 
@@ -343,26 +369,65 @@ class Engine:
         atol: float | None = None,
         rtol: float | None = None,
     ):
-        """The reference's roofline, computed in a worker (the reference is code too)."""
-        from kforge_mcp.core.schemas import Roofline
+        """The reference's roofline, its compute paths measured on the problem's own inputs at the tolerance."""
+        from kforge_mcp.judge.roofline import from_measured
 
-        prob = self.resolve_source(problem, "problem")
-        request = RooflineRequest(
-            problem=prob,
-            device_name=device_name,
-            measured_ms=measured_ms,
-            peaks=peaks,
-            atol=atol,  # the tolerance picks the roofline's compute path
-            rtol=rtol,
+        m = self.measured_paths(self.resolve_source(problem, "problem"), None, atol, rtol, timeout_s)
+        peaks = peaks or {}
+        return from_measured(m, device_name, measured_ms, peaks.get("flops"), peaks.get("bandwidth"))
+
+    def measured_paths(
+        self,
+        problem: Source,
+        precision: str | None = None,
+        atol: float | None = None,
+        rtol: float | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ):
+        """Each compute path's max error on the problem's own inputs at the tolerance verify judges it at for
+        these arguments: measured in a worker (the reference is code too) once per problem and tolerance,
+        then kept under the home."""
+        from kforge_mcp.judge.precision_paths import MeasuredPaths, code_digest
+
+        key = self.paths_cache.key(
+            kind="precision_paths", problem=problem.text, precision=precision, atol=atol, rtol=rtol, code=code_digest()
         )
+        hit = self.paths_cache.get(key)
+        if hit is not None:
+            return MeasuredPaths.model_validate({**hit, "cached": True})
+        request = RooflineRequest(problem=problem, measure_paths=True, precision=precision, atol=atol, rtol=rtol)
         try:
             reply = self.executor.run("compile", request, timeout_s)
         except WorkerFailure as e:
-            raise KforgeError(f"roofline: the worker failed: {e.message}") from None
-        report = self._reply_to_report(reply, Roofline, prob)
-        if report is None:
-            raise KforgeError(f"roofline failed: {reply.get('message')}")
-        return report
+            raise KforgeError(f"measuring the compute paths: the worker failed: {e.message}") from None
+        m = self._reply_to_report(reply, MeasuredPaths, problem)
+        if m is None:
+            raise KforgeError(f"measuring the compute paths failed: {reply.get('message')}")
+        self.paths_cache.put(key, m.model_dump())
+        return m
+
+    def _paths_soon(self, problem: Source, precision, atol, rtol, timeout_s: float):
+        """measured_paths on a thread of its own: a verify or profile runs meanwhile."""
+        with self._paths_lock:
+            if self._paths_pool is None:
+                self._paths_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kforge-paths")
+        return self._paths_pool.submit(self.measured_paths, problem, precision, atol, rtol, timeout_s)
+
+    @staticmethod
+    def _paths_result(future, deadline: float, notes: list[str]):
+        """The measurement, waited for until the call's own deadline; a note in ``notes`` when there is none."""
+        from concurrent.futures import TimeoutError as FutureTimeout
+
+        try:
+            return future.result(timeout=max(0.0, deadline - time.perf_counter()))
+        except FutureTimeout:
+            notes.append(
+                "the compute paths are still being measured on the problem's inputs: this bound judges them by "
+                "their rounding; the next call uses the measurement"
+            )
+        except Exception as e:  # noqa: BLE001  (a reference the emulation cannot run keeps the rounding model)
+            notes.append(f"compute paths not measured ({type(e).__name__}: {e}): the bound judges them by rounding")
+        return None
 
     def analyze_profile(
         self,
@@ -431,6 +496,8 @@ class Engine:
         return getattr(self.executor, "pool", None)
 
     def close(self) -> None:
+        if self._paths_pool is not None:
+            self._paths_pool.shutdown(wait=False, cancel_futures=True)
         self.executor.shutdown()
 
 

@@ -93,6 +93,11 @@ def handle_roofline(req: RooflineRequest, progress, workdir: Path, state: dict) 
     from kforge_mcp.judge.roofline import reference_roofline
 
     problem = load_problem(req.problem, workdir)
+    if req.measure_paths:  # each compute path's error on the problem's own inputs (CPU)
+        from kforge_mcp.judge.precision_paths import measure_reference
+
+        progress("measuring the compute paths on the problem's inputs")
+        return measure_reference(problem, req).model_dump()
     return reference_roofline(
         problem, "cpu", req.device_name, req.measured_ms, req.peaks, req.atol, req.rtol
     ).model_dump()

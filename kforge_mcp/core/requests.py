@@ -73,7 +73,8 @@ class ProfileRequest(ProfileOptions, JobRequest):
 
 
 class RooflineRequest(JobRequest):
-    """The reference's speed-of-light bound, counted on the CPU."""
+    """The reference's speed-of-light bound, counted on the CPU; with ``measure_paths``, each compute path's
+    error measured on the problem's own inputs instead (at the tolerance verify resolves from these fields)."""
 
     kind: ClassVar[str] = "roofline"
     problem: Source
@@ -82,6 +83,8 @@ class RooflineRequest(JobRequest):
     peaks: dict[str, Any] | None = None
     atol: float | None = None
     rtol: float | None = None
+    precision: str | None = None
+    measure_paths: bool = False
 
 
 class WarmUpRequest(JobRequest):

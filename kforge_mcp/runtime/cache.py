@@ -40,8 +40,8 @@ def code_versions() -> dict[str, str]:
 
 
 class CompileCache:
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self, root: Path, what: str = "the compile cache"):
+        self.root, self.what = root, what  # what: the name a write error gives it
 
     def key(self, **parts) -> str:
         blob = json.dumps({**parts, "versions": code_versions()}, sort_keys=True, default=str)
@@ -73,4 +73,4 @@ class CompileCache:
                     pass
             from kforge_mcp.core.home import write_error
 
-            raise write_error("the compile cache", path.parent, e) from None
+            raise write_error(self.what, path.parent, e) from None
