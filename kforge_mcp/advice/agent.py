@@ -48,13 +48,18 @@ def summarize(report: ProfileReport, recs: list[Recommendation]) -> str:
     r = report.roofline
     if r is not None:
         if r.below_bound:
-            frac = ", measured below the bound: the model is wrong for this kernel (see the roofline notes)"
+            frac = (
+                f", measured below it: the model is wrong for this kernel, {r.correction} "
+                f"({r.corrected_sol_ms * 1e3:.2f} us; {r.fraction_of_sol:.0%} of it)"
+            )
         else:
             frac = f", {r.fraction_of_sol:.0%} of speed of light" if r.fraction_of_sol is not None else ""
         parts.append(
             f"Roofline ({r.device}, {r.dtype} problem, bound on the {r.path} path): {r.bound}-bound, "
             f"T_SOL {r.sol_ms * 1e3:.2f} us{frac}."
         )
+        if r.paths_measured:
+            parts.append(f"Compute path: {r.path_reason}.")
     stopped = bool(recs and recs[0].stop)
     if stopped:
         parts.append(f"{recs[0].title}: the time is in kernels at their limit; further rounds are unlikely to pay off.")

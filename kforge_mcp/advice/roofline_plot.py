@@ -39,7 +39,7 @@ def draw_roofline(roof: Roofline, out: Path) -> Path | None:
     if roof.measured_ms:
         achieved = roof.flops / (roof.measured_ms / 1e3)
         label = f"measured {roof.measured_ms:.3g} ms" + (
-            " (beats the bound: the model is wrong)"
+            f" (beats the {roof.path} bound: corrected, {100 * (roof.fraction_of_sol or 0):.2g}% of it)"
             if roof.below_bound
             else f", {100 * (roof.fraction_of_sol or 0):.2g}% of SOL"
         )

@@ -77,6 +77,12 @@ def print_verify(report, candidate: str) -> None:
                 f" over {report.speedup_over or 'the baseline'}",
             )
         )
+    if report.sol_ms is not None:
+        out.print(
+            f"speed of light {report.sol_ms:.4g} ms, {fmt(report.fraction_of_sol, '.1%')} of it; {report.sol_path}",
+            soft_wrap=True,
+        )
+        print_paths(report.compute_paths)
     print_timing(report.timing)
     for f in report.findings:
         out.print(Text.assemble(Text(f"{f.code}: ", style="bold yellow"), f.message), soft_wrap=True)
@@ -85,6 +91,18 @@ def print_verify(report, candidate: str) -> None:
         if e:
             out.print(Text(e, style="red"), soft_wrap=True)
     print_diagnostics(report.diagnostics, candidate)
+
+
+def print_paths(paths) -> None:
+    """Each compute path: its rate, its measured max error against the tolerance, and whether it passes."""
+    if not any(p.max_error is not None for p in paths):
+        return
+    table = report_table(title="compute paths (max error as a fraction of the tolerance)")
+    for column in ("path", "TFLOP/s", "max error", "passes"):
+        table.add_column(column, justify="left" if column == "path" else "right")
+    for p in sorted(paths, key=lambda p: -p.peak_flops):
+        table.add_row(p.path, f"{p.peak_flops / 1e12:.4g}", fmt(p.max_error, ".2g"), "yes" if p.feasible else "no")
+    out.print(table)
 
 
 def print_timing(timing) -> None:
@@ -167,13 +185,13 @@ def print_profile(report) -> None:
                 Text("roofline ", style="bold"),
                 f"{r.device} {r.dtype} (bound on the {r.path} path): {r.flops:.3g} FLOPs, "
                 f"{r.bytes:.3g} bytes, T_SOL {r.sol_ms * 1e3:.2f} us, {r.bound}-bound, fraction of SOL "
-                + (
-                    "none: measured below the bound, the model is wrong"
-                    if r.below_bound
-                    else fmt(r.fraction_of_sol, ".1%")
-                ),
-            )
+                + fmt(r.fraction_of_sol, ".1%")
+                + (f" of a corrected bound ({r.correction})" if r.below_bound else ""),
+            ),
+            soft_wrap=True,
         )
+        out.print(f"compute path: {r.path_reason}", soft_wrap=True)
+        print_paths(r.paths)
     for n in report.notes:
         out.print(Text(n, style="dim"), soft_wrap=True)
     for e in report.errors:

@@ -234,8 +234,8 @@ def measure_reference(problem, req: dict, seeds: tuple[int, ...] = SEEDS) -> Mea
     dtype, at the tolerance verify would judge it at for ``req`` (precision, atol, rtol)."""
     import torch
 
-    from kforge_mcp.judge import precision
     from kforge_mcp.core.problem import reference_model, seed_everything
+    from kforge_mcp.judge import precision
     from kforge_mcp.judge.roofline import count_problem
 
     started = time.perf_counter()

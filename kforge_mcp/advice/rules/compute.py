@@ -9,7 +9,7 @@ from __future__ import annotations
 from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_fma_gemm, is_latency_bound, is_tensor_gemm, multi_term
 from kforge_mcp.advice.rules.base import DEFAULT_SM_COUNT, busiest_unit, ev, hot_kernels, pct, recommendation, rule
 from kforge_mcp.advice.rules.memory import WASTED_MIN, wasted_fraction
-from kforge_mcp.judge.roofline import compute_paths, lookup_peaks
+from kforge_mcp.judge.roofline import compute_paths, fastest, lookup_peaks
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
 LIMIT_UNIT_PCT = 80.0  # ncu's guided analysis calls a unit above 80% of peak well utilized
@@ -103,7 +103,7 @@ def best_path(report: ProfileReport):
     paths = r.paths if r and r.paths else compute_paths(peaks, r.dtype if r else "fp32", None, None)
     feasible = [p for p in paths if p.feasible]
     fma = peaks.flops.get("fp32")
-    return (max(feasible, key=lambda p: p.peak_flops) if feasible else None), fma
+    return fastest(feasible), fma
 
 
 TENSOR_ACTIONS = {
