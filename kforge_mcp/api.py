@@ -220,15 +220,19 @@ class Engine:
         report = self._reply_to_report(reply, VerifyReport, cand)
         report.node = reply.get("node")  # where a cluster executor ran it
         if paths is not None and report.sol_ms is not None and report.timing is not None:
-            notes: list[str] = []
-            m = self._paths_result(paths, started + timeout_s, notes)
-            if m is not None:
-                from kforge_mcp.judge.roofline import from_measured, set_verify_bound
-
-                ms = report.timing.candidate.median_ms
-                set_verify_bound(report, from_measured(m, report.device_state.get("name"), ms), ms)
-            report.sol_path = "; ".join([report.sol_path or "", *notes]).strip("; ")
+            self._bound_from_paths(report, paths, started + timeout_s)
         return report
+
+    def _bound_from_paths(self, report: VerifyReport, paths, deadline: float) -> None:
+        """The verify's bound again, its path taken from the paths measured on the problem's inputs."""
+        from kforge_mcp.judge.roofline import from_measured, set_verify_bound
+
+        notes: list[str] = []
+        m = self._paths_result(paths, deadline, notes)
+        if m is not None:
+            ms = report.timing.candidate.median_ms
+            set_verify_bound(report, from_measured(m, report.device_state.get("name"), ms), ms)
+        report.sol_path = "; ".join([report.sol_path or "", *notes]).strip("; ")
 
     def verify_batch(
         self,
@@ -329,7 +333,7 @@ class Engine:
             proton=proton,
             peaks=peaks,
         )
-        paths = self._paths_soon(prob, None, None, None, timeout_s) if dev != "cpu" else None
+        paths = self._paths_soon(prob, None, None, None, timeout_s)  # measured on the CPU meanwhile
         try:
             reply = self.executor.run(dev, request, timeout_s, on_progress, cancel)
         except JobCancelled:
@@ -346,7 +350,7 @@ class Engine:
             report = ProfileReport(
                 target=target, device=dev, errors=[reply.get("message", ""), reply.get("traceback", "")]
             )
-        if paths is not None and report.roofline is not None:
+        if report.roofline is not None:
             m = self._paths_result(paths, started + timeout_s, report.notes)
             if m is not None:
                 from kforge_mcp.judge.roofline import from_measured

@@ -107,6 +107,16 @@ def best_path(report: ProfileReport):
 
 
 TENSOR_ACTIONS = {
+    "bf16x3": "bf16x3 on fp32 tiles: split each tile into bf16 hi = x.to(bf16) and lo = (x - hi).to(bf16) and sum "
+    "tl.dot(lo_a, hi_b) + tl.dot(hi_a, lo_b) + tl.dot(hi_a, hi_b) into one fp32 accumulator (three bf16 MMAs per "
+    "step, twice 3xTF32's rate; newer Triton has tl.dot(..., input_precision='bf16x3')); in CUDA, the same split "
+    "feeding three bf16 wgmma per k-step",
+    "bf16x6": "bf16x6: each fp32 tile split into three bf16 parts, six bf16 MMAs per step (fp32-level accuracy; "
+    "tl.dot(..., input_precision='bf16x6') in newer Triton)",
+    "bf16x2": "bf16x2: split the operand the split helps most into bf16 hi + lo, round the other to bf16 once, "
+    "and sum tl.dot(lo, b) + tl.dot(hi, b) (two bf16 MMAs per step)",
+    "fp16x2": "fp16x2: split the operand the split helps most into fp16 hi + lo, round the other to fp16 once, "
+    "and sum tl.dot(lo, b) + tl.dot(hi, b) (two fp16 MMAs per step)",
     "3xtf32": "tl.dot(a, b, acc, input_precision='tf32x3') on fp32 tiles (three TF32 MMAs per product: fp32-level "
     "accuracy, passes 1e-4; single-pass 'tf32' does not at large K); in CUDA, CUTLASS's 3xTF32 "
     "(OpMultiplyAddFastF32) or CuTe MMA atoms with the operands split into big + small TF32 parts",
@@ -268,6 +278,11 @@ def feed_tensor_pipe(report: ProfileReport) -> list[Recommendation]:
         action += (
             " Uncertain here: the MMAs wait on shared memory (short scoreboard / MIO), which deeper pipelines and "
             "TMA do not relieve; fewer shared-memory reads per MMA (bf16 operands, larger warp tiles) may."
+        )
+    if r and r.paths_measured and r.path in TENSOR_ACTIONS:  # the path measured to pass, which may beat the kernel's
+        action += (
+            f" The bound assumes {r.path_reason}; a kernel on a slower path cannot reach it: use "
+            f"{TENSOR_ACTIONS[r.path]}."
         )
     return [
         recommendation(

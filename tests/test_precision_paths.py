@@ -1,0 +1,172 @@
+"""Compute paths measured on the problem's own inputs (judge/precision_paths.py), run by a real worker:
+which paths pass a tolerance, the bound they give, its ranking of timings, and the cache under the home."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import problem
+from mcp import Client
+
+from kforge_mcp.core.problem import load_problem
+from kforge_mcp.core.schemas import VerifyReport
+from kforge_mcp.core.source import Source
+from kforge_mcp.judge.precision_paths import PATH_SPECS, emulate_product, measure_reference, round_to, split
+from kforge_mcp.judge.roofline import from_measured
+
+H200 = "NVIDIA H200"
+DATA = Path(__file__).resolve().parent / "data" / "profiles"
+
+GEMM_BIAS_K4096 = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def get_inputs():
+    return [torch.randn(32, 4096)]
+
+
+def get_init_inputs():
+    return [4096, 64]
+"""
+
+CONV = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(256, 8, 3)
+        self.up = nn.ConvTranspose2d(8, 4, 3)
+
+    def forward(self, x):
+        return self.up(torch.relu(self.conv(x)))
+
+
+def get_inputs():
+    return [torch.randn(2, 256, 8, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.fixture(scope="module")
+def gemm(engine):
+    """The K=4096 GEMM + bias measured at KernelBench's fp32 1e-4 in a worker, twice (the second from the cache)."""
+    src = Source(text=GEMM_BIAS_K4096, name="gemm_bias_k4096.py")
+    first = engine.measured_paths(src, atol=1e-4, rtol=1e-4)
+    return first, engine.measured_paths(src, atol=1e-4, rtol=1e-4)
+
+
+def test_single_passes_fail_and_splits_pass_at_1e_4(gemm):
+    m, _ = gemm
+    e = m.errors
+    assert m.atol == m.rtol == 1e-4 and m.products == 1 and m.flops == 2 * 32 * 4096 * 64
+    assert e["bf16"] > 1 and e["tf32"] > 1 and e["fp16"] > 1 and e["fp8"] > 1  # single pass: over the tolerance
+    assert e["bf16x3"] <= m.margin and e["3xtf32"] <= m.margin and e["bf16x6"] <= m.margin
+    assert e["fp32"] <= m.margin
+    assert e["fp32"] <= e["3xtf32"] < e["bf16x3"] < e["bf16"]  # more bits kept, less error
+
+
+def test_the_bound_takes_the_fastest_passing_path_and_says_why(gemm):
+    m, _ = gemm
+    r = from_measured(m, H200)
+    passing = [p for p in r.paths if p.max_error is not None and p.max_error <= m.margin]
+    assert r.paths_measured and r.path == "bf16x3" and r.peak_flops == max(p.peak_flops for p in passing)
+    assert r.peak_flops == pytest.approx(989.5e12 / 3) and r.peaks_source  # a third of the bf16 datasheet peak
+    assert "bf16x3: max error" in r.path_reason and "twice 3xtf32's rate" in r.path_reason
+    assert "tf32" in r.path_reason.split("miss")[1]  # the faster paths that failed, with their errors
+
+
+def test_the_fraction_ranks_timings_and_never_exceeds_one(gemm):
+    m, _ = gemm
+    sol = from_measured(m, H200).sol_ms
+    slow, fast = from_measured(m, H200, sol * 2), from_measured(m, H200, sol * 1.25)
+    assert 0 < slow.fraction_of_sol < fast.fraction_of_sol <= 1
+    beat = from_measured(m, H200, sol * 0.8)  # faster than bf16x3 allows: a faster path, said so
+    assert beat.below_bound and 0 < beat.fraction_of_sol <= 1 and "model is wrong" in beat.notes[-1]
+
+
+def test_the_second_call_reads_the_cache(gemm, engine):
+    first, second = gemm
+    assert second.cached and not first.cached and second.errors == first.errors
+    assert list((engine.home / "cache" / "precision_paths").rglob("*.json"))
+
+
+def test_another_tolerance_is_measured_again(engine):
+    loose = engine.measured_paths(Source(text=GEMM_BIAS_K4096, name="g.py"), atol=2e-2, rtol=2e-2)
+    assert not loose.cached and loose.errors["bf16"] <= loose.margin  # bf16 passes KernelBench's 1e-2
+    assert from_measured(loose, H200).path in ("bf16", "fp16", "fp8")
+
+
+def test_convolutions_and_transposed_convolutions_are_emulated(tmp_path):
+    prob = load_problem(Source(text=CONV, name="conv.py"), tmp_path)
+    m = measure_reference(prob, {"atol": 1e-4, "rtol": 1e-4}, seeds=(1,))
+    assert m.products == 2 and m.errors["bf16"] > 1 and m.errors["3xtf32"] <= m.margin
+
+
+def test_a_split_is_exact_where_it_should_be():
+    x = torch.randn(64, 64)
+    hi, lo = split(x, "bf16", 2)
+    assert torch.equal(hi, round_to(x, "bf16")) and torch.equal(lo, round_to(x - hi, "bf16"))
+    assert (x - hi - lo).abs().max() <= 2.0**-16 * x.abs().max()
+    a, b = torch.randn(8, 32), torch.randn(32, 8)
+    got = emulate_product(PATH_SPECS["bf16x3"], torch.mm, a, b)
+    (ah, al), (bh, bl) = split(a, "bf16", 2), split(b, "bf16", 2)
+    assert torch.allclose(got, al @ bh + ah @ bl + ah @ bh, rtol=0, atol=1e-6)
+    assert torch.equal(round_to(torch.tensor([1 + 2.0**-11]), "tf32"), torch.tensor([1 + 2.0**-10]))  # ties away
+
+
+@pytest.mark.anyio
+async def test_analyze_profile_with_a_problem_shows_the_measured_paths(server):
+    args = {"path": str(DATA / "gemm_bias_relu-reference.ncu-raw.csv"), "problem": problem("gemm_bias_relu")}
+    async with Client(server) as client:
+        result = await client.call_tool("analyze_profile", args)
+    assert not result.is_error, result.content
+    roof = result.structured_content["roofline"]
+    assert roof["paths_measured"] and all(p["max_error"] is not None for p in roof["paths"])
+    assert roof["fraction_of_sol"] is not None and 0 < roof["fraction_of_sol"] <= 1
+    assert "Compute path:" in result.structured_content["summary"]
+
+
+def timed(ms: float) -> dict:
+    return {
+        "candidate": {
+            "median_ms": ms,
+            "mean_ms": ms,
+            "min_ms": ms,
+            "max_ms": ms,
+            "iqr_ms": 0.0,
+            "spread": 0.0,
+            "samples": 10,
+            "clock": "device events",
+        }
+    }
+
+
+def test_a_device_verify_takes_its_bound_from_the_measured_paths(engine):
+    """What the engine does with a GPU verify's report once the paths are measured (the report built here: no GPU)."""
+    src = Source(text=GEMM_BIAS_K4096, name="gemm_bias_k4096.py")
+    report = VerifyReport(verdict="pass", timing=timed(1e-3), device_state={"name": H200}, sol_ms=5e-4)
+    engine._bound_from_paths(report, engine._paths_soon(src, None, 1e-4, 1e-4, 120), time.perf_counter() + 120)
+    assert report.sol_path.startswith("bf16x3") and "max error" in report.sol_path
+    assert 0 < report.fraction_of_sol <= 1 and {p.path for p in report.compute_paths} >= {"bf16x3", "3xtf32"}
+    beat = VerifyReport(verdict="pass", timing=timed(1e-5), device_state={"name": H200}, sol_ms=5e-4)
+    engine._bound_from_paths(beat, engine._paths_soon(src, None, 1e-4, 1e-4, 120), time.perf_counter() + 120)
+    assert 0 < beat.fraction_of_sol <= 1 and [f.code for f in beat.findings] == ["below_speed_of_light_model"]
