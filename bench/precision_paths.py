@@ -116,16 +116,20 @@ def main(argv: list[str] | None = None) -> int:
                     )
             lines.append("")
             results.append({"problem": name, "measured": m.model_dump(), "bound_path": r.path, "sol_ms": r.sol_ms})
+            write(args, lines, results)  # each problem as it finishes
     finally:
         engine.close()
     lines.append("checks: " + ("; ".join(failures) if failures else "every passing fraction <= 1 and ranked; cached"))
-    text = "\n".join(lines)
-    print(text)
+    print("\n".join(lines))
+    write(args, lines, results)
+    return 1 if failures else 0
+
+
+def write(args, lines: list[str], results: list[dict]) -> None:
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        Path(args.out).write_text("\n".join(lines) + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
-    return 1 if failures else 0
 
 
 if __name__ == "__main__":
