@@ -170,3 +170,9 @@ def test_a_device_verify_takes_its_bound_from_the_measured_paths(engine):
     beat = VerifyReport(verdict="pass", timing=timed(1e-5), device_state={"name": H200}, sol_ms=5e-4)
     engine._bound_from_paths(beat, engine._paths_soon(src, None, 1e-4, 1e-4, 120), time.perf_counter() + 120)
     assert 0 < beat.fraction_of_sol <= 1 and [f.code for f in beat.findings] == ["below_speed_of_light_model"]
+
+
+def test_profile_with_a_problem_shows_the_measured_paths(engine):
+    r = engine.profile(problem("gemm_bias_relu"), target="triton", device="cpu", iterations=1).roofline
+    assert r.paths_measured and r.atol == 1e-4 and any(p.max_error is not None for p in r.paths)
+    assert r.fraction_of_sol is not None and 0 < r.fraction_of_sol <= 1
