@@ -302,7 +302,11 @@ def path_choice(paths: list[ComputePath], best: ComputePath, tol: float, measure
         )
         reason += f"; faster paths miss the margin {MARGIN:g} (max error: {miss})"
     elif faster:
-        reason += f" ({', '.join(p.path for p in faster)} round too coarsely for it; see paths)"
+        coarse = [p.path for p in faster if p.path not in MEASURED_ONLY]
+        unmeasured = [p.path for p in faster if p.path in MEASURED_ONLY]
+        said = [f"{', '.join(coarse)} round too coarsely for it"] if coarse else []
+        said += [f"{', '.join(unmeasured)} need a measurement on the problem's inputs"] if unmeasured else []
+        reason += f" ({'; '.join(said)}; see paths)"
     return reason
 
 
