@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--device-name", default=None, help="peaks to show the paths' rates at (default: the verify's)")
     ap.add_argument("--problems", nargs="*", default=list(CASES))
+    ap.add_argument("--baselines", nargs="*", default=["eager", "compiled"])
     ap.add_argument("--out", help="write the tables as markdown here")
     ap.add_argument("--json", help="write every result here")
     args = ap.parse_args(argv)
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
             verifies = []
             for cand in CASES.get(name, []):
                 path = ROOT / "bench" / "candidates" / name / f"{cand}.py"
-                v = engine.verify(str(prob), str(path), target="triton", device=args.device, timeout_s=900)
+                v = engine.verify(
+                    str(prob), str(path), target="triton", device=args.device, timeout_s=900, baselines=args.baselines
+                )
                 ms = v.timing.candidate.median_ms if v.timing else None
                 verifies.append((cand, v, ms))
                 print(f"{name} {cand}: {v.verdict} {ms} ms, fraction {v.fraction_of_sol}", flush=True)
