@@ -50,6 +50,7 @@ class Engine:
         self.paths_cache = CompileCache(self.home / "cache" / "precision_paths", "the precision-paths cache")
         self._paths_pool: ThreadPoolExecutor | None = None
         self._paths_lock = threading.Lock()
+        self._paths_running: dict[tuple, object] = {}  # (problem, precision, atol, rtol) -> its measurement
         self.targets = KnownTargets(self.home, self._probe)
 
     def resolve_source(self, value: str, role: str) -> Source:
@@ -411,11 +412,18 @@ class Engine:
         return m
 
     def _paths_soon(self, problem: Source, precision, atol, rtol, timeout_s: float):
-        """measured_paths on a thread of its own: a verify or profile runs meanwhile."""
+        """measured_paths on a thread of its own: a verify or profile runs meanwhile. Calls for the same problem
+        and tolerance share one measurement (a batch of candidates measures its problem once)."""
+        same = (problem.text, precision, atol, rtol)
         with self._paths_lock:
             if self._paths_pool is None:
                 self._paths_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kforge-paths")
-        return self._paths_pool.submit(self.measured_paths, problem, precision, atol, rtol, timeout_s)
+            self._paths_running = {k: f for k, f in self._paths_running.items() if not f.done()}  # done: cached
+            if same in self._paths_running:
+                return self._paths_running[same]
+            future = self._paths_pool.submit(self.measured_paths, problem, precision, atol, rtol, timeout_s)
+            self._paths_running[same] = future
+            return future
 
     @staticmethod
     def _paths_result(future, deadline: float, notes: list[str]):

@@ -176,3 +176,9 @@ def test_profile_with_a_problem_shows_the_measured_paths(engine):
     r = engine.profile(problem("gemm_bias_relu"), target="triton", device="cpu", iterations=1).roofline
     assert r.paths_measured and r.atol == 1e-4 and any(p.max_error is not None for p in r.paths)
     assert r.fraction_of_sol is not None and 0 < r.fraction_of_sol <= 1
+
+
+def test_calls_for_one_problem_share_one_measurement(engine):
+    src = Source(text=GEMM_BIAS_K4096.replace("64]", "48]"), name="g48.py")
+    futures = [engine._paths_soon(src, None, 1e-4, 1e-4, 120) for _ in range(4)]
+    assert all(f is futures[0] for f in futures) and futures[0].result(120).errors["bf16x3"] <= 0.5
