@@ -1,7 +1,7 @@
 """The analysis agent end to end on a GPU, through the library (the same engine the MCP tools use):
 
 1. verify a 3xTF32 Triton GEMM on the Level 2 Gemm_Add_ReLU shape (1024 x 8192 x 8192, fp32 at 1e-4):
-   its fraction_of_sol must be <= 1 and the bound must assume the 3xtf32 path;
+   its fraction_of_sol must be <= 1 and the bound must assume the fastest path measured to pass (bf16x3 here);
 2. profile the reference (cuBLAS fp32) and the 3xTF32 candidate with depth="metrics" (ncu with the
    sections and metrics the rules read) and analyze each: the first recommendation for cuBLAS fp32
    should be use_tensor_cores, for the 3xTF32 kernel feed_tensor_pipe (never occupancy);
