@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kforge_mcp.core.errors import InputError, KforgeError
@@ -50,7 +50,7 @@ class Engine:
         self.paths_cache = CompileCache(self.home / "cache" / "precision_paths", "the precision-paths cache")
         self._paths_pool: ThreadPoolExecutor | None = None
         self._paths_lock = threading.Lock()
-        self._paths_running: dict[tuple, object] = {}  # (problem, precision, atol, rtol) -> its measurement
+        self._paths_running: dict[tuple, Future] = {}  # (problem, precision, atol, rtol) -> its measurement
         self.targets = KnownTargets(self.home, self._probe)
 
     def resolve_source(self, value: str, role: str) -> Source:
@@ -230,7 +230,7 @@ class Engine:
 
         notes: list[str] = []
         m = self._paths_result(paths, deadline, notes)
-        if m is not None:
+        if m is not None and report.timing is not None and report.timing.candidate is not None:
             ms = report.timing.candidate.median_ms
             set_verify_bound(report, from_measured(m, report.device_state.get("name"), ms), ms)
         report.sol_path = "; ".join([report.sol_path or "", *notes]).strip("; ")

@@ -12,6 +12,7 @@ from conftest import problem
 from mcp import Client
 
 from kforge_mcp.core.problem import load_problem
+from kforge_mcp.core.requests import RooflineRequest
 from kforge_mcp.core.schemas import VerifyReport
 from kforge_mcp.core.source import Source
 from kforge_mcp.judge.precision_paths import PATH_SPECS, emulate_product, measure_reference, round_to, split
@@ -116,8 +117,8 @@ def test_another_tolerance_is_measured_again(engine):
 
 
 def test_convolutions_and_transposed_convolutions_are_emulated(tmp_path):
-    prob = load_problem(Source(text=CONV, name="conv.py"), tmp_path)
-    m = measure_reference(prob, {"atol": 1e-4, "rtol": 1e-4}, seeds=(1,))
+    src = Source(text=CONV, name="conv.py")
+    m = measure_reference(load_problem(src, tmp_path), RooflineRequest(problem=src, atol=1e-4, rtol=1e-4), seeds=(1,))
     assert m.products == 2 and m.errors["bf16"] > 1 and m.errors["3xtf32"] <= m.margin
 
 

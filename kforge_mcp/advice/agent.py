@@ -50,7 +50,7 @@ def summarize(report: ProfileReport, recs: list[Recommendation]) -> str:
         if r.below_bound:
             frac = (
                 f", measured below it: the model is wrong for this kernel, {r.correction} "
-                f"({r.corrected_sol_ms * 1e3:.2f} us; {r.fraction_of_sol:.0%} of it)"
+                f"({(r.corrected_sol_ms or 0.0) * 1e3:.2f} us; {r.fraction_of_sol or 0.0:.0%} of it)"
             )
         else:
             frac = f", {r.fraction_of_sol:.0%} of speed of light" if r.fraction_of_sol is not None else ""

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from kforge_mcp.core.requests import RooflineRequest
+
 # A path passes when its max error is at most this fraction of the tolerance: verify draws fresh inputs for
 # every trial and the GPU sums in another order, so a path at 0.9 of the tolerance here can fail there.
 MARGIN = 0.5
@@ -147,11 +149,11 @@ def emulate_product(spec: PathSpec, product, a, b):
     if (na, nb) == (2, 1) and _residual(b, spec.base) > _residual(a, spec.base):
         na, nb, terms = 1, 2, tuple((j, i) for i, j in terms)  # split the side whose rounding loses more
     pa, pb = split(a, spec.base, na), split(b, spec.base, nb)
-    acc = None
-    for i, j in terms:
-        t = product(pa[i], pb[j])
-        acc = t if acc is None else acc + t
-    return acc.to(out_dtype) if acc.dtype != out_dtype else acc
+    (i, j), *rest = terms
+    acc = product(pa[i], pb[j])
+    for i, j in rest:  # smallest first, hi*hi last
+        acc = acc + product(pa[i], pb[j])
+    return acc.to(out_dtype)
 
 
 def _mode_class():
@@ -175,7 +177,8 @@ def _mode_class():
 
         def __init__(self, spec: PathSpec):
             super().__init__()
-            self.spec, self.count, self.skipped = spec, 0, set()
+            self.spec, self.count = spec, 0
+            self.skipped: set[str] = set()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -206,16 +209,18 @@ def _mode_class():
     return EmulatedPath
 
 
-def error_fraction(expected, got, atol: float, rtol: float) -> float | None:
-    """max |got - expected| / (atol + rtol |expected|) over every floating output; None when not finite."""
+def error_fraction(expected, got, atol: float | None, rtol: float | None) -> float | None:
+    """max |got - expected| / (atol + rtol |expected|) over every floating output, each at the tolerance verify
+    gives its dtype when none is set; None when not finite."""
     import torch
 
-    from kforge_mcp.judge.correctness import flatten_outputs
+    from kforge_mcp.judge.correctness import flatten_outputs, tolerance_for
 
     worst = 0.0
     for e, g in zip(flatten_outputs(expected), flatten_outputs(got), strict=True):
         if not (isinstance(e, torch.Tensor) and e.is_floating_point()) or e.numel() == 0:
             continue
+        atol, rtol = tolerance_for(e.dtype, atol, rtol)
         e64, g64 = e.double(), g.double()
         if bool((~torch.isfinite(g64) & torch.isfinite(e64)).any()):
             return None
@@ -233,7 +238,7 @@ def paths_for(dtype: str) -> tuple[str, ...]:
     return PATHS_FOR.get(dtype, (dtype,))
 
 
-def measure_reference(problem, req: dict, seeds: tuple[int, ...] = SEEDS) -> MeasuredPaths:
+def measure_reference(problem, req: RooflineRequest, seeds: tuple[int, ...] = SEEDS) -> MeasuredPaths:
     """In a worker: the problem's counts (roofline.count_reference) and the error of every path open to its
     dtype, at the tolerance verify would judge it at for ``req`` (precision, atol, rtol)."""
     import torch
@@ -249,7 +254,7 @@ def measure_reference(problem, req: dict, seeds: tuple[int, ...] = SEEDS) -> Mea
     model = reference_model(problem, "cpu", 0, judge.dtype)
     mode_cls = _mode_class()
     errors: dict[str, float | None] = {}
-    products, skipped = 0, set()
+    products, skipped = 0, set[str]()
     with torch.no_grad():
         for seed in seeds:
             inputs = judge.cast(problem.make_inputs(seed, "cpu"))

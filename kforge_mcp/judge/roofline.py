@@ -252,7 +252,7 @@ def compute_paths(
         terms = len(spec.terms) if spec else 1
         u = UNIT_ROUNDOFF.get(path, 0.0)
         seen = measured is not None and path in measured.errors
-        err = measured.errors[path] if seen else None
+        err = measured.errors.get(path) if measured is not None else None
         said = (
             f"max error {err:.2g} of the tolerance on this problem's inputs"
             if err is not None
@@ -291,7 +291,7 @@ def path_choice(paths: list[ComputePath], best: ComputePath, tol: float, measure
         reason = f"{best.path}: max error {best.max_error:.2g} of the tolerance {tol:g} on this problem's inputs"
     slower = [p for p in paths if p.feasible and p.peak_flops < best.peak_flops]
     if slower:
-        nxt = fastest(slower)
+        nxt = fastest(slower) or best
         ratio = best.peak_flops / nxt.peak_flops
         rate = "twice" if abs(ratio - 2) < 0.05 else f"{ratio:.3g}x"
         reason += f", {rate} {nxt.path}'s rate ({best.peak_flops / 1e12:.4g} TFLOP/s)"
