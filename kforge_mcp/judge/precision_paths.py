@@ -7,8 +7,9 @@ its format's peak over its number of products (roofline.py). The bound uses the 
 max error stays within MARGIN of the tolerance.
 
 Splits: x = hi + lo with hi = round(x), lo = round(x - hi) (and a third part for bf16x6).
-bf16x3 sums hi*hi + hi*lo + lo*hi, 3xtf32 the same in TF32 (CUTLASS's 3xTF32), bf16x6 also
-mid*mid and hi*lo2 + lo2*hi with three parts (Triton's input_precision='bf16x6'); bf16x2 and fp16x2
+bf16x3 sums hi*hi + hi*lo + lo*hi, 3xtf32 the same in TF32 (CUTLASS's 3xTF32), bf16x6 splits in
+three (hi + mid + lo) and sums hi*hi, hi*mid, mid*hi, mid*mid, hi*lo and lo*hi (Triton's
+input_precision='bf16x6'); bf16x2 and fp16x2
 split one operand only (hi*b + lo*b, after Markidis et al.'s refinement of one side), the one whose
 rounding loses more. fp8 is e4m3 with a power-of-two per-tensor scale. fp32 is the FMA pipe: each
 product computed in fp64 and rounded once to fp32, an ideal fp32 kernel.
@@ -51,13 +52,15 @@ PATH_SPECS = {
         PathSpec("fp16x2", "fp16", (2, 1), ((1, 0), (0, 0)), "one operand split in two fp16 parts: hi*b + lo*b"),
         PathSpec("bf16x2", "bf16", (2, 1), ((1, 0), (0, 0)), "one operand split in two bf16 parts: hi*b + lo*b"),
         PathSpec("bf16x3", "bf16", (2, 2), ((1, 0), (0, 1), (0, 0)), "bf16 hi + lo: hi*hi + hi*lo + lo*hi"),
-        PathSpec("3xtf32", "tf32", (2, 2), ((1, 0), (0, 1), (0, 0)), "TF32 big + small: three TF32 MMAs"),
+        PathSpec(
+            "3xtf32", "tf32", (2, 2), ((1, 0), (0, 1), (0, 0)), "TF32 big + small: big*big + big*small + small*big"
+        ),
         PathSpec(
             "bf16x6",
             "bf16",
             (3, 3),
             ((2, 0), (0, 2), (1, 1), (1, 0), (0, 1), (0, 0)),
-            "three bf16 parts, six products",
+            "bf16 hi + mid + lo: the six products down to 2^-16 of hi*hi",
         ),
         PathSpec("fp32", "fp32", (1, 1), ((0, 0),), "fp32 FMA (each product exact, rounded once)"),
         PathSpec("fp64", "fp64", (1, 1), ((0, 0),), "fp64"),

@@ -270,7 +270,7 @@ def compute_paths(
         else:
             ok, why = False, f"operand rounding ~{u:.1e} (2u = {2 * u:.1e}) exceeds the tolerance {tol:g}"
         if terms > 1 and spec:
-            why += f"; {terms} {spec.base} products per step"
+            why += f"; {spec.how} ({terms} {spec.base} MMAs per step)"
         out.append(ComputePath(path=path, peak_flops=peak, feasible=ok, why=why, terms=terms, max_error=err))
     return out
 
