@@ -26,6 +26,7 @@ from kforge_mcp.targets import get_target
 
 Progress = Callable[[str], None] | None
 DEFAULT_TIMEOUT_S = VERIFY.timeout_s  # compile and the probe wait as long as a verify
+PATHS_WAIT_S = 30.0  # a finished verify or profile waits this long at most for the paths' measurement
 
 
 class Engine:
@@ -221,7 +222,7 @@ class Engine:
         report = self._reply_to_report(reply, VerifyReport, cand)
         report.node = reply.get("node")  # where a cluster executor ran it
         if paths is not None and report.sol_ms is not None and report.timing is not None:
-            self._bound_from_paths(report, paths, started + timeout_s)
+            self._bound_from_paths(report, paths, self._paths_deadline(started + timeout_s))
         return report
 
     def _bound_from_paths(self, report: VerifyReport, paths, deadline: float) -> None:
@@ -352,7 +353,7 @@ class Engine:
                 target=target, device=dev, errors=[reply.get("message", ""), reply.get("traceback", "")]
             )
         if report.roofline is not None:
-            m = self._paths_result(paths, started + timeout_s, report.notes)
+            m = self._paths_result(paths, self._paths_deadline(started + timeout_s), report.notes)
             if m is not None:
                 from kforge_mcp.judge.roofline import from_measured
 
@@ -424,6 +425,12 @@ class Engine:
             future = self._paths_pool.submit(self.measured_paths, problem, precision, atol, rtol, timeout_s)
             self._paths_running[same] = future
             return future
+
+    @staticmethod
+    def _paths_deadline(call_deadline: float) -> float:
+        """How long a finished verify or profile waits for its measurement: a little, never past its own deadline
+        (a slow one finishes in the background and serves the next call from the cache)."""
+        return min(call_deadline, time.perf_counter() + PATHS_WAIT_S)
 
     @staticmethod
     def _paths_result(future, deadline: float, notes: list[str]):

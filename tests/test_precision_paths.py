@@ -183,3 +183,13 @@ def test_calls_for_one_problem_share_one_measurement(engine):
     src = Source(text=GEMM_BIAS_K4096.replace("64]", "48]"), name="g48.py")
     futures = [engine._paths_soon(src, None, 1e-4, 1e-4, 120) for _ in range(4)]
     assert all(f is futures[0] for f in futures) and futures[0].result(120).errors["bf16x3"] <= 0.5
+
+
+def test_a_measurement_still_running_leaves_the_rounding_bound_and_says_so(engine):
+    from concurrent.futures import Future
+
+    report = VerifyReport(verdict="pass", timing=timed(1e-3), device_state={"name": H200}, sol_ms=5e-4)
+    report.sol_path, report.fraction_of_sol = "3xtf32 (compute-bound on H200): rounding", 0.5
+    engine._bound_from_paths(report, Future(), time.perf_counter())  # nothing measured yet
+    assert report.fraction_of_sol == 0.5 and report.sol_path.startswith("3xtf32")
+    assert "still being measured" in report.sol_path
