@@ -118,6 +118,8 @@ def store_error(path: Path, err: sqlite3.OperationalError) -> KforgeError | None
 class StoreConnection(sqlite3.Connection):
     """sqlite3.Connection that turns a failed write into a KforgeError naming the file and cause."""
 
+    kforge_path: str  # set by connect_store
+
     def _translate(self, err: sqlite3.OperationalError):
         path = Path(getattr(self, "kforge_path", "runs.db"))
         return store_error(path, err) or err

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from kforge_mcp.core.errors import InputError
 
-BASELINES = ("eager", "compiled")
+BASELINES: tuple[Literal["eager", "compiled"], ...] = ("eager", "compiled")
 DEFAULT_TARGET = "triton"  # the target a call names none of: runs everywhere (the interpreter on a CPU)
 # KernelBench's fp32 tolerance; half precision gets the looser one harnesses use for it. The verdict
 # (engine/correctness.py) and the roofline's choice of compute path (analysis/roofline.py) both read it.

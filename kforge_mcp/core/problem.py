@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +106,7 @@ def to_device(value, device: str):
 @dataclass
 class LoadedProblem:
     source: Source
-    module: object
+    module: types.ModuleType
     path: Path
 
     def call(self, name: str):
@@ -164,6 +165,7 @@ def load_problem(source: Source, workdir: Path) -> LoadedProblem:
             f"problem {source.name} does not define {', '.join(missing)}: a problem needs class Model(nn.Module), "
             "get_inputs() and get_init_inputs() (KernelBench form)"
         )
+    assert module.__file__ is not None  # imported from the file import_source wrote
     return LoadedProblem(source=source, module=module, path=Path(module.__file__))
 
 

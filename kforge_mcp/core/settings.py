@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, ValidationError, ValidationInfo, ValidatorFunctionWrapHandler, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -61,13 +62,16 @@ class Settings(BaseSettings):
         try:  # a sandbox limit that is not a number keeps the default instead of stopping the worker
             return handler(value)
         except ValidationError:
+            assert info.field_name is not None  # a field validator always runs for a field
             return cls.model_fields[info.field_name].default
 
     @classmethod
     def read(cls, env: Mapping[str, str] | None = None) -> Settings:
         if env is None:
             return cls()
-        values = {name: env[PREFIX + name.upper()] for name in cls.model_fields if env.get(PREFIX + name.upper())}
+        values: dict[str, Any] = {
+            name: env[PREFIX + name.upper()] for name in cls.model_fields if env.get(PREFIX + name.upper())
+        }
         return _FromMapping(**values)
 
     @property

@@ -74,8 +74,10 @@ def import_source(source: Source, workdir: Path, stem: str) -> types.ModuleType:
     path = write_source(source, workdir, stem)
     name = f"kforge_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None  # a .py file always gets a spec with a loader
     module = importlib.util.module_from_spec(spec)
-    module.__kforge_source__ = source  # lets later errors map lines back to the submitted name
+    # lets later errors map lines back to the submitted name (an attribute ModuleType does not declare)
+    module.__kforge_source__ = source  # type: ignore[attr-defined]
     sys.modules[name] = module  # dataclasses and pickling look modules up by name
     try:
         spec.loader.exec_module(module)

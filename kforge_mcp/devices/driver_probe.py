@@ -40,8 +40,9 @@ def torch_build() -> dict | None:
     build = {}
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
-            build[target.id] = node.value.value
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            build[target.id] = value.value
     return build if "__version__" in build else None
 
 

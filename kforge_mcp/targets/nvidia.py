@@ -49,7 +49,8 @@ def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:
         f.write(cubin)
         f.flush()
         out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True, timeout=60).stdout
-    result, current = {}, None
+    result: dict[str, dict[str, int]] = {}
+    current: dict[str, int] | None = None
     for line in out.splitlines():
         m = re.match(r"\s*Function (\S+):", line)
         if m:

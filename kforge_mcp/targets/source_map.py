@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import cast
 
 
 @dataclass
@@ -47,6 +48,7 @@ def _map_constant(value: str, node: ast.Constant, segment: str, src_lines: list[
     # escapes or implicit concatenation: find each line in the file, in order
     out: list[int | None] = []
     cursor = node.lineno
+    assert node.end_lineno is not None  # ast.parse sets every node's end
     for text in value.split("\n"):
         key = text.strip()
         line = None
@@ -72,12 +74,13 @@ def map_pieces(strings: list[str], text: str, label: str) -> list[Piece]:
         if exact:
             lines = _map_constant(value, exact[0], exact[1], src_lines)
         else:  # built from parts: map every literal found inside it
-            for node, seg in sorted(constants, key=lambda c: -len(c[0].value)):
-                at = value.find(node.value)
+            for node, seg in sorted(constants, key=lambda c: -len(cast(str, c[0].value))):
+                literal = cast(str, node.value)  # _string_constants keeps str values only
+                at = value.find(literal)
                 if at < 0 or (at > 0 and value[at - 1] != "\n"):
                     continue
                 first = value[:at].count("\n")
-                sub = _map_constant(node.value, node, seg, src_lines)
+                sub = _map_constant(literal, node, seg, src_lines)
                 if all(x is None for x in lines[first : first + len(sub)]):
                     lines[first : first + len(sub)] = sub
         pieces.append(Piece(value, lines, f"{label}[{i}]"))

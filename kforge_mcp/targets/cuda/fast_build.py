@@ -231,6 +231,7 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
     def lean_prelude(unit: str) -> tuple[str, list[str]]:
         """The unit's lean prelude and the flags that include it: precompiled when ready."""
         name = preludes[unit]
+        assert name is not None  # a unit builds lean only when it has a prelude (`lean` below)
         return PCH_PRELUDES[name], pchs[name].flags() if name in pchs else included(name, PCH_PRELUDES[name])
 
     def main_job(lean: bool) -> tuple[str, list[str]]:

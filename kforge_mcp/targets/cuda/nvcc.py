@@ -181,7 +181,9 @@ def run_nvcc(
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=workdir)
         output, ok = proc.stdout + proc.stderr, proc.returncode == 0
     except subprocess.TimeoutExpired as e:
-        output, ok = f"nvcc timed out after {timeout_s:.0f} s\n{e.stderr or ''}", False
+        # TimeoutExpired carries bytes even with text=True
+        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
+        output, ok = f"nvcc timed out after {timeout_s:.0f} s\n{stderr or ''}", False
     ptx = next(iter(sorted(keep.glob("*.ptx"))), None)
     return NvccRun(
         ok and cubin.exists(), output, time.perf_counter() - started, cubin if cubin.exists() else None, ptx, cmd

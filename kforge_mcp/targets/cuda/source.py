@@ -27,7 +27,8 @@ class Block:
 def top_level_blocks(code: str) -> list[Block]:
     """Top-level ``{...}`` blocks (namespaces are looked into) with the text before each."""
     blocks: list[Block] = []
-    depth, line, header, start = 0, 1, [], 0
+    depth, line, start = 0, 1, 0
+    header: list[str] = []
     namespace_depths: list[int] = []
     i, n = 0, len(code)
     while i < n:

@@ -68,7 +68,9 @@ def merge_options(options: str | None, arch: str) -> str:
 def exception_diagnostics(exc: BaseException, path: Path, source: Source) -> list[Diagnostic]:
     """The deepest frame in the candidate over the exception and its causes: the DSL wraps
     errors raised while tracing a kernel, and the candidate's own frame is the useful one."""
-    chain, e, seen = [], exc, set()
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    seen: set[int] = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         chain.append(e)
@@ -121,7 +123,7 @@ def recording_compile(arch: str, records: list):
         def __getitem__(self, item):  # cute.compile[...] variants: same recording
             return self
 
-    cute.compile = Recorder()
+    cute.compile = Recorder()  # type: ignore[assignment]  # records each compile; called as cute.compile is
     try:
         yield
     finally:
@@ -227,7 +229,7 @@ class CuteTarget(Target):
                 raise
             diags += e.diagnostics
         except Exception as e:  # noqa: BLE001  (the DSL or candidate can raise anything: diagnostics)
-            path = Path(module.__file__) if module is not None else None
+            path = Path(module.__file__) if module is not None and module.__file__ else None
             diags += (
                 exception_diagnostics(e, path, source)
                 if path

@@ -9,7 +9,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import Diagnostic
@@ -52,12 +52,12 @@ class Library:
     compiled: Any = None  # torch's library, once compiled (on a Mac)
 
     def py_line(self, msl_line: int) -> int:
-        if self.piece is not None and 0 < msl_line <= len(self.piece.lines) and self.piece.lines[msl_line - 1]:
-            return self.piece.lines[msl_line - 1]
+        if self.piece is not None and 0 < msl_line <= len(self.piece.lines):
+            return self.piece.lines[msl_line - 1] or self.call_line
         return self.call_line
 
 
-def _is_compile_shader(node: ast.AST) -> bool:
+def _is_compile_shader(node: ast.AST) -> TypeGuard[ast.Call]:
     if not isinstance(node, ast.Call):
         return False
     f = node.func
@@ -170,10 +170,10 @@ def check_dispatches(tree: ast.Module, libs: list[Library], names: dict[str, Any
             continue
         f = node.func
         target = None
-        if isinstance(f, ast.Attribute) and _owner_name(f.value) in by_name:
-            target = (by_name[_owner_name(f.value)], f.attr)
-        elif _owner_name(f) in aliases:
-            target = aliases[_owner_name(f)]
+        if isinstance(f, ast.Attribute) and (owner := _owner_name(f.value)) in by_name:
+            target = (by_name[owner], f.attr)
+        elif (owner := _owner_name(f)) in aliases:
+            target = aliases[owner]
         if target is None or target[0].msl is None:
             continue
         out += check_call(node, target[0], target[1], names)
@@ -186,7 +186,7 @@ def check_call(call: ast.Call, lib: Library, kname: str, names: dict[str, Any]) 
     if kernel is None:
         known = ", ".join(k.name for k in lib.kernels) or "none"
         return [(line, "error", f"dispatch of '{kname}': the Metal library has no such kernel (kernels: {known})")]
-    out = []
+    out: list[tuple[int, str, str]] = []
     bindable = kernel.bindable()
     if any(isinstance(a, ast.Starred) for a in call.args):
         return out  # *args: the count is not visible statically
@@ -253,9 +253,9 @@ def check_call(call: ast.Call, lib: Library, kname: str, names: dict[str, Any]) 
         out.append((line, "warning", f"{kname}: no threads= at this dispatch; pass the grid size in threads"))
     threads = _dims(const_eval(kw["threads"], names)) if "threads" in kw else None
     group = _dims(const_eval(kw["group_size"], names)) if "group_size" in kw else None
-    for label, dims in (("threads", threads), ("group_size", group)):
-        if dims is not None and (not 1 <= len(dims) <= 3 or any(not isinstance(d, int) or d < 1 for d in dims)):
-            out.append((line, "error", f"{kname}: {label}={dims} must be a positive int or 1-3 positive ints"))
+    for label, shape in (("threads", threads), ("group_size", group)):
+        if shape is not None and (not 1 <= len(shape) <= 3 or any(not isinstance(d, int) or d < 1 for d in shape)):
+            out.append((line, "error", f"{kname}: {label}={shape} must be a positive int or 1-3 positive ints"))
     if group is not None and all(isinstance(d, int) for d in group):
         total = 1
         for d in group:

@@ -83,7 +83,7 @@ def merge_config_errors(failures: list[tuple[Launch, bool, list[Diagnostic]]], b
     """One copy of each distinct error; an error that several autotune configs hit names them all.
     Where the autotuner would drop the failing configs (a static_assert, ptxas) and another config
     of the kernel builds, the kernel still runs, so the error is a warning."""
-    groups: dict[tuple, tuple[list[Diagnostic], list[str], list[bool]]] = {}
+    groups: dict[tuple, tuple[list[Diagnostic], list[str | None], list[bool]]] = {}
     for launch, skippable, diags in failures:
         key = (launch.kernel,) + tuple((d.line, d.column, d.severity, d.message) for d in diags)
         group = groups.setdefault(key, (diags, [], []))
@@ -163,6 +163,7 @@ def compile_candidate(source: Source, arch: str | None, problem: Source | None, 
         except (InputError, SourceRuntimeError):
             raise
         except Exception as e:  # noqa: BLE001  (candidate code can raise anything: diagnostics at its line)
+            assert module.__file__ is not None  # import_source ran it from a file
             diags += diagnostics_from_exception(e, Path(module.__file__), source)
             diags[-1].message = "tracing ModelNew.forward on the problem's inputs failed: " + diags[-1].message
             report.diagnostics = diags
@@ -178,7 +179,8 @@ def compile_candidate(source: Source, arch: str | None, problem: Source | None, 
     else:
         launches, diags = infer_launches(kernels, autotune_configs(module), source.text)
         report.signature_source = "inferred"
-    seen, failures, ptx = set(), [], {}
+    seen, failures = set(), []
+    ptx: dict[str, str] = {}
     for launch in launches:
         if launch.key() in seen:
             continue

@@ -72,7 +72,7 @@ def launch_site_constants(module_source: str) -> dict[str, dict[str, Any]]:
     """Constexpr values written at launch sites, ``kernel[grid](..., BLOCK=1024)`` or
     ``BLOCK=BLOCK`` where ``BLOCK = 1024`` is assigned in the file: kernel -> name -> value."""
     tree = ast.parse(module_source)
-    assigned = {}
+    assigned: dict[str, Any] = {}
     for node in ast.walk(tree):
         if not isinstance(node, ast.Assign):
             continue
@@ -89,6 +89,8 @@ def launch_site_constants(module_source: str) -> dict[str, dict[str, Any]]:
             callee = node.func.value
             name = callee.id if isinstance(callee, ast.Name) else getattr(callee, "attr", None)
             for kw in node.keywords:
+                if name is None or kw.arg is None:  # no kernel name, or **kwargs: nothing a lookup could find
+                    continue
                 if isinstance(kw.value, ast.Constant):
                     found.setdefault(name, {})[kw.arg] = kw.value.value
                 elif isinstance(kw.value, ast.Name) and kw.value.id in assigned:
