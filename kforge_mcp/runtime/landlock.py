@@ -8,6 +8,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+from collections.abc import Mapping
 
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_CREATE_RULESET_VERSION = 1
@@ -66,7 +67,7 @@ def landlock_abi() -> int:
     return int(abi) if abi > 0 else 0
 
 
-def writable_dirs(env: dict | None = None) -> list[str]:
+def writable_dirs(env: Mapping[str, str] | None = None) -> list[str]:
     """Where a sandboxed worker may write: its temp dir and the caches compiling needs."""
     env = os.environ if env is None else env
     keys = (

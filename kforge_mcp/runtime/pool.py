@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Literal, overload
 
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.requests import JobRequest
@@ -38,6 +39,8 @@ POLL_S = 0.05
 
 class WorkerFailure(KforgeError):
     """The worker died, hung or overran: the job has no result, and this says why."""
+
+    actor_killed: bool  # set by the Ray executor when it killed the actor that ran the job
 
     def __init__(self, reason: str, message: str, stderr_tail: str = "", line: int | None = None):
         super().__init__(message)
@@ -122,7 +125,7 @@ class Worker:
         # without a cgroup: the process cap this server enforces by counting the worker's tree
         self.max_tasks = max_tasks
         self.jobs_served = 0
-        self.stderr = collections.deque(maxlen=300)
+        self.stderr: collections.deque[str] = collections.deque(maxlen=300)
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         self.proc = subprocess.Popen(
@@ -143,6 +146,7 @@ class Worker:
         self.ready = False
 
     def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None  # started with stderr=PIPE
         for raw in iter(self.proc.stderr.readline, b""):
             self.stderr.append(raw.decode(errors="replace").rstrip("\n"))
 
@@ -319,6 +323,28 @@ class WorkerPool:
 
         threading.Thread(target=start, daemon=True, name=f"kforge-prewarm-{lane}").start()
 
+    # only a warm-up can come back without a reply (None)
+    @overload
+    def run(
+        self,
+        lane: str,
+        request: JobRequest,
+        timeout_s: float,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+        warm_up: Literal[False] = False,
+    ) -> dict: ...
+    @overload
+    def run(
+        self,
+        lane: str,
+        request: JobRequest,
+        timeout_s: float,
+        on_progress: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
+        *,
+        warm_up: bool,
+    ) -> dict | None: ...
     def run(
         self,
         lane: str,

@@ -19,6 +19,7 @@ import os
 import threading
 import time
 import uuid
+from typing import Any
 
 from kforge_mcp.core.requests import JobRequest, WarmUpRequest
 from kforge_mcp.devices.device import KINDS as DEVICE_KINDS
@@ -83,7 +84,7 @@ class RayExecutor:
         self.placement_timeout_s, self.grace_s = placement_timeout_s, grace_s
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
-            options = dict(
+            options: dict[str, Any] = dict(
                 include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, configure_logging=True
             )
             if address:
@@ -100,7 +101,8 @@ class RayExecutor:
             default_sigchld()  # ray.init made this process ignore SIGCHLD; local pools need it back
         total_cpus = int(ray.cluster_resources().get("CPU", 1))
         self.cpu_workers = max(1, cpu_workers or total_cpus // 2)
-        self._actor_class = ray.remote(max_concurrency=4, max_restarts=0, max_task_retries=0)(NodeWorker)
+        # ray's typed overloads of remote() leave out the actor options (max_concurrency)
+        self._actor_class = ray.remote(max_concurrency=4, max_restarts=0, max_task_retries=0)(NodeWorker)  # type: ignore[call-overload]
         self._probe = ray.remote(probe_node)
         self._cond = threading.Condition()
         self._free: dict[tuple, list] = {}  # key -> idle actors

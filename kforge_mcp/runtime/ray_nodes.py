@@ -58,7 +58,8 @@ class NodeWorker:
         return self.node
 
     def run(self, job_id: str, kind: str, payload: dict, timeout_s: float) -> dict:
-        cancel, log = threading.Event(), []
+        cancel = threading.Event()
+        log: list[str] = []
         self.jobs[job_id] = (cancel, log)
         try:
             reply = self.pool.run(self.lane, parse_request(kind, payload), timeout_s, log.append, cancel)
