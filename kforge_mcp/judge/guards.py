@@ -18,6 +18,7 @@ Cheats (FACTS.md, "How generated kernels cheat") and where each is caught:
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from kforge_mcp.core.schemas import Finding
 from kforge_mcp.devices.device import get_device
@@ -177,7 +178,7 @@ def _resolve(path: str):
     import importlib
 
     parts = path.split(".")
-    obj = importlib.import_module(parts[0])
+    obj: Any = importlib.import_module(parts[0])
     for part in parts[1:]:
         obj = getattr(obj, part, None)
     return obj

@@ -135,7 +135,7 @@ class MathFlags:
                 with contextlib.suppress(Exception):
                     setattr(owner(self.torch), attr, values[name])
 
-    def finding(self, execution: str) -> Finding | None:
+    def finding(self, execution: str | None) -> Finding | None:
         """What the candidate switched on; on the CPU that math is not emulated, so say what was not checked."""
         changed = self.changed()
         if not changed:

@@ -346,7 +346,7 @@ def make_roofline(
     feasible = [p for p in paths if p.feasible] or paths
     best = fastest(feasible)
     path = best.path if best else dtype
-    pf = peak_flops or (best.peak_flops if best else peaks.flops.get("fp32"))
+    pf = peak_flops or (best.peak_flops if best else peaks.flops["fp32"])  # every table entry has fp32
     bw = peak_bandwidth or peaks.bandwidth
     if peak_flops or peak_bandwidth:
         notes.append("peaks overridden by the caller")
@@ -514,7 +514,8 @@ def count_reference(model, inputs: list) -> Counts:
     flops = float(counter.get_total_flops())
     read = list(_tensors(inputs)) + list(model.parameters()) + list(model.buffers())
     outputs = list(_tensors(out))
-    seen, nbytes, out_bytes, by_dtype = set(), 0.0, 0.0, {}
+    seen, nbytes, out_bytes = set(), 0.0, 0.0
+    by_dtype: dict[torch.dtype, float] = {}
     for i, t in enumerate(read + outputs):
         key = (t.data_ptr(), t.numel(), t.dtype) if t.device.type != "meta" else id(t)
         size = float(t.numel() * t.element_size())
@@ -526,7 +527,7 @@ def count_reference(model, inputs: list) -> Counts:
         nbytes += size
         if t.is_floating_point():
             by_dtype[t.dtype] = by_dtype.get(t.dtype, 0.0) + size
-    dtype = dtype_key(max(by_dtype, key=by_dtype.get)) if by_dtype else "fp32"
+    dtype = dtype_key(max(by_dtype, key=lambda d: by_dtype[d])) if by_dtype else "fp32"
     return Counts(flops, nbytes, dtype, out_bytes)
 
 

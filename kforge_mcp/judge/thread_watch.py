@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 
 from kforge_mcp.core.schemas import Finding
 
@@ -16,7 +17,7 @@ class ThreadWatch:
     the function it runs is. Threads that no start we saw created (C threads that touched Python)
     are not blamed."""
 
-    def __init__(self, owner_files: set[str] = frozenset()):
+    def __init__(self, owner_files: Collection[str | None] = frozenset()):
         import sysconfig
 
         self.owner_files = {f for f in owner_files if f}

@@ -179,9 +179,9 @@ def time_interleaved(
     rounds = max(1, min(rounds, min(calls.values())))
     for r in range(rounds):
         for name, sampler in samplers.items():
-            share = calls[name] // rounds + (1 if r < calls[name] % rounds else 0)
-            if share:
-                sampler.batch(share)
+            this_round = calls[name] // rounds + (1 if r < calls[name] % rounds else 0)
+            if this_round:
+                sampler.batch(this_round)
                 if name in after:
                     after[name]()
     stats = {name: summarize(s.samples, s.clock) for name, s in samplers.items()}

@@ -111,6 +111,7 @@ class Verifier:
             self.report.findings.append(f)
 
     def candidate_error(self, what: str, exc: BaseException) -> CandidateFailed:
+        assert self.module.__file__ is not None  # import_source ran it from a file
         diags = diagnostics_from_exception(exc, Path(self.module.__file__), self.module.__kforge_source__)
         self.report.errors.append(f"{what} raised {type(exc).__name__}: {exc}")
         self.report.diagnostics += diags
@@ -301,7 +302,7 @@ class Verifier:
         """The speedup and its interval, then (GPU) the stream, device-state and speed-of-light checks."""
         medians = {k: v.median_ms for k, v in stats.items() if k != "candidate"}
         if medians and stats["candidate"].median_ms > 0:
-            best = min(medians, key=medians.get)
+            best = min(medians, key=lambda k: medians[k])
             self.report.speedup = medians[best] / stats["candidate"].median_ms
             self.report.speedup_over = best
             self.report.speedup_ci = list(speedup_interval(samples[best], samples["candidate"]))

@@ -23,7 +23,7 @@ from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge.roofline import reference_roofline
 from kforge_mcp.judge.timing import sync_device
 from kforge_mcp.profiling import ncu as ncu_parse
-from kforge_mcp.profiling.ncu_metrics import ncu_args
+from kforge_mcp.profiling.ncu_metrics import CORE_METRICS, DEFAULT_METRICS, SECTIONS, ncu_args
 from kforge_mcp.profiling.proton import report_from_hatchet
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport
 from kforge_mcp.profiling.torch_trace import FORWARD_MARK, report_from_trace
@@ -273,7 +273,7 @@ def _merge_ncu(report: ProfileReport, req: ProfileRequest, workdir: Path) -> Non
     spec = _runner_spec(req, workdir, "ncu", {})
     timeout = req.ncu_timeout_s or NCU_TIMEOUT_S
     # sections + every metric the rules read; if this ncu rejects a name, the core metrics alone
-    attempts = [(req.metrics or ncu_parse.DEFAULT_METRICS, ncu_parse.SECTIONS), (ncu_parse.CORE_METRICS, ())]
+    attempts = [(req.metrics or DEFAULT_METRICS, SECTIONS), (CORE_METRICS, ())]
     for metrics, sections in attempts:
         try:
             proc = _run(ncu_command(spec, metrics, sections), workdir, timeout)

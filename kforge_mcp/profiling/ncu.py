@@ -183,10 +183,10 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
         grid=launches[0]["grid"],
         block=launches[0]["block"],
     )
-    if k.block is None and m("launch__block_size"):
-        k.block = [int(m("launch__block_size")), 1, 1]
-    if k.grid is None and m("launch__grid_size"):
-        k.grid = [int(m("launch__grid_size")), 1, 1]
+    if k.block is None and (block_size := m("launch__block_size")):
+        k.block = [int(block_size), 1, 1]
+    if k.grid is None and (grid_size := m("launch__grid_size")):
+        k.grid = [int(grid_size), 1, 1]
     regs = m("launch__registers_per_thread")
     k.registers = int(regs) if regs is not None else None
     static, dynamic = m("launch__shared_mem_per_block_static"), m("launch__shared_mem_per_block_dynamic")
@@ -260,8 +260,8 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
             stalls.append(StallReason(reason=r, cycles_per_issue=round(v, 3)))
     k.top_stalls = sorted(stalls, key=lambda s: -s.cycles_per_issue)[:3]
     for key in ("launch__sm_count", "dram__bytes.sum.per_second"):
-        if m(key) is not None:
-            k.metrics[key] = m(key)
+        if (value := m(key)) is not None:
+            k.metrics[key] = value
     return k
 
 
@@ -328,7 +328,7 @@ def finish_report(
     if report.device_name is None and launches and launches[0].get("cc"):
         report.notes.append(f"compute capability {launches[0]['cc']}; device name not in the file")
         report.device = f"sm_{launches[0]['cc'].replace('.', '')}"
-    if report.forwards_inferred and report.forwards > 1:
+    if report.forwards_inferred and report.forwards is not None and report.forwards > 1:
         report.notes.append(
             f"{report.forwards} forwards inferred from launch counts (gcd); kernels ran "
             f"{report.launches_per_forward:g} launches per forward"

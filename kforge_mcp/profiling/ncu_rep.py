@@ -80,7 +80,7 @@ def report_from_ncu_rep(path: str | Path, forwards: int | None = None) -> Profil
             "newer Nsight Compute); export CSV where it was captured: ncu --import FILE.ncu-rep "
             "--csv --page raw > FILE.csv"
         )
-    launches = []
+    launches: list[dict] = []
     for r in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(r)
         for a in range(rng.num_actions()):

@@ -4,13 +4,14 @@ a call tree whose leaves are kernels with count and time (ns), then a device-inf
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TypeGuard
 
 from kforge_mcp.profiling.ncu import ProfileParseError, set_forwards
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport
 from kforge_mcp.profiling.torch_trace import load_json
 
 
-def is_hatchet(data) -> bool:
+def is_hatchet(data) -> TypeGuard[list]:
     return isinstance(data, list) and bool(data) and isinstance(data[0], dict) and "frame" in data[0]
 
 
@@ -57,6 +58,6 @@ def report_from_hatchet(data: list | str, path: str = "<proton hatchet>", forwar
                 report.device = f"sm_{first['arch']}"
                 report.notes.append(f"{kind} arch sm_{first['arch']}; proton does not record the device name")
             break
-    if report.forwards_inferred and report.forwards > 1:
+    if report.forwards_inferred and report.forwards is not None and report.forwards > 1:
         report.notes.append(f"{report.forwards} forwards inferred from launch counts (gcd)")
     return report

@@ -23,6 +23,7 @@ import csv
 import io
 import re
 from collections import OrderedDict
+from typing import TypeGuard
 
 from kforge_mcp.profiling.ncu import ProfileParseError, set_forwards
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport
@@ -64,7 +65,7 @@ STALL = re.compile(r"^xvestall(\w+)$")  # VectorEngineStalls: XveStallSbid[%], X
 SUMMED = ("gpu_memory_bytes_read", "gpu_memory_bytes_write", "l3_bytes_read", "l3_bytes_write")
 
 
-def is_unitrace_trace(data) -> bool:
+def is_unitrace_trace(data) -> TypeGuard[dict]:
     events = data.get("traceEvents") if isinstance(data, dict) else None
     return isinstance(events, list) and any(isinstance(e, dict) and e.get("cat") == "gpu_op" for e in events)
 
@@ -109,7 +110,7 @@ def _finish(report: ProfileReport, forwards: int | None, path: str, what: str) -
     set_forwards(report, forwards)
     for k in report.kernels:
         k.mean_ms = k.device_ms / k.launches if k.launches else 0.0
-    if report.forwards_inferred and report.forwards > 1:
+    if report.forwards_inferred and report.forwards is not None and report.forwards > 1:
         report.notes.append(f"{report.forwards} forwards inferred from launch counts (gcd)")
     return report
 
@@ -159,6 +160,7 @@ def report_from_chrome(data: dict | str, path: str = "<unitrace trace>", forward
     t0 = min(s for s, _ in spans) if spans else 0.0
     report.timeline = busy_timeline([((s - t0) / 1e3, (e - t0) / 1e3) for s, e in spans])
     if launch_us:
+        assert report.forwards is not None  # _finish set it
         report.host_overhead_ms = launch_us / 1e3 / report.forwards
     return report
 
