@@ -35,7 +35,7 @@ def handle_probe(req: ProbeRequest, progress, workdir: Path, state: dict) -> dic
         from kforge_mcp.devices.device import discover
 
         devices, names = discover()
-        facts = {"torch": torch.__version__}
+        facts: dict[str, str] = {"torch": torch.__version__}
         if torch.cuda.is_available():
             facts["arch"] = sm_arch(*torch.cuda.get_device_capability(0))
     else:

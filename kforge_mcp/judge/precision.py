@@ -17,7 +17,7 @@ from kforge_mcp.core.options import (
     check_precision,
     default_tolerance,
 )
-from kforge_mcp.core.requests import RooflineRequest, VerifyRequest
+from kforge_mcp.core.requests import BaselinesRequest, RooflineRequest
 from kforge_mcp.core.schemas import Finding
 
 PROBLEM_NAMES = ("PRECISION", "ATOL", "RTOL")
@@ -55,7 +55,7 @@ class Judgement:
         self.rtol = default if self.rtol is None else self.rtol
 
 
-def resolve(req: VerifyRequest | RooflineRequest, problem) -> Judgement:
+def resolve(req: BaselinesRequest | RooflineRequest, problem) -> Judgement:
     """The request's choice wins, then the problem's declaration (checked: a bad one is an input
     error naming the problem's field; its ATOL and RTOL hold at its own PRECISION only), then the
     per-precision or per-dtype defaults."""

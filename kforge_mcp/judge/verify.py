@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import build_models, load_problem, reference_model, seed_everything
-from kforge_mcp.core.requests import VerifyRequest
+from kforge_mcp.core.requests import BaselinesRequest, VerifyRequest
 from kforge_mcp.core.schemas import Finding, Timing, VerifyReport
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception
 from kforge_mcp.devices.device import get_device
@@ -65,7 +65,7 @@ def _detach_copy(value):
 
 
 class Verifier:
-    def __init__(self, req: VerifyRequest, progress: Callable[[str], None], workdir: Path, cache: BaselineCache):
+    def __init__(self, req: BaselinesRequest, progress: Callable[[str], None], workdir: Path, cache: BaselineCache):
         self.req, self.progress, self.workdir, self.cache = req, progress, workdir, cache
         self.target = get_target(req.target)
         self.device = req.device
@@ -176,6 +176,7 @@ class Verifier:
     def run(self) -> VerifyReport:
         import torch
 
+        assert isinstance(self.req, VerifyRequest)  # only a baselines job (run_baselines) comes without a candidate
         candidate_source = self.req.candidate
         self.report.findings += self.target.check(candidate_source) + guards.static_findings(candidate_source.text)
         self.load_problem()
@@ -441,7 +442,7 @@ def run_verify(
     return report
 
 
-def run_baselines(req: VerifyRequest, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> dict:
+def run_baselines(req: BaselinesRequest, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> dict:
     """The ``baselines`` job: the problem's reference compiled and its timings kept in this worker,
     ahead of the verify that will reuse them (engine/baselines.py)."""
     import torch
