@@ -69,8 +69,8 @@ def busiest_unit(k: KernelProfile, count_fma: bool = True) -> tuple[str, float]:
     if count_fma:
         units["FMA pipe"] = k.fma_pipe_pct
         units["ALU pipe"] = k.pipes.get("alu")
-    units = {n: v for n, v in units.items() if v is not None}
-    return max(units.items(), key=lambda x: x[1]) if units else ("", 0.0)
+    known = {n: v for n, v in units.items() if v is not None}
+    return max(known.items(), key=lambda x: x[1]) if known else ("", 0.0)
 
 
 def remaining(report: ProfileReport) -> float | None:

@@ -62,7 +62,7 @@ def at_the_limit(report: ProfileReport) -> list[Recommendation]:
                 evidence.append(ev(f"{unit} busy", pct(busy), f">= {LIMIT_UNIT_PCT:g}% is at the limit", k.name))
     if not hits:
         return []
-    if frac is not None:
+    if r is not None and frac is not None:
         evidence.append(ev("fraction of the speed of light", round(frac, 3), f">= {LIMIT_FRACTION}"))
         evidence.append(ev("bound assumes", f"{r.path} ({r.bound}-bound), T_SOL {r.sol_ms:.4g} ms"))
     evidence.append(ev("share of device time in these kernels", round(covered, 3)))

@@ -10,7 +10,7 @@ from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_latency_bound
 from kforge_mcp.advice.rules.base import DEFAULT_SM_COUNT, ev, hot_kernels, recommendation, rule, shares
 from kforge_mcp.advice.rules.base import pct as _pct
 from kforge_mcp.advice.rules.memory import memory_pathology
-from kforge_mcp.profiling.report import Evidence, ProfileReport, Recommendation
+from kforge_mcp.profiling.report import Evidence, NcuRule, ProfileReport, Recommendation
 
 LATENCY_ISSUE_PCT = 60.0  # issue slots busy below this, with warps stalled: latency-bound
 BUSY_UNIT_PCT = 78.0  # ... and neither memory nor SM throughput above this (a row sum at 72% gained 14%; within
@@ -229,7 +229,7 @@ def ncu_own_rules(report: ProfileReport, top: int = 3) -> list[Recommendation]:
     """Nsight Compute's own rule results (details page), weighted by the kernel's share of time and
     halved: ncu's estimates are per-kernel upper bounds and overlap one another."""
     share = shares(report)
-    best: dict[str, tuple[float, object]] = {}
+    best: dict[str, tuple[float, NcuRule]] = {}
     for r in report.ncu_rules:
         if r.type != "OPT" or r.speedup_type != "global" or not r.speedup_pct or r.speedup_pct < 10:
             continue

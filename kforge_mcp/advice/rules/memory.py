@@ -140,6 +140,7 @@ def shared_bank_conflicts(report: ProfileReport) -> list[Recommendation]:
         if frac < CONFLICT_MIN:
             continue
         conflicts, wavefronts = k.shared_bank_conflicts, k.shared_wavefronts
+        assert conflicts is not None and wavefronts is not None  # else conflict_fraction was 0
         stalled = bool(k.top_stalls and k.top_stalls[0].reason in ("mio_throttle", "short_scoreboard", "barrier"))
         g = frac * (0.6 if stalled else 0.3)
         if is_tensor_gemm(k):  # operand staging the compiler lays out: tile changes to such GEMMs realized 0.06-0.14
