@@ -487,6 +487,7 @@ class Engine:
             except Exception as e:  # noqa: BLE001  (pydantic's message says which field)
                 raise InputError(f"profile: not a ProfileReport: {str(e)[:600]}") from None
         else:
+            assert path is not None  # exactly one of the three was given, neither profile nor image
             try:
                 report = loader.load_profile(path, forwards=forwards, max_bytes=max_bytes or loader.MAX_BYTES)
             except ProfileParseError as e:

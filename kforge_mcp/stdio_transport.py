@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import os
+from typing import Protocol
 
 import anyio
 import mcp_types as types
@@ -28,18 +29,25 @@ def request_id(message):
     return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
 
 
+class _Sender(Protocol):
+    """The SDK's write stream, as far as CheckedLines uses it."""
+
+    async def send(self, item: SessionMessage, /) -> None: ...
+
+
 class CheckedLines:
     """stdin's lines, less the bad ones: each of those is answered on the SDK's own write stream
     (so answers never interleave on stdout) once the transport hands it over."""
 
     def __init__(self, lines, max_bytes: int):
         self.lines, self.max_bytes = lines, max_bytes
-        self.out = None
+        self.out: _Sender | None = None
         self.ready = anyio.Event()
 
     async def refuse(self, code: int, message: str, rid=None) -> None:
         logger.warning("stdio: %s", message)
         await self.ready.wait()
+        assert self.out is not None  # handed over before ready is set
         error = JSONRPCError(jsonrpc="2.0", id=rid, error=ErrorData(code=code, message=message))
         await self.out.send(SessionMessage(error))
 
@@ -91,7 +99,8 @@ async def run(server, max_request_bytes: int) -> None:
     os.close(devnull)
     text = io.TextIOWrapper(os.fdopen(wire, "rb"), encoding="utf-8", errors="replace")
     lines = CheckedLines(anyio.wrap_file(text), max_request_bytes)
-    async with stdio_server(stdin=lines) as (read_stream, write_stream):
+    # stdio_server only iterates its stdin: CheckedLines gives the lines, as an AsyncFile would
+    async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
         lines.out = write_stream
         lines.ready.set()
         low = server._lowlevel_server  # what MCPServer.run_stdio_async runs, with our stdin

@@ -213,6 +213,7 @@ def run_bench(
     if gen_mode and generate is None:
         from kforge_mcp.agents.providers import make_provider
 
+        assert provider is not None  # gen_mode without generate: a provider was named
         generate = make_provider(provider, model=model, base_url=base_url)
 
     own_engine = engine is None

@@ -21,7 +21,7 @@ FAST_P = (0.0, 1.0, 1.5, 2.0)
 VERDICT_RANK = {"pass": 0, "suspicious": 1, "fail": 2, "error": 3}
 
 
-def geomean(values: Sequence[float]) -> float | None:
+def geomean(values: Sequence[float | None]) -> float | None:
     vals = [v for v in values if v is not None and v > 0]
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 

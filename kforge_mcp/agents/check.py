@@ -10,7 +10,7 @@ from kforge_mcp.agents.extract import ExtractionError, extract_candidate
 from kforge_mcp.agents.reply import Progress
 from kforge_mcp.agents.results import LoopOptions
 from kforge_mcp.core.errors import InputError, KforgeError
-from kforge_mcp.store import Attempt, Run, RunStore
+from kforge_mcp.store import Attempt, Pass, Run, RunStore
 
 
 def check_reply(
@@ -18,7 +18,7 @@ def check_reply(
     store: RunStore,
     run: Run,
     opts: LoopOptions,
-    pass_: str,
+    pass_: Pass,
     prompt: str,
     reply: str,
     on_progress: Progress,

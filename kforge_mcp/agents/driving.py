@@ -9,20 +9,45 @@ driver's store, options, next_prompt, _submit_round, _stop_reason, start, finish
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from kforge_mcp.agents.feedback import _g
 from kforge_mcp.agents.reply import Generate, Progress, reply_text_and_tokens
-from kforge_mcp.agents.results import LoopOptions, LoopResult, best_of
+from kforge_mcp.agents.results import LoopOptions, LoopResult, SubmitResult, best_of
 from kforge_mcp.core.errors import InputError, KforgeError
 from kforge_mcp.runtime.pool import JobCancelled
-from kforge_mcp.store import HEARTBEAT_S
+from kforge_mcp.store import HEARTBEAT_S, Attempt, Pass, Run, RunStore
 
 _driving: set[str] = set()  # runs a driver in this process is driving now (the store's owner is the process)
 _driving_lock = threading.Lock()
 
 
 class Driving:
+    if TYPE_CHECKING:  # what LoopDriver (loop.py) gives the mixin
+        store: RunStore
+
+        def start(
+            self, problem: str, target: str, provider: str | None = None, options: LoopOptions | dict | None = None
+        ) -> Run: ...
+        def options(self, run: Run) -> LoopOptions: ...
+        def next_prompt(self, run_id: str) -> tuple[Pass, str]: ...
+        def _submit_round(
+            self,
+            run_id: str,
+            pass_: Pass,
+            prompt: str,
+            replies: Sequence[tuple[str, int | None]],
+            on_progress: Progress,
+            cancel: threading.Event | None,
+        ) -> SubmitResult: ...
+        def _stop_reason(
+            self, run: Run, opts: LoopOptions, attempts: list[Attempt], best: Attempt | None
+        ) -> str | None: ...
+        def finish(self, run_id: str) -> LoopResult: ...
+        def stop(self, run_id: str, status: str = "stopped", reason: str | None = None) -> None: ...
+
     def drive(
         self, run_id: str, generate: Generate, on_progress: Progress = None, cancel: threading.Event | None = None
     ) -> LoopResult:

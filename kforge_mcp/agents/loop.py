@@ -24,7 +24,9 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from kforge_mcp.agents import prompts
 from kforge_mcp.agents.check import check_reply
@@ -43,7 +45,7 @@ from kforge_mcp.agents.results import (
 )
 from kforge_mcp.core.errors import InputError, KforgeError
 from kforge_mcp.core.problem import resolve_source
-from kforge_mcp.store import Attempt, Run, RunStore
+from kforge_mcp.store import Attempt, Pass, Run, RunStore
 
 log = logging.getLogger(__name__)
 
@@ -152,12 +154,12 @@ class LoopDriver(Driving):
         except KforgeError:
             return prompts.device_facts(target)
 
-    def next_prompt(self, run_id: str) -> tuple[str, str]:
+    def next_prompt(self, run_id: str) -> tuple[Pass, str]:
         """(pass, prompt) for the run's next attempt, computed from the attempts so far."""
         run = self.store.get_run(run_id)
         opts = self.options(run)
         attempts = self.store.attempts(run_id)
-        common = dict(
+        common: dict[str, Any] = dict(  # the render keywords every prompt of the run shares
             device=self._device_facts(run.target),
             reference_impl=opts.reference_impl,
             reference_target=opts.reference_target,
@@ -210,9 +212,9 @@ class LoopDriver(Driving):
     def _submit_round(
         self,
         run_id: str,
-        pass_: str,
+        pass_: Pass,
         prompt: str,
-        replies: list[tuple[str, int | None]],
+        replies: Sequence[tuple[str, int | None]],
         on_progress: Progress,
         cancel: threading.Event | None,
     ) -> SubmitResult:
@@ -247,7 +249,7 @@ class LoopDriver(Driving):
         except Exception:  # noqa: BLE001  (an engine without an executor: one at a time)
             return 1
 
-    def _check(self, run: Run, pass_: str, prompt: str, reply: str, on_progress: Progress, cancel, **kw) -> Attempt:
+    def _check(self, run: Run, pass_: Pass, prompt: str, reply: str, on_progress: Progress, cancel, **kw) -> Attempt:
         return check_reply(
             self.engine, self.store, run, self.options(run), pass_, prompt, reply, on_progress, cancel, **kw
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from kforge_mcp.agents.reply import Reply
 from kforge_mcp.core.errors import InputError, KforgeError
@@ -63,7 +64,7 @@ def _wrap(sdk, name: str, where: str, key: str | None):
 def _tokens(response, prompt_field: str, completion_field: str) -> int | None:
     """Prompt + completion tokens from an SDK response's ``usage``; None when it has none."""
     usage = getattr(response, "usage", None)
-    counts = [getattr(usage, f, None) for f in (prompt_field, completion_field)]
+    counts: list[Any] = [getattr(usage, f, None) for f in (prompt_field, completion_field)]
     return sum(counts) if all(isinstance(c, int) for c in counts) else None
 
 

@@ -130,6 +130,8 @@ class SubmitResult(JobAware):
 
 
 def summarize(a: Attempt) -> AttemptSummary:
+    verdict: str | None
+    problem: str | None
     if a.error:
         verdict, problem = "no_code", a.error
     elif a.compile_report is not None and not a.compile_report.get("ok"):
