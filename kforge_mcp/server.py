@@ -77,6 +77,8 @@ async def log_refusals(ctx, call_next):
 
 
 class KforgeServer(MCPServer):
+    kforge_app: App  # set by build_server: the CLI and tests reach the engine through it
+
     async def list_tools(self):
         tools = await super().list_tools()
         for tool in tools:  # 2025-11-25 tool-level task negotiation (tools/tasks.py)

@@ -16,8 +16,7 @@ client is thread-safe, so the loop may ask for several replies at once."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, cast
 
 from kforge_mcp.agents.reply import Reply
 from kforge_mcp.core.errors import InputError, KforgeError
@@ -68,6 +67,15 @@ def _tokens(response, prompt_field: str, completion_field: str) -> int | None:
     return sum(counts) if all(isinstance(c, int) for c in counts) else None
 
 
+class Provider(Protocol):
+    """What make_provider returns: ``generate(prompt) -> Reply``, naming its provider and model."""
+
+    provider: str
+    model: str
+
+    def __call__(self, prompt: str) -> Reply: ...
+
+
 def make_provider(
     name: str,
     model: str | None = None,
@@ -76,7 +84,7 @@ def make_provider(
     temperature: float | None = None,
     max_retries: int = 2,
     timeout_s: float = 600.0,
-) -> Callable[[str], Reply]:
+) -> Provider:
     if name not in PROVIDERS:
         raise InputError(f"unknown provider '{name}'; choose from {', '.join(PROVIDERS)}")
     key = os.environ.get(KEY_ENV[name])
@@ -128,4 +136,4 @@ def make_provider(
             raise convert(e) from None
 
     generate.provider, generate.model = name, model  # type: ignore[attr-defined]
-    return generate
+    return cast(Provider, generate)  # with the two attributes just set

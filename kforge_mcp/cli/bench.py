@@ -169,7 +169,7 @@ def print_summary(summary) -> None:
         title=f"kforge bench: {summary.target}, {summary.suite.problems} problems "
         f"({summary.device or '-'}, {summary.execution or '-'})"
     )
-    cols = ("problem", "best", "candidate", "speedup", "vs eager", "vs compile", "SOL")
+    cols: tuple[str, ...] = ("problem", "best", "candidate", "speedup", "vs eager", "vs compile", "SOL")
     cols += ("findings / error",) if wide else ()
     for col in cols:
         table.add_column(col, justify="right" if col in cols[3:7] else "left", no_wrap=True, overflow="ellipsis")

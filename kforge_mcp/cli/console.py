@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,7 +38,7 @@ PRIORITY_STYLE = {"high": "bold red", "medium": "bold yellow", "low": "dim"}
 
 
 @contextmanager
-def open_engine(home: str | None, allow_dirs: list[str] | None = None, args=None) -> Iterator:
+def open_engine(home: str | None, allow_dirs: Sequence[Path | str] | None = None, args=None) -> Iterator:
     """An engine that reads paths under ``allow_dirs``; by default anywhere: a local command acts
     for the user who typed the paths (``kforge serve`` passes its --allow-dir list)."""
     from kforge_mcp.api import Engine

@@ -50,7 +50,7 @@ def transport_security(host: str):
         names += [socket.gethostname(), socket.getfqdn()]
         if wildcard:
             try:
-                names += [url_host(a[4][0]) for a in socket.getaddrinfo(socket.gethostname(), None)]
+                names += [url_host(str(a[4][0])) for a in socket.getaddrinfo(socket.gethostname(), None)]
             except OSError:
                 pass
     names = list(dict.fromkeys(names))

@@ -79,4 +79,5 @@ def register(mcp: MCPServer, app: App) -> None:
         files = result.bench.files if result.bench else {}
         reports = {Path(files[k]).name: Path(files[k]).read_text() for k in ("summary", "html") if k in files}
         links = artifacts.keep(app.engine.home, reports, "the suite's report") if reports else []
-        return with_artifacts(result, links, Path(files["png"]) if "png" in files else None)
+        # annotated with the output schema: the SDK passes the CallToolResult through
+        return with_artifacts(result, links, Path(files["png"]) if "png" in files else None)  # type: ignore[return-value]

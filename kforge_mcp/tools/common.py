@@ -10,21 +10,25 @@ from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
 from kforge_mcp.api import Engine
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.runtime.jobs import Job, JobManager, raise_job_error
 from kforge_mcp.targets import TARGETS
 
+if TYPE_CHECKING:
+    from kforge_mcp.agents.loop import LoopDriver
+
 logger = logging.getLogger("kforge_mcp.server")
+Report = TypeVar("Report", bound=BaseModel)
 
 # Claude Desktop and the TypeScript SDK cut a call off at about 60 s: answer before that.
 DEFAULT_WAIT_S = 50.0
@@ -44,7 +48,7 @@ def hints(read_only: bool, idempotent: bool = True, destructive: bool = False, o
 def target_field(description: str = "cuda, cute, triton or metal", optional: bool = False):
     """``target`` is a closed set: the targets found at start, as an enum hosts can offer. Pydantic
     still takes any string, so an unknown one gets the engine's error naming the known ones."""
-    names: list[str | None] = list(TARGETS) + ([None] if optional else [])
+    names: list[JsonValue] = list(TARGETS) + ([None] if optional else [])
     return Field(description=description, json_schema_extra={"enum": names})
 
 
@@ -67,6 +71,7 @@ class App:
     jobs: JobManager = field(default_factory=JobManager)
     bus: Any = None  # the server's subscriptions/listen bus (run_watch.ListenerCount)
     background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)  # tasks for the server's life
+    loop_driver: LoopDriver | None = None  # made on first use (tools/loop.py)
 
     @asynccontextmanager
     async def lifespan(self, _server):
@@ -93,6 +98,7 @@ async def wait_for(job: Job, wait_s: float, ctx: Context | None, quiet: anyio.Ev
             return
         last_value = max(round(time.monotonic() - started, 3), round(last_value + 0.001, 3))
         try:
+            assert ctx is not None  # report runs only with a ctx (below)
             await ctx.report_progress(last_value, total, message)
         except Exception:  # noqa: BLE001  (a client that dropped progress must not fail the call)
             pass
@@ -120,11 +126,11 @@ async def wait_for(job: Job, wait_s: float, ctx: Context | None, quiet: anyio.Ev
 async def run_tool_job(
     app: App,
     tool: str,
-    work: Callable[..., BaseModel],
+    work: Callable[..., Report],
     wait_s: float,
     ctx: Context | None,
-    running: Callable[[Job], BaseModel],
-) -> BaseModel:
+    running: Callable[[Job], Report],
+) -> Report:
     """Run ``work(progress, cancel)`` as a job; return its result, or ``running(job)`` when
     it outlives ``wait_s``. Input errors become tool errors the model can read."""
     if wait_s < 0:
@@ -137,7 +143,7 @@ async def run_tool_job(
             await wait_for(job, math.inf, None)
     elif not await wait_for(job, wait_s, ctx):
         return running(job)
-    return job_result_or_raise(job)
+    return cast(Report, job_result_or_raise(job))  # what work returned
 
 
 def job_result_or_raise(job: Job) -> BaseModel:
@@ -145,4 +151,5 @@ def job_result_or_raise(job: Job) -> BaseModel:
         raise_job_error(job)
     except KforgeError as e:
         raise ToolError(str(e)) from None
+    assert job.result is not None  # a job that finished without an error holds its result
     return job.result

@@ -28,7 +28,9 @@ def with_artifacts(
     if not links and png is None:
         return report
     structured = report.model_dump(mode="json", by_alias=True)
-    content = [TextContent(type="text", text=report.model_dump_json(indent=2, by_alias=True))]
+    content: list[TextContent | ResourceLink | ImageContent] = [
+        TextContent(type="text", text=report.model_dump_json(indent=2, by_alias=True))
+    ]
     content += links
     if png is not None:
         content.append(ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png"))

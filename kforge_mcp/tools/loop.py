@@ -198,7 +198,8 @@ def register(mcp: MCPServer, app: App) -> None:
                     max_tokens=token_budget,
                 )
 
-        return await run_links(
+        # annotated with the output schema: the SDK passes the CallToolResult through
+        return await run_links(  # type: ignore[return-value]
             await run_tool_job(
                 app, "run_loop", work, wait_s, ctx, lambda job: LoopResult(run_id=rid, status="running", job_id=job.id)
             ),
@@ -268,4 +269,5 @@ def register(mcp: MCPServer, app: App) -> None:
             ctx,
             lambda job: SubmitResult(run_id=run_id, status="running", job_id=job.id),
         )
-        return await run_links(result, app.engine.home)
+        # annotated with the output schema: the SDK passes the CallToolResult through
+        return await run_links(result, app.engine.home)  # type: ignore[return-value]

@@ -58,6 +58,7 @@ def register(mcp: MCPServer, app: App) -> None:
         a = store().best(run_id)
         if a is None:
             raise ValueError(f"run '{run_id}' has no correct candidate yet")
+        assert a.candidate is not None  # a correct attempt was checked from its code
         return a.candidate
 
     @mcp.resource("kforge://runs/{run_id}/report", name="run report", mime_type="text/html")
