@@ -101,8 +101,11 @@ class RayExecutor:
             default_sigchld()  # ray.init made this process ignore SIGCHLD; local pools need it back
         total_cpus = int(ray.cluster_resources().get("CPU", 1))
         self.cpu_workers = max(1, cpu_workers or total_cpus // 2)
-        # ray's typed overloads of remote() leave out the actor options (max_concurrency)
-        self._actor_class = ray.remote(max_concurrency=4, max_restarts=0, max_task_retries=0)(NodeWorker)  # type: ignore[call-overload]
+        # ray's typed overloads of remote() leave out the actor options (max_concurrency); without ray
+        # installed (it is an extra) there is nothing to check, hence unused-ignore
+        self._actor_class = ray.remote(  # type: ignore[call-overload, unused-ignore]
+            max_concurrency=4, max_restarts=0, max_task_retries=0
+        )(NodeWorker)
         self._probe = ray.remote(probe_node)
         self._cond = threading.Condition()
         self._free: dict[tuple, list] = {}  # key -> idle actors

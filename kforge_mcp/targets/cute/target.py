@@ -123,7 +123,8 @@ def recording_compile(arch: str, records: list):
         def __getitem__(self, item):  # cute.compile[...] variants: same recording
             return self
 
-    cute.compile = Recorder()  # type: ignore[assignment]  # records each compile; called as cute.compile is
+    # records each compile, called as cute.compile is; unused-ignore: without the cute extra there is no type
+    cute.compile = Recorder()  # type: ignore[assignment, unused-ignore]
     try:
         yield
     finally:

@@ -195,7 +195,8 @@ class MetalTarget(Target):
 
         # libraries compiled while the module is imported are wrapped; one compiled later, inside
         # forward, gets torch's own function: it runs, but its dispatches are not counted
-        torch.mps.compile_shader = compiling  # type: ignore[assignment]  # called positionally; torch names it `source`
+        # compiling takes the source positionally, torch's function also by keyword (`source`)
+        torch.mps.compile_shader = compiling  # type: ignore[assignment]
         try:
             module = import_source(source, workdir, "candidate")
         except SourceRuntimeError as e:
