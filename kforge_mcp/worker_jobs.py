@@ -91,6 +91,7 @@ def handle_profile(req: ProfileRequest, progress, workdir: Path, state: dict) ->
 def handle_roofline(req: RooflineRequest, progress, workdir: Path, state: dict) -> dict:
     from kforge_mcp.core.problem import load_problem
     from kforge_mcp.judge.roofline import reference_roofline
+    from kforge_mcp.judge.structure import reference_levers
 
     problem = load_problem(req.problem, workdir)
     if req.measure_paths:  # each compute path's error on the problem's own inputs (CPU)
@@ -98,9 +99,8 @@ def handle_roofline(req: RooflineRequest, progress, workdir: Path, state: dict) 
 
         progress("measuring the compute paths on the problem's inputs")
         return measure_reference(problem, req).model_dump()
-    return reference_roofline(
-        problem, "cpu", req.device_name, req.measured_ms, req.peaks, req.atol, req.rtol
-    ).model_dump()
+    roof = reference_roofline(problem, "cpu", req.device_name, req.measured_ms, req.peaks, req.atol, req.rtol)
+    return reference_levers(problem, "cpu", roof).model_dump()
 
 
 def handle_warm_up(req: WarmUpRequest, progress, workdir: Path, state: dict) -> dict:

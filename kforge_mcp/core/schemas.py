@@ -271,6 +271,22 @@ class JobInfo(BaseModel):
     result: dict[str, Any] | None = Field(None, description="the tool's own result, when done")
 
 
+class Lever(BaseModel):
+    """A change the reference's structure allows and a profile cannot see, priced in the roofline's terms."""
+
+    kind: Literal["fold_reduction", "weight_once", "constant_output", "dead_work"]
+    title: str
+    detail: str = Field("", description="what the graph shows and why the change is exact")
+    action: str = Field("", description="the change to make in the kernel")
+    nodes: list[str] = Field(default_factory=list, description="the reference's FX nodes it concerns")
+    flops_saved: float = Field(0.0, description="FLOPs per forward the change removes (torch FlopCounterMode)")
+    bytes_saved: float = Field(0.0, description="minimum bytes per forward it removes (the roofline's byte model)")
+    flops_after: float = 0.0
+    bytes_after: float = 0.0
+    sol_ms_after: float = Field(0.0, description="T_SOL of the forward after the change, on the roofline's peaks")
+    evidence: dict[str, float | str] = Field(default_factory=dict)
+
+
 class Roofline(BaseModel):
     flops: float = Field(description="FLOPs of one reference forward (torch FlopCounterMode)")
     bytes: float = Field(description="minimum bytes: inputs and parameters read once, outputs written once")
@@ -303,4 +319,7 @@ class Roofline(BaseModel):
     correction: str | None = Field(None, description="which assumption the kernel broke and what the bound became")
     out_bytes: float | None = Field(None, description="bytes of the outputs alone (the write no kernel avoids)")
     bound: Literal["memory", "compute"] = "memory"
+    levers: list[Lever] = Field(
+        default_factory=list, description="levers of the reference's structure (its FX graph) a profile cannot see"
+    )
     notes: list[str] = Field(default_factory=list)

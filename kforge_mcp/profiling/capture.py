@@ -21,6 +21,7 @@ from kforge_mcp.core.requests import ProfileRequest
 from kforge_mcp.core.source import SourceRuntimeError
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge.roofline import reference_roofline
+from kforge_mcp.judge.structure import reference_levers
 from kforge_mcp.judge.timing import sync_device
 from kforge_mcp.profiling import ncu as ncu_parse
 from kforge_mcp.profiling.ncu_metrics import CORE_METRICS, DEFAULT_METRICS, SECTIONS, ncu_args
@@ -122,7 +123,9 @@ def run_profile(req: ProfileRequest, progress: Callable[[str], None], workdir: P
     measured = report.device_ms_per_forward if report.device_kernels() else wall_ms
     progress("computing the roofline")
     try:
-        report.roofline = reference_roofline(problem, device, name, measured, req.peaks)
+        report.roofline = reference_levers(
+            problem, device, reference_roofline(problem, device, name, measured, req.peaks)
+        )
         if not report.device_kernels():
             report.roofline.notes.append("measured_ms is host wall time per forward (no device kernels)")
     except Exception as e:  # noqa: BLE001

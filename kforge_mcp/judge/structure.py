@@ -1,0 +1,537 @@
+"""Levers in the reference's structure that a profile cannot see, read from its FX graph
+(torch.fx.symbolic_trace, else torch.export) and priced in the roofline's terms:
+
+- fold_reduction: a sum, mean or average pool over a Linear's output features is linear in them,
+  sum_j (W x + b)_j = (sum_j W_j) x + sum_j b_j, so the GEMM becomes a GEMV (or a Linear with as
+  many outputs as the pool has windows) with a pre-reduced weight; a sum over its rows pre-sums
+  the input instead. Per-feature affine steps between them (scale, shift, divide) fold in too; max
+  and any nonlinearity do not.
+- weight_once: work on parameters alone (a transpose made contiguous, a scale, a concatenation, the
+  conversion or split of a weight the compute path needs) is the same every forward: do it once per
+  weight version (``param._version``), not per forward.
+- constant_output / dead_work: outputs, or intermediates, that do not change with the inputs (the
+  check verify makes, guards.degenerate_findings), and the work that feeds only them.
+
+FLOPs come from torch's FlopCounterMode per node (the roofline's counter) and bytes from the
+roofline's model (inputs, parameters and outputs once), so a lever's T_SOL after the change is
+directly comparable with the roofline's.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from kforge_mcp.core.schemas import Lever, Roofline
+
+VALUE_CHECK_MAX_FLOPS = {"cpu": 4e10}  # two real forwards on a CPU worker: about a second at this size
+_MODULES = {
+    "Linear": "linear",
+    "AvgPool1d": "avg_pool1d",
+    "AdaptiveAvgPool1d": "adaptive_avg_pool1d",
+    "Dropout": "identity",
+    "Identity": "identity",
+}
+_OPERATORS = {
+    operator.add: "add",
+    operator.iadd: "add",
+    operator.sub: "sub",
+    operator.isub: "sub",
+    operator.mul: "mul",
+    operator.imul: "mul",
+    operator.truediv: "div",
+    operator.itruediv: "div",
+    operator.neg: "neg",
+    operator.matmul: "matmul",
+    operator.getitem: "getitem",
+}
+AFFINE = {"add", "sub", "mul", "div", "true_divide", "neg", "identity", "dropout", "clone", "contiguous"}
+RESHAPES = {"unsqueeze", "squeeze", "view", "reshape", "flatten", "_unsafe_view"}
+LINEAR_POOLS = {"avg_pool1d", "adaptive_avg_pool1d"}
+VIEWS = RESHAPES | {
+    "t",
+    "T",
+    "mT",
+    "numpy_T",
+    "transpose",
+    "permute",
+    "expand",
+    "getitem",
+    "split",
+    "chunk",
+    "unbind",
+    "narrow",
+    "select",
+    "slice",
+    "detach",
+    "alias",
+    "getattr",
+    "size",
+}
+HEAVY = {"linear", "matmul", "mm", "addmm", "bmm", "conv1d", "conv2d", "conv3d", "convolution"}
+# bytes per weight element once converted (or split into parts) for a compute path; tf32 and 3xTF32
+# split in registers at no byte cost, so they have no entry
+PATH_OPERAND_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "bf16x2": 4, "bf16x3": 4, "fp16x2": 4, "bf16x6": 6}
+
+
+class Graph:
+    """The traced reference: per node its op, FLOPs, output shape and bytes, and what it depends on."""
+
+    def __init__(self, gm, how: str, inputs: list):
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self.gm, self.how = gm, how
+        self.nodes = list(gm.graph.nodes)
+        self.flops, self.value = {}, {}
+        graph = self
+
+        class Recorder(torch.fx.Interpreter):
+            def run_node(self, n):
+                with FlopCounterMode(display=False) as counter:
+                    out = super().run_node(n)
+                graph.flops[n] = float(counter.get_total_flops())
+                graph.value[n] = out
+                return out
+
+        with torch.no_grad():
+            Recorder(gm).run(*inputs)
+        self.from_input, self.params = {}, {}
+        for n in self.nodes:
+            ups = n.all_input_nodes
+            self.from_input[n] = n.op == "placeholder" or any(self.from_input[a] for a in ups)
+            own = {n.target} if n.op == "get_attr" else set()
+            if n.op == "call_module":
+                own = {f"{n.target}.{p}" for p, _ in gm.get_submodule(n.target).named_parameters()}
+            self.params[n] = own.union(*(self.params[a] for a in ups))
+
+    def op(self, n) -> str:
+        import torch
+
+        if n.op == "call_module":
+            t = type(self.gm.get_submodule(n.target)).__name__
+            return _MODULES.get(t, t.lower())
+        if n.op == "call_method":
+            return n.target
+        if n.op == "call_function":
+            t = n.target
+            if isinstance(t, torch._ops.OpOverload):
+                return t._schema.name.split("::")[-1]
+            if t is getattr:
+                return str(n.args[1])
+            return _OPERATORS.get(t) or getattr(t, "__name__", str(t))
+        return n.op
+
+    def shape(self, n) -> tuple | None:
+        v = self.value.get(n)
+        return tuple(v.shape) if hasattr(v, "shape") else None
+
+    def nbytes(self, n) -> float:
+        v = self.value.get(n)
+        return float(v.numel() * v.element_size()) if hasattr(v, "element_size") else 0.0
+
+    def param_bytes(self, name: str) -> float:
+        t = self.gm.get_parameter(name) if _has(self.gm.get_parameter, name) else self.gm.get_buffer(name)
+        return float(t.numel() * t.element_size())
+
+    def param_users(self, name: str) -> set:
+        """Nodes that read the parameter: its get_attr's users, or the module that owns it."""
+        out = set()
+        for n in self.nodes:
+            if n.op == "get_attr" and n.target == name:
+                out |= set(n.users)
+            elif n.op == "call_module" and name.startswith(f"{n.target}."):
+                out.add(n)
+        return out
+
+    def weight_only(self, n) -> bool:
+        return not self.from_input[n] and n.op in ("call_function", "call_method", "call_module")
+
+
+def _has(getter, name) -> bool:
+    try:
+        getter(name)
+        return True
+    except AttributeError:
+        return False
+
+
+def trace(model, inputs: list):
+    """(GraphModule, how): symbolic_trace first, torch.export where Python control flow defeats it."""
+    import torch
+
+    try:
+        return torch.fx.symbolic_trace(model), "torch.fx.symbolic_trace"
+    except Exception as first:  # noqa: BLE001
+        try:
+            return torch.export.export(model, tuple(inputs)).module(), "torch.export"
+        except Exception as e:  # noqa: BLE001
+            raise RuntimeError(
+                f"the reference could not be traced: symbolic_trace: {first}; torch.export: {type(e).__name__}: {e}"
+            ) from None
+
+
+def _dims(n, ndim: int) -> list[int] | None:
+    """The reduced dims of a sum or mean, non-negative; None: all of them."""
+    dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
+    if dim is None or (isinstance(dim, (list, tuple)) and not dim):
+        return None
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    return sorted(d % ndim for d in dims if isinstance(d, int))
+
+
+def _linear_operands(g: Graph, n):
+    """(in_features, bias present) when ``n`` is a Linear on an input with a constant weight."""
+    name = g.op(n)
+    if name == "linear" and n.op == "call_module":
+        mod = g.gm.get_submodule(n.target)
+        return mod.weight.shape[1], mod.bias is not None
+    args = list(n.args)
+    if name == "linear":
+        x, w = args[0], args[1]
+        bias = len(args) > 2 and args[2] is not None or n.kwargs.get("bias") is not None
+    elif name in ("matmul", "mm"):
+        x, w, bias = args[0], args[1], False
+    elif name == "addmm":
+        x, w, bias = args[1], args[2], True
+    else:
+        return None
+    if not hasattr(x, "op") or not hasattr(w, "op") or not g.from_input[x] or g.from_input[w]:
+        return None
+    ws = g.shape(w)
+    if ws is None or len(ws) != 2:
+        return None
+    return g.shape(x)[-1], bias
+
+
+def _per_feature(g: Graph, arg, width: int) -> bool:
+    """A scalar, or a constant that varies along the last (feature) dim only."""
+    if not hasattr(arg, "op"):
+        return isinstance(arg, (int, float))
+    if g.from_input[arg]:
+        return False
+    s = g.shape(arg) or ()
+    return all(d == 1 for d in s[:-1]) and (not s or s[-1] in (1, width))
+
+
+def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    levers = []
+    for lin in g.nodes:
+        ops = _linear_operands(g, lin) if lin.op in ("call_function", "call_method", "call_module") else None
+        if ops is None:
+            continue
+        k, has_bias = ops
+        out_shape = g.shape(lin)
+        width, rows = out_shape[-1], int(torch.Size(out_shape[:-1]).numel())
+        chain, cur, consts, affine, terminal = [lin], lin, [], False, None
+        while len(cur.users) == 1:
+            u = next(iter(cur.users))
+            name, shape = g.op(u), g.shape(u)
+            if name in AFFINE:
+                others = [a for a in u.args if a is not cur]
+                if name in ("div", "true_divide") and u.args[0] is not cur:
+                    break
+                if not all(_per_feature(g, a, width) for a in others):
+                    break
+                consts += [a for a in others if hasattr(a, "op")]
+                affine = affine or name in ("add", "sub")
+            elif name in RESHAPES:
+                if not shape or shape[-1] != width:
+                    break
+            elif name in ("sum", "mean") or (name in LINEAR_POOLS and shape and len(shape) == 3):
+                terminal = u
+            else:
+                break
+            chain.append(u)
+            cur = u
+            if terminal is not None:
+                break
+        if terminal is None:
+            continue
+        name = g.op(terminal)
+        in_shape = g.shape(terminal.args[0])
+        dims = _dims(terminal, len(in_shape)) if name in ("sum", "mean") else [len(in_shape) - 1]
+        over_features = dims is None or len(in_shape) - 1 in dims
+        if over_features:
+            groups = 1 if name in ("sum", "mean") else g.shape(terminal)[-1]
+            after_rows, after_out = rows, groups
+        else:
+            kept = [s for i, s in enumerate(in_shape[:-1]) if i not in dims]
+            after_rows, after_out = int(torch.Size(kept).numel()), width
+        with torch.device("meta"), FlopCounterMode(display=False) as counter:
+            torch.empty(after_rows, k) @ torch.empty(k, after_out)
+        flops_before = sum(g.flops[c] for c in chain)
+        flops_after = roof.flops - flops_before + float(counter.get_total_flops())
+        owned = {p for c in [lin, *consts] for p in g.params[c]}
+        chain_set = set(chain) | {c for c in g.nodes if c.op != "get_attr" and not g.from_input[c]}
+        gone = [p for p in owned if g.param_users(p) <= chain_set]
+        esize = g.value[lin].element_size()
+        if over_features:
+            new_bytes = (after_out * k + (after_out if has_bias or affine or consts else 0)) * esize
+            bytes_saved = sum(g.param_bytes(p) for p in gone) - new_bytes
+        else:
+            bytes_saved = 0.0  # the same weight, the same input: only the FLOPs shrink
+        bytes_after = roof.bytes - max(bytes_saved, 0.0)
+        steps = " -> ".join(g.op(c) for c in chain)
+        if over_features:
+            what = "a GEMV" if groups == 1 else f"a Linear with {groups} outputs"
+            detail = (
+                f"{steps}: the {name} over the Linear's {width} output features is linear in them, so "
+                f"sum_j (W x + b)_j = (sum_j W_j) x + sum_j b_j: the [{rows} x {k}] x [{k} x {width}] GEMM becomes "
+                f"{what} with a weight pre-reduced to [{groups} x {k}]"
+                + (
+                    " (the per-feature steps between them fold into it)"
+                    if any(g.op(c) in AFFINE for c in chain)
+                    else ""
+                )
+            )
+            action = (
+                f"Pre-reduce the weight (and bias) over the output features once per weight version, "
+                f"caching it keyed on the parameters' _version, and compute {what}: [{rows} x {k}] x [{k} x {groups}]."
+            )
+        else:
+            detail = (
+                f"{steps}: the {name} over the rows is linear, sum_i (W x_i + b) = W (sum_i x_i) + n b: "
+                f"reduce the input's {rows} rows to {after_rows} first and the GEMM becomes a GEMV"
+            )
+            action = f"Sum the input over the reduced rows first, then apply the Linear to {after_rows} row(s)."
+        levers.append(
+            _lever(
+                roof,
+                "fold_reduction",
+                f"Fold the {name} into the Linear ({node_names(chain)})",
+                detail,
+                action,
+                chain,
+                roof.flops - flops_after,
+                roof.bytes - bytes_after,
+                {"gemm": f"{rows}x{k}x{width}", "after": f"{after_rows}x{k}x{after_out}"},
+            )
+        )
+    return levers
+
+
+def node_names(nodes) -> str:
+    names = [n.name for n in nodes]
+    return ", ".join(names) if len(names) <= 4 else f"{names[0]} ... {names[-1]}"
+
+
+def _lever(roof: Roofline, kind, title, detail, action, nodes, flops_saved, bytes_saved, evidence) -> Lever:
+    flops_after, bytes_after = max(roof.flops - flops_saved, 0.0), max(roof.bytes - bytes_saved, 0.0)
+    sol = max(flops_after / roof.peak_flops, bytes_after / roof.peak_bandwidth) * 1e3
+    return Lever(
+        kind=kind,
+        title=title,
+        detail=detail,
+        action=action,
+        nodes=[n.name for n in nodes],
+        flops_saved=flops_saved,
+        bytes_saved=bytes_saved,
+        flops_after=flops_after,
+        bytes_after=bytes_after,
+        sol_ms_after=sol,
+        evidence=evidence,
+    )
+
+
+def weight_levers(g: Graph, roof: Roofline) -> list[Lever]:
+    """Work on parameters alone, and the weights of heavy ops when the compute path converts them."""
+    levers = []
+    work = [n for n in g.nodes if g.weight_only(n) and g.op(n) not in VIEWS and g.params[n]]
+    if work:
+        frontier = [n for n in work if any(g.from_input[u] for u in n.users)] or work
+        params = sorted(set().union(*(g.params[n] for n in work)))
+        only_here = [p for p in params if all(not g.from_input[u] for u in g.param_users(p))]
+        saved = sum(g.param_bytes(p) for p in only_here) - sum(g.nbytes(n) for n in frontier)
+        redo = sum(g.nbytes(n) + sum(g.nbytes(a) for a in n.all_input_nodes) for n in work)
+        ops = ", ".join(n.name if n.name.startswith(g.op(n)) else f"{n.name} ({g.op(n)})" for n in work[:6])
+        levers.append(
+            _lever(
+                roof,
+                "weight_once",
+                f"Transform the weights once per version, not every forward ({ops})",
+                f"{ops} read only parameters ({', '.join(params)}): their result is the same every forward "
+                f"until a parameter changes. A forward that redoes it moves {redo:.4g} bytes more than it must "
+                f"and launches {len(work)} more op(s); in the roofline's terms it saves "
+                f"{sum(g.flops[n] for n in work):.4g} FLOPs and {saved:.4g} bytes",
+                "Compute the transformed weight once and cache it keyed on each parameter's _version (and "
+                "data_ptr), recomputing when either changes; the forward then reads the cached tensor only.",
+                work,
+                sum(g.flops[n] for n in work),
+                saved,
+                {"bytes_per_forward_if_redone": redo, "parameters": ", ".join(params)},
+            )
+        )
+    part = PATH_OPERAND_BYTES.get(roof.path)
+    if part is None or roof.path == roof.dtype:
+        return levers
+    weights = {}
+    for n in g.nodes:
+        if g.op(n) in HEAVY and g.from_input[n]:
+            for a in n.all_input_nodes:
+                if not g.from_input[a]:
+                    weights.update({p: g.param_bytes(p) for p in g.params[a]})
+            if n.op == "call_module":
+                weights.update({p: g.param_bytes(p) for p in g.params[n] if p.endswith("weight")})
+    weights = {p: b for p, b in weights.items() if p.endswith("weight") or len(weights) == 1}
+    if not weights:
+        return levers
+    esize = {"fp32": 4, "fp64": 8, "bf16": 2, "fp16": 2}.get(roof.dtype, 4)
+    total = sum(weights.values())
+    converted = total / esize * part
+    levers.append(
+        _lever(
+            roof,
+            "weight_once",
+            f"Convert the weights for the {roof.path} path once per version, not every forward",
+            f"the bound assumes the {roof.path} path; its weight operands ({', '.join(sorted(weights))}, "
+            f"{total:.4g} bytes in {roof.dtype}) are parameters, so their conversion"
+            + (" and split into parts" if "x" in roof.path else "")
+            + f" ({part} bytes an element) is the same every forward. A separate conversion kernel per forward "
+            f"moves {total + converted:.4g} bytes more and launches once more; cached, the forward reads "
+            f"{converted:.4g} bytes of weight instead of {total:.4g}",
+            f"Convert (split) {', '.join(sorted(weights))} for {roof.path} once and cache the result keyed on "
+            "each parameter's _version; never in a kernel of its own every forward, and never fused into a "
+            "GEMM that is busy already.",
+            [],
+            0.0,
+            max(total - converted, 0.0),
+            {"weight_bytes": total, "converted_bytes": converted, "bytes_per_forward_if_redone": total + converted},
+        )
+    )
+    return levers
+
+
+def _fingerprint(v):
+    import torch
+
+    if not isinstance(v, torch.Tensor) or not v.numel() or not v.is_floating_point():
+        return None
+    d = v.detach().double()
+    flat = d.reshape(-1)
+    return (tuple(v.shape), float(d.sum()), float(d.abs().sum()), float(flat[0]), float(flat[-1]))
+
+
+def _values(gm, inputs) -> tuple[dict, object]:
+    """Each node's fingerprint (shape, sum, |sum|, first, last) and whether it is constant, and the output."""
+    import torch
+
+    seen = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            fp = _fingerprint(out)
+            if fp is not None:
+                seen[n.name] = (fp, bool((out == out.reshape(-1)[0]).all()), float(out.reshape(-1)[0]))
+            return out
+
+    with torch.no_grad():
+        out = Recorder(gm).run(*inputs)
+    return seen, out
+
+
+def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[list[Lever], list[str]]:
+    """Nodes that depend on the inputs yet do not change with them on two input sets, and the work only they need."""
+    from kforge_mcp.core.problem import seed_everything
+    from kforge_mcp.judge.guards import degenerate_findings
+
+    cap = VALUE_CHECK_MAX_FLOPS.get(device)
+    if cap is not None and roof.flops > cap:
+        return [], [
+            f"constant outputs not checked: {roof.flops:.3g} FLOPs a forward is too many to run twice on {device}"
+        ]
+    seed_everything(0)
+    model = problem.module.Model(*problem.init_inputs(device)).to(device).eval()
+    gm, _ = trace(model, problem.make_inputs(7, device))
+    first, out1 = _values(gm, problem.make_inputs(7, device))
+    second, out2 = _values(gm, problem.make_inputs(8, device))
+    finding = next(iter(degenerate_findings(out1, out2)), None)
+    by_name = {n.name: n for n in g.nodes}
+    frozen = {
+        by_name[name]
+        for name, (fp, const, _) in first.items()
+        if name in by_name
+        and g.from_input[by_name[name]]
+        and by_name[name].op not in ("placeholder", "output")
+        and name in second
+        and second[name][0] == fp
+    }
+    if not frozen:
+        return [], []
+    starts = [n for n in frozen if not any(a in frozen for a in n.all_input_nodes)]
+    dead = set(frozen)
+    for n in reversed(g.nodes):
+        if n.op in ("call_function", "call_method", "call_module") and n.users and all(u in dead for u in n.users):
+            dead.add(n)
+    output = next(n for n in g.nodes if n.op == "output")
+    live = [n for n in g.nodes if n not in dead and n is not output]
+    flops_saved = sum(g.flops.get(n, 0.0) for n in dead)
+    unread = [n for n in g.nodes if n.op == "placeholder" and all(u in dead for u in n.users)]
+    params = {p for n in dead for p in g.params[n]}
+    bytes_saved = sum(g.nbytes(n) for n in unread) + sum(
+        g.param_bytes(p) for p in params if g.param_users(p) <= dead | {n for n in g.nodes if not g.from_input[n]}
+    )
+    where = ", ".join(
+        f"{n.name} ({g.op(n)}{' = ' + format(first[n.name][2], 'g') if first[n.name][1] else ''})" for n in starts[:4]
+    )
+    if finding is not None or not any(n in live for n in output.all_input_nodes):
+        kind, title = "constant_output", "The output does not depend on the inputs"
+        detail = (
+            f"{finding.message if finding else 'the output does not change with the inputs'} (verify reports "
+            f"degenerate_problem); it becomes so at {where}"
+        )
+        action = (
+            "Check the math at that node for every input of these shapes (a mean over a dim of size 1, a "
+            "softmax over one element): where it holds, the kernel writes the constant and skips the rest."
+        )
+    else:
+        kind, title = "dead_work", f"Work that only feeds an input-independent value ({where})"
+        detail = (
+            f"{where} did not change between two input sets, so the {len(dead)} node(s) feeding only it are dead work"
+        )
+        action = (
+            "Check the math at that node; where it holds for all inputs, replace it by its value and drop its inputs."
+        )
+    return [
+        _lever(
+            roof,
+            kind,
+            title,
+            detail,
+            action,
+            sorted(dead, key=g.nodes.index),
+            flops_saved,
+            bytes_saved,
+            {"checked_on": "two input sets (seeds 7 and 8) on " + device},
+        )
+    ], []
+
+
+def reference_levers(problem, device: str, roof: Roofline) -> Roofline:
+    """The roofline with its levers (and notes on what could not be checked); runs the reference's code."""
+    import torch
+
+    from kforge_mcp.core.problem import seed_everything
+
+    try:
+        init = problem.init_inputs("cpu")
+        with torch.device("meta"):
+            seed_everything(0)
+            model = problem.module.Model(*init).eval()
+        inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in problem.make_inputs(7, "cpu")]
+        gm, how = trace(model, inputs)
+        g = Graph(gm, how, inputs)
+    except Exception as e:  # noqa: BLE001  (a reference that cannot run on meta or be traced has no levers)
+        roof.notes.append(f"levers of the reference's structure unavailable: {type(e).__name__}: {e}"[:400])
+        return roof
+    roof.levers = fold_levers(g, roof) + weight_levers(g, roof)
+    try:
+        found, notes = constant_levers(g, roof, problem, device)
+        roof.levers += found
+        roof.notes += notes
+    except Exception as e:  # noqa: BLE001
+        roof.notes.append(f"constant outputs not checked: {type(e).__name__}: {e}"[:400])
+    return roof
