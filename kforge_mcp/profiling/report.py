@@ -175,6 +175,11 @@ class Recommendation(BaseModel):
     priority: Priority = "low"
     kernels: list[str] = Field(default_factory=list)
     stop: bool = Field(False, description="the kernel is at its limit: further rounds are unlikely to pay off")
+    lowers_bound: bool = Field(
+        False,
+        description="the change removes work from the problem itself (the reference's structure), so the "
+        "speed-of-light bound drops too and the gain is not capped by it",
+    )
 
 
 class AnalysisReport(JobAware):

@@ -96,12 +96,18 @@ def run_rules(report: ProfileReport, rules: list[Rule] | None = None) -> tuple[l
     cap = remaining(report)
     if cap is not None:
         for r in recs:
-            if r.expected_gain > cap and not r.stop:
+            if r.expected_gain > cap and not r.stop and not r.lowers_bound:
                 r.gain_basis += f"; capped at 1 - T_SOL/T = {cap:.3f} (no change beats the bound)"
                 r.expected_gain = round(cap, 3)
                 lower = priority_for(r.expected_gain)
                 if PRIORITY_RANK[lower] > PRIORITY_RANK[r.priority]:
                     r.priority = lower  # never raised: a rule that set a lower priority keeps it
+    lever = max((r for r in recs if r.lowers_bound), key=lambda r: r.expected_gain, default=None)
+    if lever is not None and lever.priority != "low":
+        for r in recs:  # at the limit of this bound, but the problem allows a lower one
+            if r.stop:
+                r.stop = False
+                r.action += f" The reference's structure allows less work, though: {lever.title}."
     # Nsight Compute's own estimates are not calibrated against measured gains: they follow the calibrated rules
     recs.sort(key=lambda r: (not r.stop, r.rule.startswith("ncu:"), -r.expected_gain, PRIORITY_RANK[r.priority]))
     return recs, notes
