@@ -54,8 +54,9 @@ def test_a_sum_over_the_rows_sums_the_input_first(tmp_path):
     assert "sum_i" in fold.detail
 
 
-def test_max_does_not_fold(tmp_path):
-    _, by_kind = levers_of("gemm_max", tmp_path)
+@pytest.mark.parametrize("name", ["gemm_max", "gemm_square_sum"])
+def test_what_is_not_linear_does_not_fold(tmp_path, name):
+    _, by_kind = levers_of(name, tmp_path)
     assert "fold_reduction" not in by_kind and "constant_output" not in by_kind
 
 
@@ -132,10 +133,14 @@ def test_without_levers_the_stop_stands(tmp_path):
     assert out.stop and out.recommendations[0].rule == "at_the_limit"
 
 
-def test_profile_and_analyze_profile_carry_the_levers(engine):
+def test_profile_and_analyze_profile_carry_the_levers(engine, capsys):
+    from kforge_mcp.cli.reports import print_profile
+
     problem = str(PROBLEMS / "gemm_sum.py")
     report = engine.profile(problem, device="cpu", iterations=2)
     assert [lv.kind for lv in report.roofline.levers] == ["fold_reduction"], report.roofline
+    print_profile(report)
+    assert "lever Fold the sum into the Linear" in capsys.readouterr().out
     advice = engine.analyze_profile(profile=report.model_dump(), problem=problem)
     assert [lv.kind for lv in advice.roofline.levers] == ["fold_reduction"]
     rec = next(r for r in advice.recommendations if r.rule == "reference_structure")

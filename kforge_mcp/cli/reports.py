@@ -192,6 +192,15 @@ def print_profile(report) -> None:
         )
         out.print(f"compute path: {r.path_reason}", soft_wrap=True)
         print_paths(r.paths)
+        for lv in r.levers:  # what the reference's structure allows beyond this bound
+            out.print(
+                Text.assemble(
+                    Text("lever ", style="bold"),
+                    f"{lv.title}: T_SOL {lv.sol_ms_after * 1e3:.2f} us "
+                    f"({lv.flops_saved:.3g} FLOPs and {lv.bytes_saved:.3g} bytes fewer a forward)",
+                ),
+                soft_wrap=True,
+            )
     for n in report.notes:
         out.print(Text(n, style="dim"), soft_wrap=True)
     for e in report.errors:

@@ -28,7 +28,6 @@ _MODULES = {
     "Linear": "linear",
     "AvgPool1d": "avg_pool1d",
     "AdaptiveAvgPool1d": "adaptive_avg_pool1d",
-    "Dropout": "identity",
     "Identity": "identity",
 }
 _OPERATORS = {
@@ -44,7 +43,7 @@ _OPERATORS = {
     operator.matmul: "matmul",
     operator.getitem: "getitem",
 }
-AFFINE = {"add", "sub", "mul", "div", "true_divide", "neg", "identity", "dropout", "clone", "contiguous"}
+AFFINE = {"add", "sub", "mul", "div", "true_divide", "neg", "identity", "clone", "contiguous"}
 RESHAPES = {"unsqueeze", "squeeze", "view", "reshape", "flatten", "_unsafe_view"}
 LINEAR_POOLS = {"avg_pool1d", "adaptive_avg_pool1d"}
 VIEWS = RESHAPES | {
@@ -230,6 +229,8 @@ def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
             u = next(iter(cur.users))
             name, shape = g.op(u), g.shape(u)
             if name in AFFINE:
+                if sum(a is cur for a in u.args) != 1:  # y * y is not linear in y
+                    break
                 others = [a for a in u.args if a is not cur]
                 if name in ("div", "true_divide") and u.args[0] is not cur:
                     break
@@ -435,7 +436,7 @@ def _values(gm, inputs) -> tuple[dict, object]:
 
 def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[list[Lever], list[str]]:
     """Nodes that depend on the inputs yet do not change with them on two input sets, and the work only they need."""
-    from kforge_mcp.core.problem import seed_everything
+    from kforge_mcp.core.problem import reference_model
     from kforge_mcp.judge.guards import degenerate_findings
 
     cap = VALUE_CHECK_MAX_FLOPS.get(device)
@@ -443,8 +444,7 @@ def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[lis
         return [], [
             f"constant outputs not checked: {roof.flops:.3g} FLOPs a forward is too many to run twice on {device}"
         ]
-    seed_everything(0)
-    model = problem.module.Model(*problem.init_inputs(device)).to(device).eval()
+    model = reference_model(problem, device)  # as verify builds it (train mode, as KernelBench runs it)
     gm, _ = trace(model, problem.make_inputs(7, device))
     first, out1 = _values(gm, problem.make_inputs(7, device))
     second, out2 = _values(gm, problem.make_inputs(8, device))
@@ -452,7 +452,7 @@ def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[lis
     by_name = {n.name: n for n in g.nodes}
     frozen = {
         by_name[name]
-        for name, (fp, const, _) in first.items()
+        for name, (fp, _, _) in first.items()
         if name in by_name
         and g.from_input[by_name[name]]
         and by_name[name].op not in ("placeholder", "output")
@@ -495,6 +495,8 @@ def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[lis
         action = (
             "Check the math at that node; where it holds for all inputs, replace it by its value and drop its inputs."
         )
+        if not flops_saved and not bytes_saved:
+            return [], []  # a value made from a shape alone (torch.ones(x.shape[0])): nothing to save
     return [
         _lever(
             roof,
@@ -520,7 +522,7 @@ def reference_levers(problem, device: str, roof: Roofline) -> Roofline:
         init = problem.init_inputs("cpu")
         with torch.device("meta"):
             seed_everything(0)
-            model = problem.module.Model(*init).eval()
+            model = problem.module.Model(*init)
         inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in problem.make_inputs(7, "cpu")]
         gm, how = trace(model, inputs)
         g = Graph(gm, how, inputs)
