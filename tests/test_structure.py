@@ -39,6 +39,13 @@ def test_a_sum_over_a_linears_features_folds_into_a_gemv(tmp_path):
     assert fold.sol_ms_after < roof.sol_ms
 
 
+def test_a_matmul_with_a_transposed_weight_parameter_folds_too(tmp_path):
+    _, by_kind = levers_of("matmul_divide_sum", tmp_path)
+    fold = by_kind["fold_reduction"]
+    assert fold.flops_after == 2 * 16 * 64 and fold.bytes_saved == (96 * 64 - 64) * F32  # no bias
+    assert "weight_once" not in by_kind  # weight.T is a view: no work on the weight
+
+
 def test_an_average_pool_over_features_folds_into_a_smaller_linear(tmp_path):
     _, by_kind = levers_of("gemm_avgpool", tmp_path)
     fold = by_kind["fold_reduction"]
