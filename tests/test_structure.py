@@ -39,6 +39,13 @@ def test_a_sum_over_a_linears_features_folds_into_a_gemv(tmp_path):
     assert fold.sol_ms_after < roof.sol_ms
 
 
+def test_reductions_over_the_dim_of_size_1_a_fold_leaves_are_named_identities(tmp_path):
+    _, by_kind = levers_of("gemm_sum_then_identities", tmp_path)
+    fold = by_kind["fold_reduction"]
+    assert fold.nodes[-1] == "logsumexp_1" and "max_1" in fold.nodes and "mean" in fold.nodes
+    assert "identity" in fold.action and fold.flops_after == 2 * 16 * 64
+
+
 def test_a_matmul_with_a_transposed_weight_parameter_folds_too(tmp_path):
     _, by_kind = levers_of("matmul_divide_sum", tmp_path)
     fold = by_kind["fold_reduction"]

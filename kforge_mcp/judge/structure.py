@@ -66,6 +66,7 @@ VIEWS = RESHAPES | {
     "getattr",
     "size",
 }
+SIZE_ONE_IDENTITIES = {"max", "amax", "min", "amin", "mean", "sum", "logsumexp"}
 HEAVY = {"linear", "matmul", "mm", "addmm", "bmm", "conv1d", "conv2d", "conv3d", "convolution"}
 # bytes per weight element once converted (or split into parts) for a compute path; tf32 and 3xTF32
 # split in registers at no byte cost, so they have no entry
@@ -276,6 +277,10 @@ def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
             bytes_saved = 0.0  # the same weight, the same input: only the FLOPs shrink
         bytes_after = roof.bytes - max(bytes_saved, 0.0)
         steps = " -> ".join(g.op(c) for c in chain)
+        tail = identities_after(g, terminal)
+        if tail:
+            steps += f"; then {', '.join(g.op(t) for t in tail if g.op(t) in SIZE_ONE_IDENTITIES)} over a dim of size 1"
+            chain += tail
         if over_features:
             what = "a GEMV" if groups == 1 else f"a Linear with {groups} outputs"
             detail = (
@@ -291,6 +296,7 @@ def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
             action = (
                 f"Pre-reduce the weight (and bias) over the output features once per weight version, "
                 f"caching it keyed on the parameters' _version, and compute {what}: [{rows} x {k}] x [{k} x {groups}]."
+                + (" What follows the reduction over a dim of size 1 is the identity: skip it." if tail else "")
             )
         else:
             detail = (
@@ -312,6 +318,25 @@ def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
             )
         )
     return levers
+
+
+def identities_after(g: Graph, node) -> list:
+    """Reductions over dims of size 1 that follow ``node`` (max, mean, logsumexp of one element): identities."""
+    out, cur = [], node
+    while len(cur.users) == 1:
+        u = next(iter(cur.users))
+        name, src = g.op(u), g.shape(cur)
+        if name in ("getitem", "values") and out and g.op(cur) in ("max", "min"):
+            pass  # (values, indices)[0] of the max before it
+        elif name not in SIZE_ONE_IDENTITIES or not src:
+            break
+        else:
+            dims = _dims(u, len(src))
+            if dims is None or any(src[d] != 1 for d in dims):
+                break
+        out.append(u)
+        cur = u
+    return out
 
 
 def node_names(nodes) -> str:
