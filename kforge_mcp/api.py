@@ -464,6 +464,7 @@ class Engine:
         Parsing runs here (it runs no submitted code); a problem's roofline is computed in a worker."""
         from kforge_mcp.advice import agent
         from kforge_mcp.judge.roofline import with_measured
+        from kforge_mcp.judge.structure import carry_levers
         from kforge_mcp.profiling import loader
         from kforge_mcp.profiling.ncu import ProfileParseError
         from kforge_mcp.profiling.report import ProfileReport
@@ -496,7 +497,7 @@ class Engine:
             r = self.roofline(
                 problem, device_name=report.device_name or report.device, peaks=peaks, atol=atol, rtol=rtol
             )
-            report.roofline = with_measured(r, report.device_ms_per_forward)
+            report.roofline = carry_levers(with_measured(r, report.device_ms_per_forward), report.roofline)
         return agent.analyze(report)
 
     @staticmethod

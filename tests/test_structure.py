@@ -113,6 +113,21 @@ def test_an_output_constant_on_the_inputs_is_a_lever_and_where_it_starts_is_name
     assert "gemm" in const.nodes
 
 
+def test_levers_a_profile_found_on_its_device_survive_a_roofline_recomputed_elsewhere(tmp_path):
+    """analyze_profile recomputes the roofline on a CPU worker, which skips the constant check past a
+    size; the levers the profile's own worker found are kept, priced on the new roofline's peaks."""
+    from kforge_mcp.judge.structure import carry_levers
+
+    earlier, _ = levers_of("gemm_constant", tmp_path)
+    problem = load_problem(Source((PROBLEMS / "gemm_constant.py").read_text(), "c.py"), tmp_path)
+    fresh = reference_roofline(problem, "cpu", "A100 80GB")
+    carried = carry_levers(fresh, earlier)
+    const = next(lv for lv in carried.levers if lv.kind == "constant_output")
+    assert const.sol_ms_after == pytest.approx(const.bytes_after / fresh.peak_bandwidth * 1e3)
+    assert const.sol_ms_after != next(lv for lv in earlier.levers if lv.kind == "constant_output").sol_ms_after
+    assert len(carry_levers(carried, earlier).levers) == len(carried.levers)  # never twice
+
+
 def _report(roof, kernel_ms: float, busy: float) -> ProfileReport:
     from kforge_mcp.judge.roofline import with_measured
 

@@ -537,6 +537,20 @@ def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[lis
     ], []
 
 
+def carry_levers(roof: Roofline, earlier: Roofline | None) -> Roofline:
+    """Levers an earlier roofline of the same problem found and this one did not (a profile's, whose worker
+    ran the reference on its device: outputs checked there that are too costly to run twice on a CPU),
+    repriced on this roofline's peaks."""
+    have = {(lv.kind, tuple(lv.nodes)) for lv in roof.levers}
+    for lv in earlier.levers if earlier is not None else []:
+        if (lv.kind, tuple(lv.nodes)) in have:
+            continue
+        sol = max(lv.flops_after / roof.peak_flops, lv.bytes_after / roof.peak_bandwidth) * 1e3
+        roof.levers.append(lv.model_copy(update={"sol_ms_after": sol}))
+        roof.notes.append(f"lever '{lv.title}' comes from the profile's roofline (checked on {earlier.device})")
+    return roof
+
+
 def reference_levers(problem, device: str, roof: Roofline) -> Roofline:
     """The roofline with its levers (and notes on what could not be checked); runs the reference's code."""
     import torch
