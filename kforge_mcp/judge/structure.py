@@ -255,6 +255,8 @@ def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
         name = g.op(terminal)
         in_shape = g.shape(terminal.args[0])
         dims = _dims(terminal, len(in_shape)) if name in ("sum", "mean") else [len(in_shape) - 1]
+        if dims == []:
+            continue  # dims not known as integers
         over_features = dims is None or len(in_shape) - 1 in dims
         if over_features:
             groups = 1 if name in ("sum", "mean") else g.shape(terminal)[-1]
@@ -267,7 +269,7 @@ def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
         flops_before = sum(g.flops[c] for c in chain)
         flops_after = roof.flops - flops_before + float(counter.get_total_flops())
         owned = {p for c in [lin, *consts] for p in g.params[c]}
-        chain_set = set(chain) | {c for c in g.nodes if c.op != "get_attr" and not g.from_input[c]}
+        chain_set = set(chain) | weight_side(g, [lin, *consts])
         gone = [p for p in owned if g.param_users(p) <= chain_set]
         esize = g.value[lin].element_size()
         if over_features:
@@ -320,6 +322,17 @@ def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
     return levers
 
 
+def weight_side(g: Graph, nodes) -> set:
+    """The nodes that compute from parameters alone and feed ``nodes`` (a weight's transpose, a scale)."""
+    out, stack = set(), list(nodes)
+    while stack:
+        for a in stack.pop().all_input_nodes:
+            if not g.from_input[a] and a not in out:
+                out.add(a)
+                stack.append(a)
+    return out
+
+
 def identities_after(g: Graph, node) -> list:
     """Reductions over dims of size 1 that follow ``node`` (max, mean, logsumexp of one element): identities."""
     out, cur = [], node
@@ -332,7 +345,8 @@ def identities_after(g: Graph, node) -> list:
             break
         else:
             dims = _dims(u, len(src))
-            if dims is None or any(src[d] != 1 for d in dims):
+            dims = list(range(len(src))) if dims is None else dims
+            if not dims or any(src[d] != 1 for d in dims):
                 break
         out.append(u)
         cur = u
