@@ -27,7 +27,10 @@ def register(mcp: MCPServer, app: App) -> None:
         image: Annotated[
             str | None, Field(description="path to a screenshot of a GUI profiler (needs an LLM that reads images)")
         ] = None,
-        problem: Annotated[str | None, Field(description="the reference (text or .py path): adds its roofline")] = None,
+        problem: Annotated[
+            str | None,
+            Field(description="the reference (text or .py path): adds its roofline and the levers of its structure"),
+        ] = None,
         forwards: Annotated[
             int | None, Field(ge=1, description="forwards the captured file holds (default: inferred)")
         ] = None,

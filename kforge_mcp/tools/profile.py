@@ -47,7 +47,9 @@ def register(mcp: MCPServer, app: App) -> None:
         """Profile a candidate (or the reference) in an isolated worker: per-kernel launches, device
         time, grid/block, registers, shared memory, occupancy (plus ncu metrics at depth 'metrics'),
         launches per forward, host overhead, and the reference's roofline (FLOPs, minimum bytes,
-        T_SOL, fraction of speed of light). Pass the result to analyze_profile for advice."""
+        T_SOL, fraction of speed of light) with the levers its FX graph shows (a reduction that folds
+        into a smaller Linear, work on weights alone, outputs that do not depend on the inputs), each
+        priced in FLOPs and bytes. Pass the result to analyze_profile for advice."""
 
         def work(progress, cancel):
             return app.engine.profile(
