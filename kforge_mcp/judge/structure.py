@@ -26,7 +26,9 @@ from kforge_mcp.core.schemas import Lever, Roofline
 # The constant check runs the reference twice for real; on a CPU worker only when a forward is estimated
 # (FLOPs and intermediate bytes at rates a shared 2-core worker sustains, conservatively) under this.
 VALUE_CHECK_MAX_S = {"cpu": 2.0}
-CPU_RATES = (1e10, 2e9)  # FLOP/s (convolutions run far below GEMM rates on a CPU), bytes/s
+# FLOP/s by op (a transposed 3-D convolution ran at ~0.1 GFLOP/s on a 2-core worker, a GEMM at ~30) and bytes/s
+CPU_FLOP_RATES = (("transpose", 1e8), ("conv", 1e9), ("", 1e10))
+CPU_BYTE_RATE = 2e9
 _MODULES = {
     "Linear": "linear",
     "AvgPool1d": "avg_pool1d",
@@ -483,7 +485,8 @@ def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[lis
 
     cap = VALUE_CHECK_MAX_S.get(device)
     inter = sum(g.nbytes(n) for n in g.nodes)
-    estimate = roof.flops / CPU_RATES[0] + inter / CPU_RATES[1]
+    rate = {n: next(r for k, r in CPU_FLOP_RATES if k in g.op(n).lower()) for n in g.nodes}
+    estimate = sum(g.flops[n] / rate[n] for n in g.nodes if n in g.flops) + inter / CPU_BYTE_RATE
     if cap is not None and estimate > cap:
         return [], [
             f"constant outputs not checked: a forward ({roof.flops:.3g} FLOPs, {inter:.3g} bytes of intermediates) "
