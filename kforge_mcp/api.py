@@ -356,10 +356,11 @@ class Engine:
             m = self._paths_result(paths, self._paths_deadline(started + timeout_s), report.notes)
             if m is not None:
                 from kforge_mcp.judge.roofline import from_measured
+                from kforge_mcp.judge.structure import carry_levers
 
                 old, peaks = report.roofline, peaks or {}
-                report.roofline = from_measured(
-                    m, old.device, old.measured_ms, peaks.get("flops"), peaks.get("bandwidth")
+                report.roofline = carry_levers(
+                    from_measured(m, old.device, old.measured_ms, peaks.get("flops"), peaks.get("bandwidth")), old
                 )
                 report.roofline.notes += [n for n in old.notes if n not in report.roofline.notes]
         report.seconds = time.perf_counter() - started
@@ -375,12 +376,26 @@ class Engine:
         atol: float | None = None,
         rtol: float | None = None,
     ):
-        """The reference's roofline, its compute paths measured on the problem's own inputs at the tolerance."""
+        """The reference's roofline, its compute paths measured on the problem's own inputs at the tolerance, and
+        the levers of its structure (its FX graph, read in a worker)."""
+        from kforge_mcp.core.schemas import Roofline
         from kforge_mcp.judge.roofline import from_measured
+        from kforge_mcp.judge.structure import carry_levers
 
-        m = self.measured_paths(self.resolve_source(problem, "problem"), None, atol, rtol, timeout_s)
+        source = self.resolve_source(problem, "problem")
+        m = self.measured_paths(source, None, atol, rtol, timeout_s)
         peaks = peaks or {}
-        return from_measured(m, device_name, measured_ms, peaks.get("flops"), peaks.get("bandwidth"))
+        roof = from_measured(m, device_name, measured_ms, peaks.get("flops"), peaks.get("bandwidth"))
+        request = RooflineRequest(problem=source, device_name=device_name, atol=atol, rtol=rtol)
+        try:
+            levers = self._reply_to_report(self.executor.run("compile", request, timeout_s), Roofline, source)
+        except WorkerFailure as e:
+            levers, why = None, f"the worker failed: {e.message}"
+        else:
+            why = "the worker raised"
+        if levers is None:
+            roof.notes.append(f"levers of the reference's structure unavailable: {why}")
+        return carry_levers(roof, levers)
 
     def measured_paths(
         self,
@@ -497,7 +512,9 @@ class Engine:
             r = self.roofline(
                 problem, device_name=report.device_name or report.device, peaks=peaks, atol=atol, rtol=rtol
             )
-            report.roofline = carry_levers(with_measured(r, report.device_ms_per_forward), report.roofline)
+            earlier = report.roofline
+            where = f"comes from the profile's roofline (checked on {earlier.device})" if earlier else None
+            report.roofline = carry_levers(with_measured(r, report.device_ms_per_forward), earlier, where)
         return agent.analyze(report)
 
     @staticmethod

@@ -128,6 +128,19 @@ def test_levers_a_profile_found_on_its_device_survive_a_roofline_recomputed_else
     assert len(carry_levers(carried, earlier).levers) == len(carried.levers)  # never twice
 
 
+def test_a_carried_conversion_follows_the_path_the_bound_settles_on(tmp_path):
+    """The paths are measured after the levers are read: a bf16x3 bound keeps the weight in two bf16 parts
+    (as many bytes as fp32, the split done once), a 3xTF32 one splits in registers and needs no lever."""
+    from kforge_mcp.judge.structure import carry_levers
+
+    earlier, _ = levers_of("gemm_max", tmp_path, atol=1e-2, rtol=1e-2)
+    split = carry_levers(earlier.model_copy(update={"path": "bf16x3", "levers": []}), earlier)
+    (lever,) = split.levers
+    assert "bf16x3" in lever.title and lever.evidence["converted_bytes"] == 96 * 64 * F32
+    assert lever.bytes_saved == 0 and lever.evidence["bytes_per_forward_if_redone"] == 2 * 96 * 64 * F32
+    assert carry_levers(earlier.model_copy(update={"path": "3xtf32", "levers": []}), earlier).levers == []
+
+
 def _report(roof, kernel_ms: float, busy: float) -> ProfileReport:
     from kforge_mcp.judge.roofline import with_measured
 

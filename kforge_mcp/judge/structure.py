@@ -73,9 +73,6 @@ VIEWS = RESHAPES | {
 }
 SIZE_ONE_IDENTITIES = {"max", "amax", "min", "amin", "mean", "sum", "logsumexp"}
 HEAVY = {"linear", "matmul", "mm", "addmm", "bmm", "conv1d", "conv2d", "conv3d", "convolution"}
-# bytes per weight element once converted (or split into parts) for a compute path; tf32 and 3xTF32
-# split in registers at no byte cost, so they have no entry
-PATH_OPERAND_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "bf16x2": 4, "bf16x3": 4, "fp16x2": 4, "bf16x6": 6}
 
 
 class Graph:
@@ -409,9 +406,12 @@ def weight_levers(g: Graph, roof: Roofline) -> list[Lever]:
                 {"bytes_per_forward_if_redone": redo, "parameters": ", ".join(params)},
             )
         )
-    part = PATH_OPERAND_BYTES.get(roof.path)
-    if part is None or roof.path == roof.dtype:
-        return levers
+    convert = convert_lever(roof, *heavy_weights(g))
+    return levers + ([convert] if convert else [])
+
+
+def heavy_weights(g: Graph) -> tuple[list[str], float]:
+    """The parameters heavy ops (GEMMs, convolutions) take as weights, and their bytes."""
     weights = {}
     for n in g.nodes:
         if g.op(n) in HEAVY and g.from_input[n]:
@@ -421,32 +421,49 @@ def weight_levers(g: Graph, roof: Roofline) -> list[Lever]:
             if n.op == "call_module":
                 weights.update({p: g.param_bytes(p) for p in g.params[n] if p.endswith("weight")})
     weights = {p: b for p, b in weights.items() if p.endswith("weight") or len(weights) == 1}
-    if not weights:
-        return levers
+    return sorted(weights), sum(weights.values())
+
+
+def operand_bytes(path: str) -> int | None:
+    """Bytes a weight element takes converted (and split into parts) for ``path``; None where there is no
+    conversion worth keeping (TF32 and 3xTF32 convert in registers, at no byte cost)."""
+    from kforge_mcp.judge.precision_paths import PATH_SPECS
+
+    spec = PATH_SPECS.get(path)
+    size = {"fp8": 1, "fp16": 2, "bf16": 2}.get(spec.base) if spec else None
+    return size * max(spec.parts) if size else None
+
+
+def convert_lever(roof: Roofline, names: list[str], total: float) -> Lever | None:
+    """The weights' conversion (split) for the bound's path, done once per weight version."""
+    part = operand_bytes(roof.path)
+    if part is None or roof.path == roof.dtype or not names:
+        return None
     esize = {"fp32": 4, "fp64": 8, "bf16": 2, "fp16": 2}.get(roof.dtype, 4)
-    total = sum(weights.values())
     converted = total / esize * part
-    levers.append(
-        _lever(
-            roof,
-            "weight_once",
-            f"Convert the weights for the {roof.path} path once per version, not every forward",
-            f"the bound assumes the {roof.path} path; its weight operands ({', '.join(sorted(weights))}, "
-            f"{total:.4g} bytes in {roof.dtype}) are parameters, so their conversion"
-            + (" and split into parts" if "x" in roof.path else "")
-            + f" ({part} bytes an element) is the same every forward. A separate conversion kernel per forward "
-            f"moves {total + converted:.4g} bytes more and launches once more; cached, the forward reads "
-            f"{converted:.4g} bytes of weight instead of {total:.4g}",
-            f"Convert (split) {', '.join(sorted(weights))} for {roof.path} once and cache the result keyed on "
-            "each parameter's _version; never in a kernel of its own every forward, and never fused into a "
-            "GEMM that is busy already.",
-            [],
-            0.0,
-            max(total - converted, 0.0),
-            {"weight_bytes": total, "converted_bytes": converted, "bytes_per_forward_if_redone": total + converted},
-        )
+    listed = ", ".join(names)
+    return _lever(
+        roof,
+        "weight_once",
+        f"Convert the weights for the {roof.path} path once per version, not every forward",
+        f"the bound assumes the {roof.path} path; its weight operands ({listed}, {total:.4g} bytes in "
+        f"{roof.dtype}) are parameters, so their conversion"
+        + (" and split into parts" if "x" in roof.path else "")
+        + f" ({part} bytes an element) is the same every forward. A separate conversion kernel per forward "
+        f"moves {total + converted:.4g} bytes more and launches once more; cached, the forward reads "
+        f"{converted:.4g} bytes of weight instead of {total:.4g}",
+        f"Convert (split) {listed} for {roof.path} once and cache the result keyed on each parameter's "
+        "_version; never in a kernel of its own every forward, and never fused into a GEMM that is busy already.",
+        [],
+        0.0,
+        max(total - converted, 0.0),
+        {
+            "weights": listed,
+            "weight_bytes": total,
+            "converted_bytes": converted,
+            "bytes_per_forward_if_redone": total + converted,
+        },
     )
-    return levers
 
 
 def _fingerprint(v):
@@ -560,17 +577,26 @@ def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[lis
     ], []
 
 
-def carry_levers(roof: Roofline, earlier: Roofline | None) -> Roofline:
-    """Levers an earlier roofline of the same problem found and this one did not (a profile's, whose worker
-    ran the reference on its device: outputs checked there that are too costly to run twice on a CPU),
-    repriced on this roofline's peaks."""
+def carry_levers(roof: Roofline, earlier: Roofline | None, source: str | None = None) -> Roofline:
+    """Levers an earlier roofline of the same problem found and this one lacks (one counted before the paths
+    were measured, or a profile's, whose worker checked outputs on its device that are too costly to run
+    twice on a CPU), repriced on this roofline's path and peaks; ``source`` says where they came from."""
     have = {(lv.kind, tuple(lv.nodes)) for lv in roof.levers}
     for lv in earlier.levers if earlier is not None else []:
         if (lv.kind, tuple(lv.nodes)) in have:
             continue
+        if "converted_bytes" in lv.evidence:  # a conversion for the path the bound takes now, if any
+            names = str(lv.evidence["weights"]).split(", ")
+            lv = convert_lever(roof, names, float(lv.evidence["weight_bytes"]))
+            if lv is None:
+                continue
         sol = max(lv.flops_after / roof.peak_flops, lv.bytes_after / roof.peak_bandwidth) * 1e3
         roof.levers.append(lv.model_copy(update={"sol_ms_after": sol}))
-        roof.notes.append(f"lever '{lv.title}' comes from the profile's roofline (checked on {earlier.device})")
+        if source:
+            roof.notes.append(f"lever '{lv.title}' {source}")
+    for n in earlier.notes if earlier is not None else []:
+        if ("not checked" in n or "levers" in n) and n not in roof.notes:
+            roof.notes.append(n)
     return roof
 
 
