@@ -20,6 +20,7 @@ directly comparable with the roofline's.
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 from kforge_mcp.core.schemas import Lever, Roofline
 
@@ -84,7 +85,8 @@ class Graph:
 
         self.gm, self.how = gm, how
         self.nodes = list(gm.graph.nodes)
-        self.flops, self.value = {}, {}
+        self.flops: dict[Any, float] = {}
+        self.value: dict[Any, Any] = {}
         graph = self
 
         class Recorder(torch.fx.Interpreter):
@@ -97,7 +99,8 @@ class Graph:
 
         with torch.no_grad():
             Recorder(gm).run(*inputs)
-        self.from_input, self.params = {}, {}
+        self.from_input: dict[Any, bool] = {}
+        self.params: dict[Any, set] = {}
         for n in self.nodes:
             ups = n.all_input_nodes
             self.from_input[n] = n.op == "placeholder" or any(self.from_input[a] for a in ups)
@@ -120,15 +123,22 @@ class Graph:
                 return t._schema.name.split("::")[-1]
             if t is getattr:
                 return str(n.args[1])
-            return _OPERATORS.get(t) or getattr(t, "__name__", str(t))
+            return str(_OPERATORS.get(t) or getattr(t, "__name__", str(t)))
         return n.op
 
     def shape(self, n) -> tuple | None:
-        v = self.value.get(n)
+        v: Any = self.value.get(n)
         return tuple(v.shape) if hasattr(v, "shape") else None
 
+    def tensor_shape(self, n) -> tuple:
+        """The shape of a node known to hold a tensor (the linear chain's nodes do)."""
+        shape = self.shape(n)
+        if shape is None:
+            raise ValueError(f"{n} holds no tensor")
+        return shape
+
     def nbytes(self, n) -> float:
-        v = self.value.get(n)
+        v: Any = self.value.get(n)
         return float(v.numel() * v.element_size()) if hasattr(v, "element_size") else 0.0
 
     def param_bytes(self, name: str) -> float:
@@ -202,7 +212,8 @@ def _linear_operands(g: Graph, n):
     ws = g.shape(w)
     if ws is None or len(ws) != 2:
         return None
-    return g.shape(x)[-1], bias
+    xs = g.shape(x)
+    return (xs[-1], bias) if xs else None
 
 
 def _per_feature(g: Graph, arg, width: int) -> bool:
@@ -225,7 +236,7 @@ def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
         if ops is None:
             continue
         k, has_bias = ops
-        out_shape = g.shape(lin)
+        out_shape = g.tensor_shape(lin)
         width, rows = out_shape[-1], int(torch.Size(out_shape[:-1]).numel())
         chain, cur, consts, affine, terminal = [lin], lin, [], False, None
         while len(cur.users) == 1:
@@ -255,13 +266,13 @@ def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
         if terminal is None:
             continue
         name = g.op(terminal)
-        in_shape = g.shape(terminal.args[0])
+        in_shape = g.tensor_shape(terminal.args[0])
         dims = _dims(terminal, len(in_shape)) if name in ("sum", "mean") else [len(in_shape) - 1]
         if dims == []:
             continue  # dims not known as integers
         over_features = dims is None or len(in_shape) - 1 in dims
-        if over_features:
-            groups = 1 if name in ("sum", "mean") else g.shape(terminal)[-1]
+        if dims is None or over_features:
+            groups = 1 if name in ("sum", "mean") else g.tensor_shape(terminal)[-1]
             after_rows, after_out = rows, groups
         else:
             kept = [s for i, s in enumerate(in_shape[:-1]) if i not in dims]
@@ -337,7 +348,8 @@ def weight_side(g: Graph, nodes) -> set:
 
 def identities_after(g: Graph, node) -> list:
     """Reductions over dims of size 1 that follow ``node`` (max, mean, logsumexp of one element): identities."""
-    out, cur = [], node
+    out: list = []
+    cur = node
     while len(cur.users) == 1:
         u = next(iter(cur.users))
         name, src = g.op(u), g.shape(cur)
@@ -430,7 +442,9 @@ def operand_bytes(path: str) -> int | None:
     from kforge_mcp.judge.precision_paths import PATH_SPECS
 
     spec = PATH_SPECS.get(path)
-    size = {"fp8": 1, "fp16": 2, "bf16": 2}.get(spec.base) if spec else None
+    if spec is None:
+        return None
+    size = {"fp8": 1, "fp16": 2, "bf16": 2}.get(spec.base)
     return size * max(spec.parts) if size else None
 
 
@@ -587,9 +601,10 @@ def carry_levers(roof: Roofline, earlier: Roofline | None, source: str | None = 
             continue
         if "converted_bytes" in lv.evidence:  # a conversion for the path the bound takes now, if any
             names = str(lv.evidence["weights"]).split(", ")
-            lv = convert_lever(roof, names, float(lv.evidence["weight_bytes"]))
-            if lv is None:
+            converted = convert_lever(roof, names, float(lv.evidence["weight_bytes"]))
+            if converted is None:
                 continue
+            lv = converted
         sol = max(lv.flops_after / roof.peak_flops, lv.bytes_after / roof.peak_bandwidth) * 1e3
         roof.levers.append(lv.model_copy(update={"sol_ms_after": sol}))
         if source:
