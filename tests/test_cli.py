@@ -108,6 +108,17 @@ def test_verify_wrong_candidate_fails(env):
     assert "mismatch" in proc.stdout and "expected" in proc.stdout
 
 
+def test_a_broken_candidate_is_an_error_verdict_and_exit_1(env):
+    """Exit 2 is for what the caller fixes outside the candidate (here: a missing problem file)."""
+    candidate = str(ROOT / "tests" / "candidates" / "syntax_error.py")
+    args = ("--target", "triton", "--trials", "1", "--baselines", "eager")
+    proc = kforge(env, "verify", problem("row_softmax"), candidate, *args)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "verdict ERROR" in proc.stdout and f"{candidate}:5:" in proc.stdout and "SyntaxError" in proc.stdout
+    missing = kforge(env, "verify", str(ROOT / "examples" / "no_such_problem.py"), candidate, *args)
+    assert missing.returncode == 2 and "problem: file not found" in missing.stderr
+
+
 def test_unknown_target_is_an_input_error(env):
     proc = kforge(env, "compile", example("row_softmax", "triton"), "--target", "nope")
     assert proc.returncode == 2

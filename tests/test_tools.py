@@ -164,10 +164,24 @@ async def test_exception_in_forward_is_an_error_verdict_with_its_line(server):
 
 
 @pytest.mark.parametrize(
+    ("candidate", "error", "line"),
+    [("no_modelnew", "defines no class ModelNew", None), ("syntax_error", "syntax error", 5)],
+)
+async def test_a_broken_candidate_is_an_error_verdict_not_a_tool_error(server, candidate, error, line):
+    """What is wrong with the candidate is the candidate's verdict: one result shape for a reward."""
+    args = {"problem": SOFTMAX, "candidate": hostile(candidate), "target": "triton", **FAST}
+    result = await call(server, "verify", args)
+    assert not result.is_error, result.content[0].text
+    report = result.structured_content
+    assert report["verdict"] == "error" and report["correct"] is False
+    assert error in report["errors"][0]
+    diagnostic = report["diagnostics"][0]
+    assert diagnostic["file"].endswith(f"{candidate}.py") and diagnostic["line"] == line
+
+
+@pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ({"candidate": hostile("no_modelnew")}, "defines no class ModelNew"),
-        ({"candidate": hostile("syntax_error")}, "syntax_error.py:5"),
         ({"problem": hostile("problem_without_inputs")}, "does not define get_inputs"),
         ({"target": "vulkan"}, "unknown target 'vulkan'"),
         ({"target": "cuda"}, "target 'cuda' is not available here"),

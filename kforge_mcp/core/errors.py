@@ -27,5 +27,10 @@ class InputError(KforgeError):
     """Bad input: a missing file, a problem without get_inputs, a candidate without ModelNew, ..."""
 
 
+class CandidateError(InputError):
+    """What is wrong is the candidate itself (a syntax error, no ModelNew): verify answers it with an
+    ``error`` verdict and diagnostics; anywhere else it is an input error like the others."""
+
+
 class UnknownTargetError(InputError):
     pass

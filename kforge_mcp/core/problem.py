@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.errors import CandidateError, InputError
+from kforge_mcp.core.schemas import Diagnostic
 from kforge_mcp.core.source import Source, SourceRuntimeError, diagnostics_from_exception, import_source
 
 REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
@@ -189,9 +190,11 @@ def build_models(
     and before each construction; with ``dtype`` both are cast to it (a verify's precision)."""
     new_cls = getattr(candidate_module, "ModelNew", None)
     if new_cls is None:
-        raise InputError(
+        name = getattr(getattr(candidate_module, "__kforge_source__", None), "name", None)
+        raise CandidateError(
             "candidate defines no class ModelNew: it must define class ModelNew(nn.Module) "
-            "with the same constructor and forward signature as Model"
+            "with the same constructor and forward signature as Model",
+            [Diagnostic(file=name, message="no class ModelNew")],
         )
     init = problem.init_inputs(device, seed)
     reference = reference_model(problem, device, seed, dtype, init) if build_reference else None

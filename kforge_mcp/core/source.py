@@ -17,7 +17,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.errors import CandidateError, InputError
 from kforge_mcp.core.schemas import Diagnostic
 
 _counter = itertools.count()
@@ -84,7 +84,8 @@ def import_source(source: Source, workdir: Path, stem: str) -> types.ModuleType:
     except SyntaxError as e:
         sys.modules.pop(name, None)
         diags = diagnostics_from_exception(e, path, source)
-        raise InputError(f"{source.name}: syntax error", diags) from None
+        error = CandidateError if stem == "candidate" else InputError
+        raise error(f"{source.name}: syntax error", diags) from None
     except Exception as e:  # noqa: BLE001  (submitted code can raise anything on import: diagnostics at its line)
         sys.modules.pop(name, None)
         diags = diagnostics_from_exception(e, path, source)

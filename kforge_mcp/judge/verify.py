@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.errors import CandidateError, InputError
 from kforge_mcp.core.problem import build_models, load_problem, reference_model, seed_everything
 from kforge_mcp.core.requests import BaselinesRequest, VerifyRequest
 from kforge_mcp.core.schemas import Finding, Timing, VerifyReport
@@ -193,8 +193,8 @@ class Verifier:
                 self.reference, self.candidate = build_models(
                     self.problem, self.module, self.device, seed=self.sub_seed(0), dtype=self.judge.dtype
                 )
-        except SourceRuntimeError as e:
-            self.report.errors.append(str(e))
+        except (SourceRuntimeError, CandidateError) as e:  # the candidate's fault: a verdict, not a tool error
+            self.report.errors.append(e.message if isinstance(e, CandidateError) else str(e))
             self.report.diagnostics += e.diagnostics
             return self.verdict(error=True)
         finally:
