@@ -54,7 +54,9 @@ def main() -> None:
                     "device": args.device,
                 }
                 req |= {"trials": 2, "seed": rep, "fresh_timing_inputs": mode == "fresh", "timing_budget_s": 1.0}
-                r = run_verify(VerifyRequest.model_validate(req), lambda m: None, Path(tempfile.mkdtemp()), cache)
+                r = run_verify(
+                    VerifyRequest.model_validate(req), lambda *_a, **_k: None, Path(tempfile.mkdtemp()), cache
+                )
                 result[mode].append(
                     {
                         "verdict": r.verdict,

@@ -54,7 +54,7 @@ def main() -> None:
         if last:
             profiler.enable()
         (workdir / str(i)).mkdir()
-        report = run_verify(VerifyRequest.model_validate(req), lambda _m: None, workdir / str(i), cache)
+        report = run_verify(VerifyRequest.model_validate(req), lambda *_a, **_k: None, workdir / str(i), cache)
         if last:
             profiler.disable()
         wall = time.perf_counter() - started

@@ -94,7 +94,8 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="workers for CPU-only jobs (compile, the Triton "
-        "interpreter): local default $KFORGE_CPU_WORKERS or 1; Ray default half the cluster's CPUs",
+        "interpreter): local default $KFORGE_CPU_WORKERS or 2 (the second started when the first is busy); "
+        "Ray default half the cluster's CPUs",
     )
     p.add_argument(
         "--ray-accelerator-type",

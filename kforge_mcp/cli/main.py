@@ -19,13 +19,19 @@ from kforge_mcp.cli.commands import cmd_analyze, cmd_compile, cmd_profile, cmd_t
 from kforge_mcp.cli.console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, comma_list, err
 from kforge_mcp.cli.serve import add_serve_options
 from kforge_mcp.core.errors import KforgeError
-from kforge_mcp.core.options import BASELINES, PRECISION_TOLERANCE, PROFILE, VERIFY
+from kforge_mcp.core.options import BASELINES, PRECISION_TOLERANCE, PROFILE, TRIAL_LIMIT_TEXT, VERIFY
 
 
 def add_verify_options(p: argparse.ArgumentParser, trials_help: str, timeout_help: str) -> None:
     """--trials, --timeout and --baselines of verify and verify-batch, with the library's defaults."""
     p.add_argument("--trials", type=int, default=VERIFY.trials, help=f"{trials_help} (default {VERIFY.trials})")
-    p.add_argument("--timeout", type=float, default=VERIFY.timeout_s, metavar="S", help=timeout_help)
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=VERIFY.timeout_s,
+        metavar="S",
+        help=f"{timeout_help} (default {VERIFY.timeout_s:g}); {TRIAL_LIMIT_TEXT}",
+    )
     p.add_argument(
         "--baselines",
         type=comma_list,

@@ -49,6 +49,18 @@ def check_precision(precision, atol, rtol, where: str = "verify", seed=None) -> 
             raise InputError(f"{where}: {field} must be >= 0, got {value}")
 
 
+# A correctness call of the candidate that outlives its limit is a hang: the server kills its worker then,
+# not at the job's timeout. The limit follows from the reference's own time for one call, with floors.
+TRIAL_SCALE = 100  # x the reference's time
+INTERPRETER_TRIAL_SCALE = 1000  # Triton's CPU interpreter runs kernels far slower than torch's CPU ops
+TRIAL_FLOOR_S = 20.0
+FIRST_CALL_FLOOR_S = 120.0  # a first call on new shapes also compiles (and autotunes) the candidate's kernels
+TRIAL_LIMIT_TEXT = (
+    f"each correctness call of the candidate also has a limit: {TRIAL_SCALE}x the reference's time "
+    f"({INTERPRETER_TRIAL_SCALE}x under the Triton interpreter), at least {TRIAL_FLOOR_S:g} s, "
+    f"{FIRST_CALL_FLOOR_S:g} s for a first call, which compiles"
+)
+
 Trials = Annotated[int, Field(ge=1, le=100)]
 Tolerance = Annotated[float | None, Field(ge=0)]
 Seed = Annotated[int | None, Field(ge=0, lt=2**31)]

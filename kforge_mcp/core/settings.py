@@ -26,7 +26,9 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=lambda: Path.home() / ".kforge", description="engine home: caches, runs")
     executor: str | None = Field(None, description="where jobs run: local (the default) or ray")
     ray_address: str | None = Field(None, description="Ray cluster to join; none: start a local Ray")
-    cpu_workers: int | None = Field(None, description="workers for CPU-only jobs (local default 1)")
+    cpu_workers: int | None = Field(
+        None, description="workers for CPU-only jobs (local default 2, the second started when needed)"
+    )
     worker_memory_mb: int = Field(8192, description="a worker above this is killed")
     model: str | None = Field(None, description="the LLM provider's model")
     prompts_dir: Path | None = Field(None, description="prompt templates instead of the shipped ones")

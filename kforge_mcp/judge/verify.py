@@ -13,12 +13,14 @@ the next job never run on a device the candidate changed.
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import secrets
 from collections.abc import Callable
 from pathlib import Path
 
 from kforge_mcp.core.errors import CandidateError, InputError
+from kforge_mcp.core.options import FIRST_CALL_FLOOR_S, INTERPRETER_TRIAL_SCALE, TRIAL_FLOOR_S, TRIAL_SCALE
 from kforge_mcp.core.problem import build_models, load_problem, reference_model, seed_everything
 from kforge_mcp.core.requests import BaselinesRequest, VerifyRequest
 from kforge_mcp.core.schemas import Finding, Timing, VerifyReport
@@ -42,6 +44,7 @@ TIMING_SLOTS = 3  # input sets the timed calls rotate through
 SOL_MARGIN = 0.9  # the peak table's figures are spec sheets; measured peaks are lower still
 INTERPRETER_TIMING_BUDGET_S = 0.25  # per timed callable, under Triton's CPU interpreter
 HOST_BOUND_MS = 0.02  # below this a GPU call is dominated by Python and the launch path
+REFERENCE_TIME_SEED = 999
 
 
 class CandidateFailed(Exception):
@@ -81,6 +84,19 @@ class Verifier:
         )
         self.trials = trials
         self.judge = precision.Judgement(req.precision, self.atol, self.rtol)
+        self.reference_s: float | None = None  # the slowest forward of the reference seen
+
+    def step(self, message: str, first_call: bool = False) -> None:
+        """Progress for a step that calls the candidate, with the limit the server holds it to."""
+        scale = INTERPRETER_TRIAL_SCALE if self.report.execution == "triton-interpreter" else TRIAL_SCALE
+        floor = FIRST_CALL_FLOOR_S if first_call else TRIAL_FLOOR_S
+        why = f"at least {floor:g} s" + (" for a first call, which compiles" if first_call else "")
+        if self.reference_s is None:
+            limit = floor
+        else:
+            limit = max(floor, round(scale * self.reference_s, 1))
+            why = f"{scale}x the reference's {self.reference_s:.3g} s, {why}"
+        self.progress(message, limit_s=limit, why=f"the limit of one call: {why}")
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -143,10 +159,14 @@ class Verifier:
                 self.finding(f)
         return got
 
-    def run_reference(self, inputs: list):
+    def run_reference(self, inputs: list, model=None):
         try:
             with self.flags.pinned():
-                return self.reference(*_clone(inputs))
+                started = _perf_counter()
+                out = (model or self.reference)(*_clone(inputs))
+                sync_device(self.device)
+                self.reference_s = max(self.reference_s or 0.0, _perf_counter() - started)
+                return out
         except Exception as e:  # noqa: BLE001  (the problem's own code can raise anything: an input error naming it)
             raise InputError(
                 f"problem: Model.forward raised {type(e).__name__}: {e}",
@@ -155,7 +175,10 @@ class Verifier:
 
     def trial(self, label: int, inputs: list, watch: bool = False):
         """Returns (reference output on CPU, candidate output) and records any mismatch."""
-        self.progress(f"correctness trial {label + 1}/{self.trials}" if label < self.trials else "correctness re-check")
+        self.step(
+            f"correctness trial {label + 1}/{self.trials}" if label < self.trials else "correctness re-check",
+            label == 0,
+        )
         state = guards.buffers(self.reference) if label == 0 else None  # both models are fresh: one forward each
         got = self.run_candidate(inputs, watch)
         expected = self.run_reference(inputs)
@@ -228,7 +251,18 @@ class Verifier:
             )
         return self.verdict()
 
+    def time_reference(self) -> None:
+        """One forward of a copy of the reference (the trials' models stay untouched), so that even the
+        first trial's limit follows from the reference's own time."""
+        try:
+            model = copy.deepcopy(self.reference)
+        except Exception:  # noqa: BLE001  (a model that cannot be copied: the first trial gets the floor)
+            return
+        self.run_reference(self.inputs(REFERENCE_TIME_SEED), model)
+        del model
+
     def check_correctness(self) -> None:
+        self.time_reference()
         outputs = []
         for t in range(self.trials):
             inputs = self.inputs(CORRECTNESS_SEED_BASE + t)
@@ -246,7 +280,7 @@ class Verifier:
             for f in guards.degenerate_findings(outputs[0], outputs[1]):
                 self.finding(f)
         for i, inputs in enumerate(self.problem.input_sets(self.device, self.sub_seed(INPUT_SETS_SEED))):
-            self.progress(f"input set {i + 1}")
+            self.step(f"input set {i + 1}", first_call=True)
             inputs = self.judge.cast(inputs)
             got = self.run_candidate(inputs, watch=False)
             mismatch = self.compare(self.run_reference(inputs), got, self.trials + i)
@@ -257,6 +291,7 @@ class Verifier:
 
     def check_determinism(self, inputs: list, first) -> None:
         seed_everything(self.sub_seed(DETERMINISM_SEED))  # the same inputs, but not the same random stream
+        self.step("determinism check")
         again = self.run_candidate(inputs, watch=False)
         diff = self.compare(first, again, self.trials - 1)
         if diff is not None:

@@ -21,6 +21,8 @@ from kforge_mcp.runtime.pool import JobCancelled, WorkerPool
 
 Progress = Callable[[str], None] | None
 CPU_LANES = ("compile", "cpu")  # lanes that need only CPUs: several workers may serve them at once
+# the local default: a job waiting behind a busy (or hung) CPU worker starts on a second one, started then
+LOCAL_CPU_WORKERS = 2
 
 
 class Executor(Protocol):
@@ -56,16 +58,17 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """This machine: a warm worker per lane, jobs of a lane run one after another. ``cpu_workers``
-    > 1 gives the ``compile`` and ``cpu`` lanes that many workers each (lanes ``cpu``, ``cpu.1``,
-    ...), so a batch runs side by side there; a device lane keeps one worker, since timings on
-    one device must not overlap."""
+    """This machine: a warm worker per lane, jobs of a lane run one after another. The ``compile`` and
+    ``cpu`` lanes have up to ``cpu_workers`` workers each (lanes ``cpu``, ``cpu.1``, ...; default
+    LOCAL_CPU_WORKERS): a job that finds the warm one busy starts another, so a hung candidate holds
+    one worker, not the lane, and a batch runs side by side there. A device lane keeps one worker,
+    since timings on one device must not overlap."""
 
     name = "local"
 
     def __init__(self, pool: WorkerPool, cpu_workers: int | None = None):
         self.pool = pool
-        self.cpu_workers = max(1, cpu_workers or Settings.read().cpu_workers or 1)
+        self.cpu_workers = max(1, cpu_workers or Settings.read().cpu_workers or LOCAL_CPU_WORKERS)
         self._busy: dict[str, set[int]] = {}
         self._cond = threading.Condition()
 

@@ -184,12 +184,23 @@ class Worker:
         return WorkerFailure(reason, message, tail, int(lines[-1]) if lines else None)
 
     def _wait_message(
-        self, deadline: float, memory_limit: int | None, cancel: threading.Event | None, what: str, timeout_s: float
+        self,
+        deadline: float,
+        memory_limit: int | None,
+        cancel: threading.Event | None,
+        what: str,
+        timeout_s: float,
+        step: Step | None = None,
     ) -> dict:
         while True:
             if cancel is not None and cancel.is_set():
                 self.kill()
                 raise JobCancelled()
+            if step is not None:
+                step.tick()
+                if step.overrun():
+                    self.kill()
+                    raise self._failure("timeout", step.overrun_message())
             if self.from_worker.poll(POLL_S):
                 try:
                     return json.loads(self.from_worker.recv_bytes())
@@ -234,13 +245,57 @@ class Worker:
         self.to_worker.send_bytes(json.dumps({"kind": kind, "payload": request.model_dump(mode="json")}).encode())
         self.jobs_served += 1
         deadline = time.monotonic() + timeout_s
+        step = Step(timeout_s, on_progress)
         while True:
-            msg = self._wait_message(deadline, memory_limit, cancel, kind, timeout_s)
+            msg = self._wait_message(deadline, memory_limit, cancel, kind, timeout_s, step)
             if msg.get("type") == "progress":
-                if on_progress:
-                    on_progress(str(msg.get("message", ""))[:500])
+                step.begin(str(msg.get("message", ""))[:500], msg.get("limit_s"), msg.get("limit_why"))
             elif msg.get("type") == "result":
                 return msg
+
+
+class Step:
+    """What a job is doing now, from its progress lines: each line starts a step, which may carry its own
+    time limit (a correctness trial's, which follows from the reference's time) under the job's timeout.
+    It forwards each line, then says every TICK_S how long the step has run and what its limit is."""
+
+    TICK_S = 5.0
+
+    def __init__(self, timeout_s: float, on_progress: Callable[[str], None] | None):
+        self.job_started = time.monotonic()
+        self.timeout_s, self.on_progress = timeout_s, on_progress
+        self.message, self.limit_s, self.why = "", None, None
+        self.started, self.next_tick = self.job_started, self.job_started + self.TICK_S
+
+    def begin(self, message: str, limit_s: float | None, why: str | None) -> None:
+        self.message, self.why = message, why
+        self.limit_s = float(limit_s) if isinstance(limit_s, (int, float)) and limit_s > 0 else None
+        self.started = time.monotonic()
+        self.next_tick = self.started + self.TICK_S
+        self._say(message + (f" (limit {self.limit_s:g} s)" if self.limit_s else ""))
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now < self.next_tick or not self.message:
+            return
+        self.next_tick = now + self.TICK_S
+        if self.limit_s:
+            self._say(f"{self.message}: {now - self.started:.0f} s of its {self.limit_s:g} s limit")
+        else:
+            self._say(
+                f"{self.message}: {now - self.started:.0f} s (job {now - self.job_started:.0f} s of {self.timeout_s:g} s)"
+            )
+
+    def overrun(self) -> bool:
+        return self.limit_s is not None and time.monotonic() - self.started > self.limit_s
+
+    def overrun_message(self) -> str:
+        why = f" ({self.why})" if self.why else ""
+        return f"{self.message} did not finish within {self.limit_s:g} s{why}; the worker was killed"
+
+    def _say(self, text: str) -> None:
+        if self.on_progress:
+            self.on_progress(text)
 
 
 @dataclass

@@ -73,7 +73,7 @@ def release_memory() -> None:
 
 MAX_LEFTOVER_CHILDREN = 16  # more than a compile pool leaves: the worker is replaced (with them)
 
-Handler = Callable[[Any, Callable[[str], None], Path, dict], dict]  # (its JobRequest, progress, workdir, state)
+Handler = Callable[[Any, Callable[..., None], Path, dict], dict]  # (its JobRequest, progress, workdir, state)
 
 
 def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
@@ -86,8 +86,9 @@ def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler
     def send(message: dict) -> None:
         conn_out.send_bytes(json.dumps(message, default=str).encode())
 
-    def progress(text: str) -> None:
-        send({"type": "progress", "message": text})
+    def progress(text: str, limit_s: float | None = None, why: str | None = None) -> None:
+        """A step of the job; ``limit_s``: the server kills this worker if the step outlives it (``why``: whence)."""
+        send({"type": "progress", "message": text} | ({"limit_s": limit_s, "limit_why": why} if limit_s else {}))
 
     from kforge_mcp.core.requests import parse_request
     from kforge_mcp.core.settings import Settings

@@ -7,7 +7,7 @@ from typing import Annotated
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
-from kforge_mcp.core.options import VERIFY, Baselines, Precision, Seed, TimeoutS, Tolerance, Trials
+from kforge_mcp.core.options import TRIAL_LIMIT_TEXT, VERIFY, Baselines, Precision, Seed, TimeoutS, Tolerance, Trials
 from kforge_mcp.core.schemas import VerifyReport
 from kforge_mcp.tools.common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
 
@@ -32,7 +32,9 @@ def register(mcp: MCPServer, app: App) -> None:
         rtol: Annotated[
             Tolerance, Field(description="default per precision: fp32 1e-4, tf32 5e-3, fp16/bf16 1e-2")
         ] = VERIFY.rtol,
-        timeout_s: Annotated[TimeoutS, Field(description="the worker is killed after this")] = VERIFY.timeout_s,
+        timeout_s: Annotated[
+            TimeoutS, Field(description=f"the worker is killed after this; {TRIAL_LIMIT_TEXT}")
+        ] = VERIFY.timeout_s,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
         baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
         precision: Annotated[

@@ -8,7 +8,7 @@ from typing import Annotated
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel, Field
 
-from kforge_mcp.core.options import VERIFY, Baselines, TimeoutS, Tolerance, Trials
+from kforge_mcp.core.options import TRIAL_LIMIT_TEXT, VERIFY, Baselines, TimeoutS, Tolerance, Trials
 from kforge_mcp.core.schemas import VerifyBatchReport, summarize_batch
 from kforge_mcp.tools.common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
 
@@ -35,7 +35,7 @@ def register(mcp: MCPServer, app: App) -> None:
         atol: Annotated[Tolerance, Field(description="default per dtype")] = VERIFY.atol,
         rtol: Annotated[Tolerance, Field(description="default per dtype")] = VERIFY.rtol,
         timeout_s: Annotated[
-            TimeoutS, Field(description="per candidate: its worker is killed after this")
+            TimeoutS, Field(description=f"per candidate: its worker is killed after this; {TRIAL_LIMIT_TEXT}")
         ] = VERIFY.timeout_s,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
         baselines: Annotated[Baselines, Field(description="baselines to time")] = VERIFY.baselines,
