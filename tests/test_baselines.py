@@ -4,7 +4,7 @@ that makes them ahead of a verify; and the cheaper seeding every timed call draw
 
 from __future__ import annotations
 
-import time
+import sys
 import types
 
 import pytest
@@ -17,6 +17,26 @@ from kforge_mcp.judge import baselines
 from kforge_mcp.judge.device_guard import DeviceGuard
 
 
+class HostClock:
+    """The host clock the CPU timing path reads, moved only by the Sleepers: each call takes exactly its
+    set time, however loaded the machine is (a busy-wait on the real clock ran long whenever the
+    scheduler took the core away, and a loaded 2-core machine then moved the medians past the bounds)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CLOCK = HostClock()
+
+
+@pytest.fixture
+def host_clock(monkeypatch):
+    monkeypatch.setattr(sys.modules[baselines.time_interleaved.__module__], "_perf_counter", CLOCK)
+
+
 class Sleeper:
     """A callable that takes a set time on the host clock (the CPU timing path)."""
 
@@ -24,9 +44,7 @@ class Sleeper:
         self.ms = ms
 
     def __call__(self, *args):
-        end = time.perf_counter() + self.ms / 1e3
-        while time.perf_counter() < end:
-            pass
+        CLOCK.now += self.ms / 1e3
 
 
 def verifier(cache: baselines.BaselineCache) -> types.SimpleNamespace:
@@ -46,6 +64,7 @@ def verifier(cache: baselines.BaselineCache) -> types.SimpleNamespace:
     return v
 
 
+@pytest.mark.usefixtures("host_clock")
 def test_kept_baselines_are_scaled_by_the_anchor_and_timed_again_when_it_moves_far():
     cache, eager, compiled = baselines.BaselineCache(), Sleeper(4.0), Sleeper(3.0)
     fns = {"candidate": Sleeper(2.0), "eager": eager, "compiled": compiled}
@@ -78,6 +97,7 @@ def test_kept_baselines_are_scaled_by_the_anchor_and_timed_again_when_it_moves_f
     assert retimed["eager"].median_ms == pytest.approx(8.0, rel=0.1)
 
 
+@pytest.mark.usefixtures("host_clock")
 def test_kept_baselines_expire():
     cache = baselines.BaselineCache()
     fns = {"candidate": Sleeper(1.0), "eager": Sleeper(1.0)}
