@@ -52,7 +52,8 @@ class Engine:
         self._paths_pool: ThreadPoolExecutor | None = None
         self._paths_lock = threading.Lock()
         self._paths_running: dict[tuple, Future] = {}  # (problem, precision, atol, rtol) -> its measurement
-        self.targets = KnownTargets(self.home, self._probe)
+        # a cluster's probe lists its live nodes: never answered from this machine's kept probe
+        self.targets = KnownTargets(self.home, self._probe, kept=self.executor.name == "local")
 
     def resolve_source(self, value: str, role: str) -> Source:
         """Source text, or a .py path under the allowed directories (``allow_dirs``)."""

@@ -5,6 +5,10 @@ over MCP. One cluster for the module: starting Ray is the slow part on a 2-core 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -73,6 +77,34 @@ def test_list_targets_shows_each_node_and_the_cluster(engine, cluster):
     assert len(nodes) == 2 and all(n.alive and "triton" in n.targets for n in nodes.values())
     assert nodes[cluster[1]].resources.get("special") == 1
     assert engine.executor.slots("cpu") == 2 and engine.executor.slots("cuda:0") == 0
+
+
+def test_a_cluster_lists_its_live_nodes_even_where_this_machine_probed_before(cluster, tmp_path):
+    """A new server on a home where a local probe is kept answers from the cluster, not from that probe."""
+    local = Engine(home=tmp_path)
+    try:
+        assert local.list_targets(refresh=True).nodes == []  # kept under the home, for the next start
+    finally:
+        local.close()
+    eng = Engine(home=tmp_path, executor=RayExecutor(home=str(tmp_path)))
+    try:
+        report = eng.list_targets()  # what list_targets answers first
+        live = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert {n.node_id for n in report.nodes} == live and len(live) == 2
+        assert all(n.alive and "triton" in n.targets and n.devices == ["cpu"] for n in report.nodes)
+    finally:
+        eng.close()
+
+
+def test_kforge_targets_under_ray_lists_each_node(cluster, tmp_path):
+    env = {**os.environ, "KFORGE_HOME": str(tmp_path)}
+    cli = [sys.executable, "-m", "kforge_mcp.cli", "targets", "--executor", "ray", "--ray-address", cluster[0].address]
+    proc = subprocess.run([*cli, "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    nodes = json.loads(proc.stdout)["nodes"]
+    assert len(nodes) == 2 and all("triton" in n["targets"] for n in nodes)
+    table = subprocess.run(cli, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert table.returncode == 0 and table.stdout.count("triton on cpu") == 2, table.stdout + table.stderr
 
 
 def test_verify_batch_through_ray_passes_and_fails_correctly(engine):

@@ -25,7 +25,7 @@ from kforge_mcp.core.schemas import VerifyBatchReport, summarize_batch
 
 
 def cmd_targets(args) -> int:
-    with open_engine(args.home) as engine:
+    with open_engine(args.home, args=args) as engine:
         report = with_status("probing targets", lambda p: engine.list_targets(refresh=args.refresh, on_progress=p))
     if args.json:
         print_json(report)
@@ -45,6 +45,9 @@ def cmd_targets(args) -> int:
     for key, value in report.host.items():
         host.add_row(Text(key, style="bold"), Text(value))
     out.print(Text("host", style="bold underline"), host)
+    for n in report.nodes:  # a cluster executor's nodes, one line each
+        offers = f"{', '.join(n.targets) or 'no target'} on {', '.join(n.devices) or 'no device'}"
+        out.print(Text(f"node {n.address} ({n.node_id[:12]}): ", style="bold"), n.error or offers, soft_wrap=True)
     return EXIT_OK
 
 

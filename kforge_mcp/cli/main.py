@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("targets", parents=[report], help="which targets work here, and why not")
     p.add_argument("--refresh", action="store_true", help="probe again instead of using the cached probe")
+    add_executor_options(p)  # under Ray: each live node and what it offers
     p.set_defaults(handler=cmd_targets)
 
     p = sub.add_parser("compile", parents=[report], help="compile a candidate without running it")

@@ -89,22 +89,25 @@ class ProbeCache:
 
 class KnownTargets:
     """What ``list_targets`` answers: the last probe of this setup at once (then a fresh probe behind
-    it), or a probe now when there is none or ``refresh`` asks for one."""
+    it), or a probe now when there is none or ``refresh`` asks for one. ``kept``: whether a probe is kept
+    under the home for the next start; not for a cluster, whose nodes come and go unseen by the
+    fingerprint (a kept answer of this machine would list none of them)."""
 
-    def __init__(self, home: Path, probe: Callable[[Callable[[str], None] | None], TargetsReport]):
-        self.cache, self.probe = ProbeCache(home), probe
+    def __init__(self, home: Path, probe: Callable[[Callable[[str], None] | None], TargetsReport], kept: bool = True):
+        self.cache, self.probe, self.kept = ProbeCache(home), probe, kept
         self.report: TargetsReport | None = None
         self.lock = threading.Lock()
 
     def get(self, refresh: bool = False, on_progress: Callable[[str], None] | None = None) -> TargetsReport:
         with self.lock:
-            if self.report is None and not refresh:
+            if self.report is None and not refresh and self.kept:
                 self.report = self.cache.load()
                 if self.report is not None:
                     threading.Thread(target=self._refresh_quietly, daemon=True, name="kforge-probe").start()
             if self.report is None or refresh:
                 self.report = self.probe(on_progress)
-                self.cache.save(self.report)
+                if self.kept:
+                    self.cache.save(self.report)
             return self.report
 
     def _refresh_quietly(self) -> None:
