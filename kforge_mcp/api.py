@@ -173,13 +173,17 @@ class Engine:
         precision: str | None = None,
         seed: int | None = None,
         head_start: bool = True,
+        timing_sets: str = VERIFY.timing_sets,
     ) -> VerifyReport:
-        """``head_start``: see pipeline.head_start_one (verify_batch starts its own)."""
+        """``head_start``: see pipeline.head_start_one (verify_batch starts its own). ``timing_sets``: 'main'
+        times get_inputs() only; 'all' also each get_input_sets() shape, with its speedup and their geomean."""
         started = time.perf_counter()
         if not 1 <= trials <= 100:
             raise InputError(f"trials must be between 1 and 100, got {trials}")
         if timeout_s <= 0:
             raise InputError(f"timeout_s must be positive, got {timeout_s}")
+        if timing_sets not in ("main", "all"):
+            raise InputError(f"timing_sets must be 'main' or 'all', got {timing_sets!r}")
         check_precision(precision, atol, rtol, seed=seed)
         unknown = set(baselines) - set(BASELINES)
         if unknown:
@@ -199,6 +203,7 @@ class Engine:
             seed=seed,
             baselines=list(baselines),
             timing_budget_s=timing_budget_s,
+            timing_sets=timing_sets,
         )
         error = dict(verdict="error", correct=False, target=target, device=dev, trials=trials, seed=seed)
         error |= dict(execution=get_target(target).execution(dev), precision=precision)

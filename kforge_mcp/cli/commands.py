@@ -82,6 +82,7 @@ def cmd_verify(args) -> int:
                 baselines=args.baselines,
                 precision=args.precision,
                 seed=args.seed,
+                timing_sets=args.timing_sets,
                 on_progress=p,
             ),
         )

@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=float, help="relative tolerance (default per precision)")
     p.add_argument("--precision", choices=list(PRECISION_TOLERANCE), help="dtype and default tolerance to judge at")
     p.add_argument("--seed", type=int, help="seed of inputs and weights (default: fresh per call, reported)")
+    p.add_argument(
+        "--timing-sets",
+        choices=("main", "all"),
+        default=VERIFY.timing_sets,
+        help="time get_inputs() only (main, the default) or also each get_input_sets() shape (all): "
+        "the speedup per set and their geomean",
+    )
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify)
 

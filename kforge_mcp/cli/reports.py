@@ -84,6 +84,7 @@ def print_verify(report, candidate: str) -> None:
         )
         print_paths(report.compute_paths)
     print_timing(report.timing)
+    print_input_sets(report)
     for f in report.findings:
         out.print(Text.assemble(Text(f"{f.code}: ", style="bold yellow"), f.message), soft_wrap=True)
     print_mismatches(report.mismatches)
@@ -103,6 +104,20 @@ def print_paths(paths) -> None:
     for p in sorted(paths, key=lambda p: -p.peak_flops):
         table.add_row(p.path, f"{p.peak_flops / 1e12:.4g}", fmt(p.max_error, ".2g"), "yes" if p.feasible else "no")
     out.print(table)
+
+
+def print_input_sets(report) -> None:
+    """The get_input_sets() shapes checked: one line each, with the speedup when they were timed."""
+    for s in report.input_sets:
+        state = {True: "correct", False: "mismatch", None: "not reached"}[s.correct]
+        line = f"input set {s.index}: {', '.join(s.shapes)}: {state}"
+        if s.speedup is not None:
+            line += f", speedup {s.speedup:.3g}x over {s.speedup_over}"
+        out.print(line, soft_wrap=True)
+    if report.speedup_geomean is not None:
+        out.print(
+            f"speedup geomean over get_inputs() and {len(report.input_sets)} input sets: {report.speedup_geomean:.3g}x"
+        )
 
 
 def print_timing(timing) -> None:

@@ -62,6 +62,7 @@ TRIAL_LIMIT_TEXT = (
 )
 
 Trials = Annotated[int, Field(ge=1, le=100)]
+TimingSets = Literal["main", "all"]  # time get_inputs() only, or each get_input_sets() shape as well
 Tolerance = Annotated[float | None, Field(ge=0)]
 Seed = Annotated[int | None, Field(ge=0, lt=2**31)]
 TimeoutS = Annotated[float, Field(gt=0, le=3600)]
@@ -80,6 +81,7 @@ class VerifyOptions(BaseModel):
     timeout_s: float = Field(300.0, gt=0)
     baselines: Baselines = Field(default_factory=lambda: list(BASELINES))
     timing_budget_s: float = Field(1.0, gt=0)
+    timing_sets: TimingSets = "main"  # "all": time every get_input_sets() shape too
 
 
 class ProfileOptions(BaseModel):

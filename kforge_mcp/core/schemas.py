@@ -179,6 +179,17 @@ class ComputePath(BaseModel):
     )
 
 
+class InputSetReport(BaseModel):
+    """One of the shapes a problem declares with get_input_sets(), as verify checked (and timed) it."""
+
+    index: int = Field(description="1-based, as in a mismatch's 'input set N'")
+    shapes: list[str] = Field(default_factory=list, description="each input: a tensor's shape and dtype, or its type")
+    correct: bool | None = Field(None, description="the candidate matched the reference on it (None: not reached)")
+    timing: Timing | None = Field(None, description="with timing_sets 'all': the candidate and baselines on this set")
+    speedup: float | None = Field(None, description="the faster baseline's median over the candidate's, on this set")
+    speedup_over: str | None = None
+
+
 class VerifyReport(JobAware):
     verdict: Verdict | None = None
     correct: bool | None = None
@@ -229,6 +240,13 @@ class VerifyReport(JobAware):
         "where a verify's time went",
     )
     node: str | None = Field(None, description="the cluster node it ran on (Ray executor; see list_targets nodes)")
+    input_sets: list[InputSetReport] = Field(
+        default_factory=list, description="the problem's get_input_sets() shapes that were checked, in order"
+    )
+    speedup_geomean: float | None = Field(
+        None,
+        description="with timing_sets 'all': the geometric mean of the speedups on get_inputs() and on every input set",
+    )
 
 
 class BatchSummary(BaseModel):

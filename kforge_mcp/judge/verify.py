@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import math
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -23,14 +24,14 @@ from kforge_mcp.core.errors import CandidateError, InputError
 from kforge_mcp.core.options import FIRST_CALL_FLOOR_S, INTERPRETER_TRIAL_SCALE, TRIAL_FLOOR_S, TRIAL_SCALE
 from kforge_mcp.core.problem import build_models, load_problem, reference_model, seed_everything
 from kforge_mcp.core.requests import BaselinesRequest, VerifyRequest
-from kforge_mcp.core.schemas import Finding, Timing, VerifyReport
+from kforge_mcp.core.schemas import Finding, InputSetReport, Timing, VerifyReport
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge import guards, precision
 from kforge_mcp.judge.baselines import BaselineCache, baseline_fns, time_with_baselines, warm
 from kforge_mcp.judge.correctness import compare_outputs
 from kforge_mcp.judge.device_guard import DeviceGuard
-from kforge_mcp.judge.timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device
+from kforge_mcp.judge.timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device, time_interleaved
 from kforge_mcp.targets import get_target
 
 # offsets of the sub-seeds drawn from a call's seed (seed * 2**20 + offset)
@@ -38,6 +39,7 @@ CORRECTNESS_SEED_BASE = 1000
 RECHECK_SEED = 1999
 DETERMINISM_SEED = 2999
 INPUT_SETS_SEED = 3999
+INPUT_SETS_TIMING_SEED = 20_000  # + a set's number * 2**12 + the timed call's number
 TIMING_SEED_BASE = 10_000  # + the number of the timed call: every call gets inputs of its own
 TIMED_CHECKS = 4  # timed calls of the candidate checked against the reference afterwards
 TIMING_SLOTS = 3  # input sets the timed calls rotate through
@@ -279,11 +281,14 @@ class Verifier:
         if len(outputs) >= 2:
             for f in guards.degenerate_findings(outputs[0], outputs[1]):
                 self.finding(f)
-        for i, inputs in enumerate(self.problem.input_sets(self.device, self.sub_seed(INPUT_SETS_SEED))):
+        sets = self.problem.input_sets(self.device, self.sub_seed(INPUT_SETS_SEED))
+        self.report.input_sets = [InputSetReport(index=i + 1, shapes=describe_inputs(s)) for i, s in enumerate(sets)]
+        for i, inputs in enumerate(sets):
             self.step(f"input set {i + 1}", first_call=True)
             inputs = self.judge.cast(inputs)
             got = self.run_candidate(inputs, watch=False)
             mismatch = self.compare(self.run_reference(inputs), got, self.trials + i)
+            self.report.input_sets[i].correct = mismatch is None
             if mismatch is not None:
                 mismatch.reason = f"input set {i + 1}: {mismatch.reason}"
                 self.report.mismatches.append(mismatch)
@@ -332,7 +337,41 @@ class Verifier:
         with self.phase("checks"):
             self.check_timed_calls(kept)
             self.after_timing(stats, samples, inputs)
+        if self.req.timing_sets == "all" and self.report.input_sets and not self.report.mismatches:
+            self.time_input_sets(fns, budget)
         return Timing(**stats)
+
+    def time_input_sets(self, fns: dict, budget: float) -> None:
+        """Each get_input_sets() shape timed as the main one is (interleaved rounds, fresh inputs every call,
+        some timed calls checked after), its speedup, and the geomean over every shape timed."""
+        for s in self.report.input_sets:
+            self.progress(f"timing input set {s.index} of {len(self.report.input_sets)}")
+            seed = INPUT_SETS_TIMING_SEED + s.index * 2**12
+
+            def draw(n: int, i: int = s.index - 1, seed: int = seed) -> list:
+                return self.judge.cast(self.problem.input_sets(self.device, self.sub_seed(seed + n))[i])
+
+            try:
+                with self.phase("timing"):
+                    stats, samples, kept = time_interleaved(
+                        fns, self.device, budget, feed=self.timing_feed(draw), check=("candidate", 1, self.seed)
+                    )
+            except (Exception, SystemExit) as e:  # noqa: BLE001  (candidate code can raise anything: diagnostics at its line)
+                raise self.candidate_error(f"ModelNew.forward (timing input set {s.index})", e) from None
+            with self.phase("checks"):
+                before = len(self.report.mismatches)
+                self.check_timed_calls(kept)
+                if len(self.report.mismatches) > before:
+                    self.report.mismatches[-1].reason = f"input set {s.index}, {self.report.mismatches[-1].reason}"
+                    return
+            s.timing = Timing(**stats)
+            medians = {k: v.median_ms for k, v in stats.items() if k != "candidate"}
+            if medians and stats["candidate"].median_ms > 0:
+                s.speedup_over = min(medians, key=medians.get)
+                s.speedup = medians[s.speedup_over] / stats["candidate"].median_ms
+        speedups = [self.report.speedup] + [s.speedup for s in self.report.input_sets]
+        if all(x is not None and x > 0 for x in speedups):
+            self.report.speedup_geomean = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
 
     def after_timing(self, stats: dict, samples: dict, inputs: list) -> None:
         """The speedup and its interval, then (GPU) the stream, device-state and speed-of-light checks."""
@@ -360,20 +399,21 @@ class Verifier:
                     )
                 )
 
-    def timing_feed(self):
+    def timing_feed(self, draw: Callable[[int], list] | None = None):
         """Inputs for the timed calls: a few slots at fresh addresses, each refilled with fresh values
         (drawn on the device, before the clock starts) for every call. A result remembered under a
         fingerprint of its input is never asked for again, and one remembered by address alone is
         stale: the checks of timed calls find it. ``fresh_timing_inputs: false`` (for before/after
         measurements only) feeds one set over and over, as timing did before."""
-        slots = [self.inputs(TIMING_SEED_BASE + i, on_device=True) for i in range(TIMING_SLOTS)]
+        draw = draw or (lambda n: self.inputs(TIMING_SEED_BASE + n, on_device=True))  # n: the call's number
+        slots = [draw(i) for i in range(TIMING_SLOTS)]
         if not self.req.fresh_timing_inputs:
             return lambda: slots[0]
         count = iter(range(TIMING_SLOTS, 2**20 - TIMING_SEED_BASE))
 
         def feed() -> list:
             n = next(count)
-            fresh, slot = self.inputs(TIMING_SEED_BASE + n, on_device=True), slots[n % TIMING_SLOTS]
+            fresh, slot = draw(n), slots[n % TIMING_SLOTS]
             for i, (old, new) in enumerate(zip(slot, fresh)):
                 if hasattr(old, "copy_") and getattr(old, "shape", None) == getattr(new, "shape", None):
                     old.copy_(new)
@@ -458,6 +498,16 @@ class Verifier:
             r.correct = True
             r.verdict = "suspicious" if any(f.severity == "suspicious" for f in r.findings) else "pass"
         return r
+
+
+def describe_inputs(inputs: list) -> list[str]:
+    """'8x128 float32' for a tensor, the type's name for anything else."""
+    return [
+        f"{'x'.join(map(str, x.shape)) or 'scalar'} {str(x.dtype).removeprefix('torch.')}"
+        if hasattr(x, "shape") and hasattr(x, "dtype")
+        else type(x).__name__
+        for x in inputs
+    ]
 
 
 def device_state(device: str) -> dict:

@@ -7,7 +7,17 @@ from typing import Annotated
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
-from kforge_mcp.core.options import TRIAL_LIMIT_TEXT, VERIFY, Baselines, Precision, Seed, TimeoutS, Tolerance, Trials
+from kforge_mcp.core.options import (
+    TRIAL_LIMIT_TEXT,
+    VERIFY,
+    Baselines,
+    Precision,
+    Seed,
+    TimeoutS,
+    TimingSets,
+    Tolerance,
+    Trials,
+)
 from kforge_mcp.core.schemas import VerifyReport
 from kforge_mcp.tools.common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
 
@@ -46,6 +56,13 @@ def register(mcp: MCPServer, app: App) -> None:
         seed: Annotated[
             Seed, Field(description="seed of inputs and weights; default: fresh per call (reported)")
         ] = None,
+        timing_sets: Annotated[
+            TimingSets,
+            Field(
+                description="'main': time get_inputs() only; 'all': also each get_input_sets() shape, with its "
+                "speedup and the geomean over all (input_sets, speedup_geomean)"
+            ),
+        ] = VERIFY.timing_sets,
     ) -> VerifyReport:
         """Check a candidate kernel against its PyTorch reference (same weights, fresh inputs
         per trial, judged at a precision and tolerances the report states) in an isolated worker,
@@ -65,6 +82,7 @@ def register(mcp: MCPServer, app: App) -> None:
                 baselines=baselines,
                 precision=precision,
                 seed=seed,
+                timing_sets=timing_sets,
                 on_progress=progress,
                 cancel=cancel,
             )
