@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
-import math
 import secrets
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,7 +70,7 @@ def _detach_copy(value):
 
 
 class Verifier:
-    def __init__(self, req: BaselinesRequest, progress: Callable[[str], None], workdir: Path, cache: BaselineCache):
+    def __init__(self, req: BaselinesRequest, progress: Callable[..., None], workdir: Path, cache: BaselineCache):
         self.req, self.progress, self.workdir, self.cache = req, progress, workdir, cache
         self.target = get_target(req.target)
         self.device = req.device
@@ -367,11 +367,12 @@ class Verifier:
             s.timing = Timing(**stats)
             medians = {k: v.median_ms for k, v in stats.items() if k != "candidate"}
             if medians and stats["candidate"].median_ms > 0:
-                s.speedup_over = min(medians, key=medians.get)
+                s.speedup_over = min(medians, key=lambda name: medians[name])
                 s.speedup = medians[s.speedup_over] / stats["candidate"].median_ms
         speedups = [self.report.speedup] + [s.speedup for s in self.report.input_sets]
-        if all(x is not None and x > 0 for x in speedups):
-            self.report.speedup_geomean = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
+        known = [x for x in speedups if x is not None and x > 0]
+        if len(known) == len(speedups):
+            self.report.speedup_geomean = statistics.geometric_mean(known)
 
     def after_timing(self, stats: dict, samples: dict, inputs: list) -> None:
         """The speedup and its interval, then (GPU) the stream, device-state and speed-of-light checks."""
@@ -515,9 +516,7 @@ def device_state(device: str) -> dict:
     return get_device(device).state()
 
 
-def run_verify(
-    req: VerifyRequest, progress: Callable[[str], None], workdir: Path, cache: BaselineCache
-) -> VerifyReport:
+def run_verify(req: VerifyRequest, progress: Callable[..., None], workdir: Path, cache: BaselineCache) -> VerifyReport:
     started = _perf_counter()  # bound before any candidate could patch time.perf_counter
     try:
         report = Verifier(req, progress, workdir, cache).run()
@@ -527,7 +526,7 @@ def run_verify(
     return report
 
 
-def run_baselines(req: BaselinesRequest, progress: Callable[[str], None], workdir: Path, cache: BaselineCache) -> dict:
+def run_baselines(req: BaselinesRequest, progress: Callable[..., None], workdir: Path, cache: BaselineCache) -> dict:
     """The ``baselines`` job: the problem's reference compiled and its timings kept in this worker,
     ahead of the verify that will reuse them (engine/baselines.py)."""
     import torch

@@ -264,7 +264,9 @@ class Step:
     def __init__(self, timeout_s: float, on_progress: Callable[[str], None] | None):
         self.job_started = time.monotonic()
         self.timeout_s, self.on_progress = timeout_s, on_progress
-        self.message, self.limit_s, self.why = "", None, None
+        self.message = ""
+        self.limit_s: float | None = None
+        self.why: str | None = None
         self.started, self.next_tick = self.job_started, self.job_started + self.TICK_S
 
     def begin(self, message: str, limit_s: float | None, why: str | None) -> None:
