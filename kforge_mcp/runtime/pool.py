@@ -4,7 +4,7 @@ A worker is a fresh ``python -m kforge_mcp.worker_jobs`` with a scrubbed environ
 own session (so its whole process group can be killed), no core dumps, and a watchdog in
 the server that enforces the wall-clock timeout and a resident-memory limit. A worker that
 crashes, hangs or overruns is killed and replaced on the next job; the server never waits
-on it longer than the job's timeout.
+on it longer than the job's timeout, nor on a step longer than the limit the worker gave it (Step).
 """
 
 from __future__ import annotations
