@@ -118,6 +118,7 @@ class Engine:
             arch=arch,
             emit_ptx=emit_ptx,
             toolchains=get_target(target).cache_versions(),
+            checks="shared-memory-limit",  # reports cached before this check are not served
         )
         hit = self.compile_cache.get(key)
         if hit is not None:

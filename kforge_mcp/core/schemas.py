@@ -74,6 +74,11 @@ class CompileReport(JobAware):
     sass: dict[str, str] | None = Field(
         None, description="SASS per kernel or extension, when asked for (with emit_ptx)"
     )
+    toolchain: dict[str, str] = Field(
+        default_factory=dict,
+        description="the compiler versions that made this report (e.g. triton, ptxas), on the machine that "
+        "compiled it: registers, spills and shared memory can differ under another version",
+    )
 
 
 class TargetStatus(BaseModel):
