@@ -327,4 +327,9 @@ class Roofline(BaseModel):
     levers: list[Lever] = Field(
         default_factory=list, description="levers of the reference's structure (its FX graph) a profile cannot see"
     )
+    modeled: bool = Field(
+        False,
+        description="the bound of a named device (device_model) from its table peaks, not of the device "
+        "profiled: a model, with no measured time set against it unless that is the device profiled",
+    )
     notes: list[str] = Field(default_factory=list)
