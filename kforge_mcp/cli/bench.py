@@ -171,7 +171,7 @@ def print_summary(summary) -> None:
         f"({summary.device or '-'}, {summary.execution or '-'})"
     )
     cols = [
-        Col("problem", max_width=40, min_width=12),
+        Col("problem", max_width=40, min_width=min(40, max((len(r.problem) for r in summary.problems), default=7))),
         Col("best"),
         Col("candidate", drop=2, max_width=30, min_width=12),
         Col("speedup", numeric=True),
