@@ -370,7 +370,10 @@ class Engine:
                 )
                 report.roofline.notes += [n for n in old.notes if n not in report.roofline.notes]
         if model and not report.errors:
-            report.roofline = self._modeled_roofline(problem, model, report, peaks, timeout_s)
+            try:
+                report.roofline = self._modeled_roofline(problem, model, report, peaks, timeout_s)
+            except KforgeError as e:  # the profile stands; say why the named device's bound is missing
+                report.notes.append(f"no {model} roofline: {e}")
         report.seconds = time.perf_counter() - started
         return report
 
