@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 
 from kforge_mcp.cli.console import (
@@ -17,7 +19,7 @@ from kforge_mcp.cli.console import (
 )
 
 
-def print_compile(report, file: str, written: list[str] = ()) -> None:
+def print_compile(report, file: str, written: Sequence[str] = ()) -> None:
     status = Text("ok", style="bold green") if report.ok else Text("failed", style="bold red")
     made_by = ", ".join(f"{k} {v}" for k, v in report.toolchain.items())
     out.print(
@@ -258,7 +260,7 @@ def print_profile(report) -> None:
             out.print(Text(e, style="red"))
 
 
-def print_analysis(report, printed_notes: list[str] = ()) -> None:
+def print_analysis(report, printed_notes: Sequence[str] = ()) -> None:
     """The advice. ``printed_notes``: notes already on screen (the profile's), not repeated."""
     out.print(Text(report.summary))
     if report.recommendations and out.width >= 120:

@@ -111,7 +111,7 @@ def server_launcher() -> tuple[str, bool]:
     beside = Path(sys.executable).parent / "kforge-mcp"
     launcher = str(beside) if beside.is_file() else shutil.which("kforge-mcp") or "kforge-mcp"
     found = shutil.which("kforge-mcp")
-    return launcher, bool(found) and os.path.realpath(found) == os.path.realpath(launcher)
+    return launcher, found is not None and os.path.realpath(found) == os.path.realpath(launcher)
 
 
 def quietly(fn):

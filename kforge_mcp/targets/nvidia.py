@@ -69,7 +69,7 @@ def normalize_arch(arch: str | None) -> str:
     return f"sm_{m.group(1)}{m.group(2)}" if "." not in text else f"sm_{m.group(1)}{m.group(2)}{m.group(3)}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ptxas_version(prefer_triton_bundle: bool = False) -> str | None:
     """'12.9.86' from ``ptxas --version`` of the ptxas a compile uses (Triton's bundle for Triton)."""
     tool = find_tool("ptxas", prefer_triton_bundle)

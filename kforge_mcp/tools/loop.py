@@ -165,7 +165,7 @@ def register(mcp: MCPServer, app: App) -> None:
         d = driver(app)
         if run_id is not None:
             try:  # an unknown id is a tool error now (naming the closest ids), not a failed job later
-                run_id = await anyio.to_thread.run_sync(lambda: d.store.resolve_id(run_id))  # or a unique prefix
+                run_id = await anyio.to_thread.run_sync(d.store.resolve_id, run_id)  # or a unique prefix
             except KforgeError as e:
                 raise ToolError(str(e)) from None
         if run_id is None:
@@ -250,7 +250,7 @@ def register(mcp: MCPServer, app: App) -> None:
         analyze. Returns the reports, the feedback, the next prompt (with that feedback in it), and
         done when the run is over (best: the best correct candidate so far)."""
         try:
-            run_id = await anyio.to_thread.run_sync(lambda: driver(app).store.resolve_id(run_id))  # or a unique prefix
+            run_id = await anyio.to_thread.run_sync(driver(app).store.resolve_id, run_id)  # or a unique prefix
         except KforgeError as e:
             raise ToolError(str(e)) from None
         text = candidate
