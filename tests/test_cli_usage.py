@@ -4,8 +4,10 @@ device's roofline, and profiles saved as JSON read back."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -137,3 +139,26 @@ def test_analyze_reads_a_saved_profile_report_as_the_report_it_is(home, tmp_path
     assert direct["recommendations"], direct
     assert read_back["recommendations"] == direct["recommendations"]
     assert read_back["source"] == direct["source"] == "ncu"
+
+
+@pytest.mark.parametrize("width", [60, 80, 200])
+def test_a_fitted_table_keeps_every_number_whole_at_any_width(width, monkeypatch):
+    from rich.console import Console
+    from rich.text import Text
+
+    from kforge_mcp.cli import console
+
+    screen = Console(width=width, file=io.StringIO(), color_system=None)
+    monkeypatch.setattr(console, "out", screen)
+    monkeypatch.setattr(console, "PIPED", False)
+    cols = [console.Col("name", min_width=16), console.Col("total ms", numeric=True)]
+    cols += [console.Col(f"metric {i}", numeric=True, drop=i) for i in range(1, 6)]
+    numbers = ["1542307.3215", "0.000123", "98.76", "12345678", "3.5", "77.25"]
+    name = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
+    screen.print(console.fitted_table(cols, [[Text(name), *numbers]]))
+    text = screen.file.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
+    shown = [n for n in numbers if re.search(rf"│\s+{re.escape(n)} │", text)]
+    assert shown[:2] == numbers[:2]  # the kept columns, whole
+    left = re.search(r"left out at \d+ columns: (.*) \(--json", text.replace("\n", " "))
+    assert len(shown) == len(numbers) if width == 200 else left and len(shown) + left[1].count("metric") == 6

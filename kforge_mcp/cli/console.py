@@ -48,25 +48,20 @@ def fitted_table(cols: list[Col], rows: list[list], **options) -> Table:
     """A report table that fits the terminal: numbers are never wrapped or cut, text wraps or folds,
     and where that is not enough the droppable columns go, named in the caption (--json has them)."""
     keep = list(range(len(cols)))
-    while True:
-        table = report_table(**options)
-        for i in keep:
-            c = cols[i]
-            if c.numeric:
-                table.add_column(c.header, justify="right", no_wrap=True)
-            else:
-                least = c.min_width or len(c.header)
-                table.add_column(c.header, overflow="fold", max_width=c.max_width, min_width=least)
-        for row in rows:
-            table.add_row(*(row[i] for i in keep))
+    while not PIPED and least_width([cols[i] for i in keep], [[r[i] for i in keep] for r in rows]) > out.width:
         droppable = [i for i in keep if cols[i].drop]
-        if (
-            PIPED
-            or not droppable
-            or least_width([cols[i] for i in keep], [[r[i] for i in keep] for r in rows]) <= out.width
-        ):
+        if not droppable:
             break
         keep.remove(max(droppable, key=lambda i: (cols[i].drop, i)))
+    table = report_table(**options)
+    for i in keep:
+        c = cols[i]
+        if c.numeric:
+            table.add_column(c.header, justify="right", no_wrap=True)
+        else:
+            table.add_column(c.header, overflow="fold", max_width=c.max_width, min_width=c.min_width or len(c.header))
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
     left = [c.header for i, c in enumerate(cols) if i not in keep]
     if left:
         table.caption = f"left out at {out.width} columns: {', '.join(left)} (--json has every column)"
