@@ -105,8 +105,8 @@ def render(store: RunStore, run_id: str) -> tuple[str, bytes]:
     """(HTML page, PNG) of a run."""
     from kforge_mcp.agents.results import best_of, summarize
 
-    run = store.get_run(run_id)
-    attempts = store.attempts(run_id)
+    run = store.get_run(run_id)  # an id or a unique prefix of one
+    attempts = store.attempts(run.id)
     summaries = [summarize(a) for a in attempts]
     best = best_of(attempts)
     png = plot(run, summaries, best.index if best else None)
@@ -128,6 +128,7 @@ def render(store: RunStore, run_id: str) -> tuple[str, bytes]:
 
 
 def write_report(store: RunStore, run_id: str, out: Path | str | None = None) -> ReportFiles:
+    run_id = store.resolve_id(run_id)  # an id or a unique prefix of one
     html, png = render(store, run_id)
     folder = (Path(out).expanduser() if out else report_dir(store, run_id)).resolve()
     folder.mkdir(parents=True, exist_ok=True)

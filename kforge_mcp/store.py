@@ -71,6 +71,12 @@ CREATE TABLE IF NOT EXISTS attempts (
 """
 
 
+RUN_SELECT = (  # a run with its attempt count and tokens spent
+    "SELECT r.*, (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.id) AS n,"
+    " (SELECT COALESCE(SUM(a.tokens), 0) FROM attempts a WHERE a.run_id = r.id) AS tokens FROM runs r"
+)
+
+
 class Attempt(BaseModel):
     run_id: str
     index: int
@@ -218,18 +224,26 @@ class RunStore:
         return self.get_run(run_id)
 
     def get_run(self, run_id: str) -> Run:
+        """The run with this id, or with the one id this prefix starts (callers go on with ``run.id``)."""
         with closing(self._connect()) as db:
-            row = db.execute(
-                "SELECT r.*, (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.id) AS n,"
-                " (SELECT COALESCE(SUM(a.tokens), 0) FROM attempts a WHERE a.run_id = r.id) AS tokens"
-                " FROM runs r WHERE r.id = ?",
-                (run_id,),
-            ).fetchone()
+            row = db.execute(RUN_SELECT + " WHERE r.id = ?", (run_id,)).fetchone()
             if row is None:
                 ids = [r[0] for r in db.execute("SELECT id FROM runs ORDER BY created DESC")]
+                starting = [i for i in ids if run_id and i.startswith(run_id)]
+                if len(starting) == 1:
+                    row = db.execute(RUN_SELECT + " WHERE r.id = ?", (starting[0],)).fetchone()
+                elif len(starting) > 1:
+                    raise InputError(
+                        f"run id prefix '{run_id}' matches {len(starting)} runs ({', '.join(starting[:5])}"
+                        f"{', ...' if len(starting) > 5 else ''}): give more of the id"
+                    )
         if row is None:
             raise InputError(self._unknown(run_id, ids))
         return self._reaped(self._run(row))
+
+    def resolve_id(self, run_id: str) -> str:
+        """The full id of a run given by its id or a unique prefix of it."""
+        return self.get_run(run_id).id
 
     def _unknown(self, run_id: str, ids: list[str]) -> str:
         if not ids:
@@ -241,12 +255,7 @@ class RunStore:
 
     def list_runs(self, limit: int = 100) -> list[Run]:
         with closing(self._connect()) as db:
-            rows = db.execute(
-                "SELECT r.*, (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.id) AS n,"
-                " (SELECT COALESCE(SUM(a.tokens), 0) FROM attempts a WHERE a.run_id = r.id) AS tokens"
-                " FROM runs r ORDER BY r.created DESC LIMIT ?",
-                (limit,),
-            ).fetchall()
+            rows = db.execute(RUN_SELECT + " ORDER BY r.created DESC LIMIT ?", (limit,)).fetchall()
         return [self._reaped(self._run(r)) for r in rows]
 
     @staticmethod

@@ -357,9 +357,12 @@ async def test_report_resource_and_unknown_run_ids_over_mcp(server):
         )
         out = r.structured_content
         page = (await client.read_resource(out["report_uri"])).contents[0]
-        bad = await client.call_tool("run_loop", {"problem": PROBLEM, "target": "triton", "run_id": out["run_id"][:-1]})
+        by_prefix = json.loads((await client.read_resource(f"kforge://runs/{out['run_id'][:-1]}")).contents[0].text)
+        mistyped = out["run_id"][:-1] + ("0" if out["run_id"][-1] != "0" else "1")
+        bad = await client.call_tool("run_loop", {"problem": PROBLEM, "target": "triton", "run_id": mistyped})
     assert Path(out["report"]).is_file() and page.mime_type == "text/html"
     assert "<h1>Run " + out["run_id"] in page.text and "data:image/png;base64," in page.text
+    assert by_prefix["id"] == out["run_id"]  # an id may be shortened to a unique prefix
     assert bad.is_error and "unknown run_id" in bad.content[0].text and out["run_id"] in bad.content[0].text
 
 

@@ -125,8 +125,9 @@ def test_an_older_store_gains_owner_columns_and_unknown_ids_name_the_closest(tmp
     store = RunStore.for_home(tmp_path)
     run = store.get_run("abc123def456")
     assert run.status == "running" and run.owner_pid is None  # no owner: driven by a client, never reaped
-    with pytest.raises(InputError, match=r"unknown run_id 'abc123'; closest: abc123def456"):
-        store.get_run("abc123")
+    assert store.get_run("abc123").id == "abc123def456"  # a unique prefix names it
+    with pytest.raises(InputError, match=r"unknown run_id 'abc124'; closest: abc123def456"):
+        store.get_run("abc124")
     with pytest.raises(InputError, match="no runs recorded"):
         RunStore(tmp_path / "empty.db").get_run("x")
 

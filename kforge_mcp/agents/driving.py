@@ -171,6 +171,7 @@ class Driving:
         """Continue a run from its last attempt (after a crash, a cancel, or with a larger budget):
         recorded attempts are kept; an attempt that was cut off is asked for again."""
         run = self.store.get_run(run_id)  # an unknown id fails here, naming the closest ones
+        run_id = run.id  # the full id, when given a unique prefix
         more = {k: v for k, v in more_options.items() if v is not None}
         opts = LoopOptions.parse({**run.options, **more})
         self.store.claim(run_id)  # before changing its options: refused while another process drives it

@@ -8,12 +8,13 @@ from kforge_mcp.cli.console import (
     EXIT_INPUT,
     EXIT_OK,
     VERDICT_STYLE,
+    Col,
     err,
+    fitted_table,
     fmt,
     open_engine,
     out,
     print_json,
-    report_table,
 )
 from kforge_mcp.core.options import BASELINES, VERIFY
 
@@ -165,15 +166,21 @@ def print_summary(summary) -> None:
     from rich.text import Text
 
     wide = out.width >= 120  # narrower: findings and errors go below the table, one line per problem
-    table = report_table(
-        title=f"kforge bench: {summary.target}, {summary.suite.problems} problems "
+    title = (
+        f"kforge bench: {summary.target}, {summary.suite.problems} problems "
         f"({summary.device or '-'}, {summary.execution or '-'})"
     )
-    cols: tuple[str, ...] = ("problem", "best", "candidate", "speedup", "vs eager", "vs compile", "SOL")
-    cols += ("findings / error",) if wide else ()
-    for col in cols:
-        table.add_column(col, justify="right" if col in cols[3:7] else "left", no_wrap=True, overflow="ellipsis")
-    below = []
+    cols = [
+        Col("problem", max_width=40, min_width=min(40, max((len(r.problem) for r in summary.problems), default=7))),
+        Col("best"),
+        Col("candidate", drop=2, max_width=30, min_width=12),
+        Col("speedup", numeric=True),
+        Col("vs eager", numeric=True, drop=1),
+        Col("vs compile", numeric=True, drop=1),
+        Col("SOL %", numeric=True),
+    ]
+    cols += [Col("findings / error", max_width=70)] if wide else []
+    rows, below = [], []
     for r in summary.problems:
         sol = None if r.fraction_of_sol is None else r.fraction_of_sol * 100
         notes = (r.error or "").replace(r.path, Path(r.path).name) or ", ".join(f["code"] for f in r.findings)
@@ -181,20 +188,21 @@ def print_summary(summary) -> None:
             bad = next((c for c in r.candidates if c.candidate == r.best_candidate), None)
             notes = (bad.error if bad and bad.error else "") or notes
         row = [
-            r.problem,
+            Text(r.problem),
             Text(r.best_verdict or "none", style=VERDICT_STYLE.get(r.best_verdict, "bold red")),
-            Path(r.best_candidate).name if r.best_candidate else "-",
+            Text(Path(r.best_candidate).name if r.best_candidate else "-"),
             fmt(r.speedup, ".3g"),
             fmt(r.speedup_eager, ".3g"),
             fmt(r.speedup_compiled, ".3g"),
             fmt(sol, ".0f"),
         ]
-        table.add_row(*row, *([Text(notes[:70])] if wide else []))
+        rows.append(row + ([Text(notes[:70])] if wide else []))
         if notes and not wide:
             below.append(f"  {r.problem}: {notes}")
+    table = fitted_table(cols, rows, title=title)
     out.print(table)
     for line in below:
-        out.print(Text(line), soft_wrap=True)
+        out.print(Text(line))
     s = summary.suite
     fast = "  ".join(f"fast_{p} {v:.0%}" for p, v in s.fast_p.items())
     out.print(

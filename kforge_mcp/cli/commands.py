@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from pydantic import BaseModel
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -13,15 +15,25 @@ from kforge_mcp.cli.console import (
     EXIT_NOT_OK,
     EXIT_OK,
     VERDICT_STYLE,
+    Col,
     err,
+    fitted_table,
     open_engine,
     out,
     print_json,
-    report_table,
     with_status,
 )
-from kforge_mcp.cli.reports import print_analysis, print_batch, print_compile, print_profile, print_verify
+from kforge_mcp.cli.reports import (
+    print_analysis,
+    print_batch,
+    print_compile,
+    print_profile,
+    print_verify,
+    write_assembly,
+)
+from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.schemas import VerifyBatchReport, summarize_batch
+from kforge_mcp.profiling.report import AnalysisReport, ProfileReport
 
 
 def cmd_targets(args) -> int:
@@ -30,17 +42,21 @@ def cmd_targets(args) -> int:
     if args.json:
         print_json(report)
         return EXIT_OK
-    table = report_table(title="kforge targets")
-    for column in ("target", "available", "devices", "versions", "reason / notes"):
-        table.add_column(column)
-    for t in report.targets:
-        available = Text("yes", style="green") if t.available else Text("no", style="red")
-        versions = "\n".join(f"{k} {v}" for k, v in t.versions.items())
-        notes = Text("\n".join(t.notes), style="dim")
-        if t.reason:
-            notes = Text.assemble(Text(t.reason, style="yellow"), "\n" if t.notes else "", notes)
-        table.add_row(t.name, available, ", ".join(t.devices) or "-", versions or "-", notes)
-    out.print(table)
+    cols = [Col("target"), Col("available"), Col("devices", max_width=30), Col("versions")]
+    rows = [
+        [
+            t.name,
+            Text("yes", style="green") if t.available else Text("no", style="red"),
+            ", ".join(t.devices) or "-",
+            "\n".join(f"{k} {v}" for k, v in t.versions.items()) or "-",
+        ]
+        for t in report.targets
+    ]
+    out.print(fitted_table(cols, rows, title="kforge targets"))
+    for t in report.targets:  # reasons and notes below the table, at the terminal's full width
+        out.print(Text.assemble(Text(t.name, style="bold"), ": ", Text(t.reason or "available", style="yellow")))
+        for note in t.notes:
+            out.print(Padding(Text(note, style="dim"), (0, 0, 0, 2)))
     host = Table.grid(padding=(0, 2))
     for key, value in report.host.items():
         host.add_row(Text(key, style="bold"), Text(value))
@@ -52,17 +68,26 @@ def cmd_targets(args) -> int:
 
 
 def cmd_compile(args) -> int:
+    if args.file and args.candidate and args.file != args.candidate:
+        raise InputError("give the candidate once: as the argument or as --candidate")
+    candidate = args.file or args.candidate
+    if not candidate:
+        raise InputError("compile needs the candidate: kforge compile CANDIDATE.py --target ...")
+    emit = args.ptx or bool(args.out)
     with open_engine(args.home) as engine:
         report = with_status(
-            f"compiling {args.file}",
+            f"compiling {candidate}",
             lambda p: engine.compile(
-                args.target, args.file, arch=args.arch, problem=args.problem, emit_ptx=args.ptx, on_progress=p
+                args.target, candidate, arch=args.arch, problem=args.problem, emit_ptx=emit, on_progress=p
             ),
         )
+    written = write_assembly(report, args.out) if args.out else []
     if args.json:
         print_json(report)
+        for line in written:
+            err.print(Text(line, style="dim"), soft_wrap=True)
     else:
-        print_compile(report, args.file)
+        print_compile(report, candidate, written)
     return EXIT_OK if report.ok else EXIT_NOT_OK
 
 
@@ -93,6 +118,11 @@ def cmd_verify(args) -> int:
     return EXIT_OK if report.verdict == "pass" else EXIT_NOT_OK
 
 
+def judging(args) -> dict:
+    """The judging options given (verify-batch passes only these, so each item keeps its defaults)."""
+    return {k: getattr(args, k) for k in ("atol", "rtol", "precision", "seed") if getattr(args, k) is not None}
+
+
 def cmd_verify_batch(args) -> int:
     items = [{"problem": args.problem, "candidate": c} for c in args.candidates]
     n, done = len(items), [0]
@@ -121,6 +151,7 @@ def cmd_verify_batch(args) -> int:
                 trials=args.trials,
                 timeout_s=args.timeout,
                 baselines=args.baselines,
+                **judging(args),
             )
     report = VerifyBatchReport(reports=reports, summary=summarize_batch(reports, time.perf_counter() - started))
     if args.json:
@@ -142,18 +173,28 @@ def cmd_profile(args) -> int:
                 depth=args.depth,
                 iterations=args.iterations,
                 proton=args.proton,
+                device_model=args.device_model,
                 timeout_s=args.timeout,
                 on_progress=p,
             ),
         )
         analysis = engine.analyze_profile(profile=report.model_dump()) if args.advise and not report.errors else None
-    if args.json:
+    if args.json and analysis is not None:  # both reports, so --advise keeps its recommendations
+        print_json(ProfileWithAnalysis(profile=report, analysis=analysis))
+    elif args.json:
         print_json(report)
     else:
         print_profile(report)
         if analysis is not None:
-            print_analysis(analysis)
+            print_analysis(analysis, printed_notes=report.notes)
     return EXIT_NOT_OK if report.errors else EXIT_OK
+
+
+class ProfileWithAnalysis(BaseModel):
+    """``kforge profile --advise --json``: the profile and the analysis agent's report on it."""
+
+    profile: ProfileReport
+    analysis: AnalysisReport
 
 
 def cmd_analyze(args) -> int:

@@ -7,9 +7,11 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -27,6 +29,70 @@ def report_table(**options) -> Table:
     if PIPED:
         options = {"box": box.ASCII, "title_justify": "left", **options}
     return Table(**options)
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column of a fitted table. ``drop``: 0 keeps it always; on a narrow terminal the columns with
+    the highest ``drop`` go first. Text wraps at words, folds past ``max_width``, and never gets
+    narrower than ``min_width``."""
+
+    header: str
+    numeric: bool = False
+    drop: int = 0
+    max_width: int | None = None
+    min_width: int | None = None  # text: narrower than this, the table drops columns instead (default: the header)
+
+
+def fitted_table(cols: list[Col], rows: list[list], **options) -> Table:
+    """A report table that fits the terminal: numbers are never wrapped or cut, text wraps or folds,
+    and where that is not enough the droppable columns go, named in the caption (--json has them)."""
+    keep = list(range(len(cols)))
+    while not PIPED and least_width([cols[i] for i in keep], [[r[i] for i in keep] for r in rows]) > out.width:
+        droppable = [i for i in keep if cols[i].drop]
+        if not droppable:
+            break
+        keep.remove(max(droppable, key=lambda i: (cols[i].drop, i)))
+    table = report_table(**options)
+    for i in keep:
+        c = cols[i]
+        if c.numeric:
+            table.add_column(c.header, justify="right", no_wrap=True)
+        else:
+            table.add_column(c.header, overflow="fold", max_width=c.max_width, min_width=c.min_width or len(c.header))
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    left = [c.header for i, c in enumerate(cols) if i not in keep]
+    if left:
+        table.caption = f"left out at {out.width} columns: {', '.join(left)} (--json has every column)"
+        table.caption_justify = "left"
+    return table
+
+
+def least_width(cols: list[Col], rows: list[list]) -> int:
+    """The narrowest a table of these columns can be: numbers at full width, text at its min_width
+    (it folds below that), plus rich's padding and rules (3 per column and 1)."""
+
+    def width(cell) -> int:
+        text = cell.plain if isinstance(cell, Text) else str(cell)
+        return max((cell_len(line) for line in text.splitlines()), default=0)
+
+    total = 1
+    for i, c in enumerate(cols):
+        if c.numeric:
+            total += max([len(c.header)] + [width(r[i]) for r in rows])
+        else:
+            total += max(c.min_width or 0, len(c.header))
+        total += 3
+    return total
+
+
+def heading(text: str) -> None:
+    """A section heading: a rule across a terminal; one short line when piped (no 4096-wide rule)."""
+    if PIPED:
+        out.print(f"--- {text} ---")
+    else:
+        out.rule(text)
 
 
 err = Console(stderr=True, highlight=False)
@@ -138,7 +204,7 @@ def print_diagnostics(diagnostics, fallback_file: str) -> None:
         line = Text(f"{where}: ", style="bold")
         line.append(f"{d.severity}: ", style=SEVERITY_STYLE.get(d.severity, "bold"))
         line.append(d.message)
-        out.print(line, soft_wrap=True)
+        out.print(line)
         source_line = read_line(d.file or fallback_file, d.line)
         if source_line is not None:
             out.print(Text(source_line), soft_wrap=True)

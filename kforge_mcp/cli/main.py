@@ -40,6 +40,14 @@ def add_verify_options(p: argparse.ArgumentParser, trials_help: str, timeout_hel
     )
 
 
+def add_judging_options(p: argparse.ArgumentParser) -> None:
+    """--atol, --rtol, --precision and --seed: what judges a candidate (verify and verify-batch)."""
+    p.add_argument("--atol", type=float, help="absolute tolerance (default per precision)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default per precision)")
+    p.add_argument("--precision", choices=list(PRECISION_TOLERANCE), help="dtype and default tolerance to judge at")
+    p.add_argument("--seed", type=int, help="seed of inputs and weights (default: fresh per call, reported)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kforge",
@@ -59,11 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_targets)
 
     p = sub.add_parser("compile", parents=[report], help="compile a candidate without running it")
-    p.add_argument("file", help="candidate source (.py)")
+    p.add_argument("file", nargs="?", metavar="candidate", help="candidate source (.py)")
+    p.add_argument("--candidate", "--source", dest="candidate", help="the candidate, as an option (as in verify)")
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
     p.add_argument("--arch", help="e.g. sm_90a (default: this GPU's, or the target's default)")
     p.add_argument("--problem", help="problem file: trace the real launches for exact kernel signatures")
-    p.add_argument("--ptx", action="store_true", help="also print the PTX of each kernel")
+    p.add_argument("--ptx", action="store_true", help="also print the PTX (and SASS where the target gives it)")
+    p.add_argument(
+        "--out", metavar="FILE", help="write the PTX of every kernel to FILE (SASS beside it, as .sass); implies --ptx"
+    )
     p.set_defaults(handler=cmd_compile)
 
     p = sub.add_parser("verify", parents=[report], help="check a candidate against its reference and time it")
@@ -72,10 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
     p.add_argument("--device", help="e.g. cuda:0, xpu:0 or cpu (default: the best one here)")
     add_verify_options(p, "correctness trials, each on fresh inputs", "kill the worker after S seconds")
-    p.add_argument("--atol", type=float, help="absolute tolerance (default per precision)")
-    p.add_argument("--rtol", type=float, help="relative tolerance (default per precision)")
-    p.add_argument("--precision", choices=list(PRECISION_TOLERANCE), help="dtype and default tolerance to judge at")
-    p.add_argument("--seed", type=int, help="seed of inputs and weights (default: fresh per call, reported)")
+    add_judging_options(p)
     p.add_argument(
         "--timing-sets",
         choices=("main", "all"),
@@ -92,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
     p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
     add_verify_options(p, "correctness trials per candidate", "per candidate: kill its worker after S seconds")
+    add_judging_options(p)
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify_batch)
 
@@ -110,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--iterations", type=int, default=PROFILE.iterations, help=f"profiled forwards (default {PROFILE.iterations})"
     )
     p.add_argument("--proton", action="store_true", help="also run Triton's proton profiler")
+    p.add_argument(
+        "--device-model",
+        metavar="NAME",
+        help="give the roofline of this device of the peaks table (e.g. h200, b200) from any machine, as a model",
+    )
     p.add_argument("--advise", action="store_true", help="also print the analysis agent's recommendations")
     p.add_argument(
         "--timeout", type=float, default=PROFILE.timeout_s, metavar="S", help="kill the worker after S seconds"

@@ -2,52 +2,101 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 
-from kforge_mcp.cli.console import PRIORITY_STYLE, VERDICT_STYLE, fmt, out, print_diagnostics, report_table
+from kforge_mcp.cli.console import (
+    PRIORITY_STYLE,
+    VERDICT_STYLE,
+    Col,
+    fitted_table,
+    fmt,
+    heading,
+    out,
+    print_diagnostics,
+    report_table,
+)
 
 
-def print_compile(report, file: str) -> None:
+def print_compile(report, file: str, written: Sequence[str] = ()) -> None:
     status = Text("ok", style="bold green") if report.ok else Text("failed", style="bold red")
+    made_by = ", ".join(f"{k} {v}" for k, v in report.toolchain.items())
     out.print(
         Text.assemble(
             "compile ",
             status,
             f"  target {report.target}, arch {report.arch or 'default'}, "
             f"{report.seconds:.2f} s{', cached' if report.cached else ''}",
+            Text(f"; made by {made_by} here" if made_by else "", style="dim"),
         )
     )
     print_diagnostics(report.diagnostics, file)
     if report.kernels:
-        table = report_table(title=f"kernels (signature {report.signature_source or 'unknown'})")
-        for column in ("kernel", "registers", "spills (B)", "shared (B)", "warps", "stages"):
-            table.add_column(column, justify="left" if column == "kernel" else "right")
-        for k in report.kernels:
-            name = f"{k.name} [{k.config}]" if k.config else k.name  # one row per autotune config
-            table.add_row(name, *(fmt(v) for v in (k.registers, k.spills, k.shared_bytes, k.num_warps, k.num_stages)))
-        out.print(table)
-    for name, ptx in (report.ptx or {}).items():
-        out.rule(f"PTX {name}")
-        out.print(Text(ptx), soft_wrap=True)
+        cols = [Col("kernel", max_width=48, min_width=16)]
+        cols += [Col(h, numeric=True) for h in ("registers", "spills (B)", "shared (B)", "warps", "stages")]
+        rows = [
+            [
+                Text(f"{k.name} [{k.config}]" if k.config else k.name),  # one row per autotune config
+                *(fmt(v) for v in (k.registers, k.spills, k.shared_bytes, k.num_warps, k.num_stages)),
+            ]
+            for k in report.kernels
+        ]
+        out.print(fitted_table(cols, rows, title=f"kernels (signature {report.signature_source or 'unknown'})"))
+    if written:  # --out: the PTX is in a file, not on the screen
+        for line in written:
+            out.print(line)
+        return
+    for kind, texts in (("PTX", report.ptx), ("SASS", report.sass)):
+        for name, text in (texts or {}).items():
+            heading(f"{kind} {name}")
+            out.print(Text(text), soft_wrap=True)
+
+
+def write_assembly(report, path: str) -> list[str]:
+    """PTX of every kernel to ``path`` (each after a comment naming it), SASS beside it as .sass; what
+    was written, for the report."""
+    from pathlib import Path
+
+    written = []
+    target = Path(path)
+    for kind, texts, where in (
+        ("PTX", report.ptx, target),
+        ("SASS", report.sass, target.with_suffix(".sass") if target.suffix != ".sass" else target.with_suffix(".s")),
+    ):
+        if not texts:
+            continue
+        where.write_text("".join(f"// {kind} of {name}\n{text.rstrip()}\n\n" for name, text in texts.items()))
+        written.append(f"{kind} of {len(texts)} kernel{'s' if len(texts) > 1 else ''} written to {where}")
+    return written or [f"no PTX came back: nothing written to {path}"]
 
 
 def print_batch(report, candidates: list[str]) -> None:
-    table = report_table(title=f"{report.summary.total} candidates")
-    for column in ("#", "candidate", "verdict", "speedup", "candidate ms", "seconds", "node / note"):
-        table.add_column(column, justify="right" if column in ("#", "speedup", "candidate ms", "seconds") else "left")
+    cols = [
+        Col("#", numeric=True),
+        Col("candidate", max_width=40, min_width=16),
+        Col("verdict"),
+        Col("speedup", numeric=True),
+        Col("cand. ms", numeric=True, drop=1),
+        Col("seconds", numeric=True, drop=2),
+        Col("node / note", drop=3, max_width=60, min_width=16),
+    ]
+    rows = []
     for i, (r, c) in enumerate(zip(report.reports, candidates)):
         ms = r.timing.candidate.median_ms if r.timing and r.timing.candidate else None
         note = next((e for e in r.errors if e), "")[:80] or (r.node or "")[:12]
-        table.add_row(
-            str(i),
-            c,
-            Text(r.verdict or "?", style=VERDICT_STYLE.get(r.verdict, "")),
-            fmt(r.speedup, ".3g"),
-            fmt(ms, ".4f"),
-            fmt(r.seconds, ".1f"),
-            Text(note),
+        rows.append(
+            [
+                str(i),
+                Text(c),
+                Text(r.verdict or "?", style=VERDICT_STYLE.get(r.verdict, "")),
+                fmt(r.speedup, ".3g"),
+                fmt(ms, ".4f"),
+                fmt(r.seconds, ".1f"),
+                Text(note),
+            ]
         )
-    out.print(table)
+    out.print(fitted_table(cols, rows, title=f"{report.summary.total} candidates"))
     s = report.summary
     counts = ", ".join(f"{k} {v}" for k, v in sorted(s.verdicts.items()))
     best = f"; best: #{s.best_index} at {s.best_speedup:.3g}x" if s.best_index is not None else ""
@@ -86,11 +135,11 @@ def print_verify(report, candidate: str) -> None:
     print_timing(report.timing)
     print_input_sets(report)
     for f in report.findings:
-        out.print(Text.assemble(Text(f"{f.code}: ", style="bold yellow"), f.message), soft_wrap=True)
+        out.print(Text.assemble(Text(f"{f.code}: ", style="bold yellow"), f.message))
     print_mismatches(report.mismatches)
     for e in report.errors:
         if e:
-            out.print(Text(e, style="red"), soft_wrap=True)
+            out.print(Text(e, style="red"))
     print_diagnostics(report.diagnostics, candidate)
 
 
@@ -149,7 +198,7 @@ def print_mismatches(mismatches) -> None:
             )
         if m.atol is not None or m.rtol is not None:
             line.append(f" (atol {fmt(m.atol, 'g')}, rtol {fmt(m.rtol, 'g')})", style="dim")
-        out.print(line, soft_wrap=True)
+        out.print(line)  # wrapped at words on a terminal, never inside a number
 
 
 def print_profile(report) -> None:
@@ -162,24 +211,21 @@ def print_profile(report) -> None:
         )
     )
     if report.kernels:
-        table = report_table(title="kernels" if report.device_kernels() else "CPU ops (no device kernels)")
-        for column in (
-            "name",
-            "launches",
-            "total ms",
-            "mean us",
-            "grid",
-            "block",
-            "regs",
-            "occupancy %",
-            "sm %",
-            "mem %",
-        ):
-            table.add_column(column, justify="left" if column == "name" else "right")
-        for k in report.kernels:
-            name = k.name if len(k.name) <= 60 else k.name[:57] + "..."
-            table.add_row(
-                Text(name),
+        cols = [
+            Col("name", max_width=60, min_width=16),
+            Col("launches", numeric=True),
+            Col("total ms", numeric=True),
+            Col("mean us", numeric=True),
+            Col("grid", drop=5, max_width=14),
+            Col("block", drop=5, max_width=12),
+            Col("regs", numeric=True, drop=1),
+            Col("occ %", numeric=True, drop=2),
+            Col("sm %", numeric=True, drop=3),
+            Col("mem %", numeric=True, drop=4),
+        ]
+        rows = [
+            [
+                Text(k.name),
                 str(k.launches),
                 f"{k.device_ms:.4f}",
                 f"{k.mean_ms * 1e3:.2f}",
@@ -189,23 +235,28 @@ def print_profile(report) -> None:
                 fmt(k.achieved_occupancy_pct, ".1f"),
                 fmt(k.sm_throughput_pct, ".1f"),
                 fmt(k.memory_throughput_pct, ".1f"),
-            )
-        out.print(table)
+            ]
+            for k in report.kernels
+        ]
+        title = "kernels" if report.device_kernels() else "CPU ops (no device kernels)"
+        out.print(fitted_table(cols, rows, title=title))
     if report.host_overhead_ms is not None:
         out.print(f"host launch time per forward: {report.host_overhead_ms * 1e3:.1f} us")
     r = report.roofline
     if r is not None:
+        fraction = (
+            "none: no time measured on this device"
+            if r.fraction_of_sol is None and r.modeled
+            else fmt(r.fraction_of_sol, ".1%") + (f" of a corrected bound ({r.correction})" if r.below_bound else "")
+        )
         out.print(
             Text.assemble(
-                Text("roofline ", style="bold"),
+                Text("roofline " + ("(a model) " if r.modeled else ""), style="bold"),
                 f"{r.device} {r.dtype} (bound on the {r.path} path): {r.flops:.3g} FLOPs, "
-                f"{r.bytes:.3g} bytes, T_SOL {r.sol_ms * 1e3:.2f} us, {r.bound}-bound, fraction of SOL "
-                + fmt(r.fraction_of_sol, ".1%")
-                + (f" of a corrected bound ({r.correction})" if r.below_bound else ""),
-            ),
-            soft_wrap=True,
+                f"{r.bytes:.3g} bytes, T_SOL {r.sol_ms * 1e3:.2f} us, {r.bound}-bound, fraction of SOL {fraction}",
+            )
         )
-        out.print(f"compute path: {r.path_reason}", soft_wrap=True)
+        out.print(f"compute path: {r.path_reason}")
         print_paths(r.paths)
         for lv in r.levers:  # what the reference's structure allows beyond this bound
             out.print(
@@ -214,37 +265,61 @@ def print_profile(report) -> None:
                     f"{lv.title}: T_SOL {lv.sol_ms_after * 1e3:.2f} us "
                     f"({lv.flops_saved:.3g} FLOPs and {lv.bytes_saved:.3g} bytes fewer a forward)",
                 ),
-                soft_wrap=True,
             )
+        for n in r.notes if r.modeled else []:
+            out.print(Text(n, style="dim"))
     for n in report.notes:
-        out.print(Text(n, style="dim"), soft_wrap=True)
+        out.print(Text(n, style="dim"))
     for e in report.errors:
         if e:
-            out.print(Text(e, style="red"), soft_wrap=True)
+            out.print(Text(e, style="red"))
 
 
-def print_analysis(report) -> None:
-    out.print(Text(report.summary), soft_wrap=True)
-    if report.recommendations:
-        table = report_table(title="recommendations")
-        for column in ("#", "priority", "gain", "title", "evidence", "action"):
-            table.add_column(column, justify="right" if column in ("#", "gain") else "left")
-        for i, rec in enumerate(report.recommendations, 1):
-            evidence = "\n".join(
-                f"{e.metric}{f' [{e.kernel[:24]}]' if e.kernel else ''}: {e.value}"
-                + (f" (good: {e.good})" if e.good else "")
-                for e in rec.evidence[:5]
-            )
-            table.add_row(
+def print_analysis(report, printed_notes: Sequence[str] = ()) -> None:
+    """The advice. ``printed_notes``: notes already on screen (the profile's), not repeated."""
+    out.print(Text(report.summary))
+    if report.recommendations and out.width >= 120:
+        cols = [
+            Col("#", numeric=True),
+            Col("priority"),
+            Col("gain", numeric=True),
+            Col("title", max_width=40),
+            Col("evidence", max_width=50),
+            Col("action"),
+        ]
+        rows = [
+            [
                 str(i),
                 Text(rec.priority, style=PRIORITY_STYLE.get(rec.priority, "")),
                 f"{rec.expected_gain:.0%}",
                 Text(rec.title),
-                Text(evidence),
+                Text("\n".join(evidence_lines(rec))),
                 Text(rec.action),
+            ]
+            for i, rec in enumerate(report.recommendations, 1)
+        ]
+        out.print(fitted_table(cols, rows, title="recommendations"))
+    elif report.recommendations:  # narrower: one block per recommendation, wrapped at words
+        out.print(Text("recommendations", style="bold underline"))
+        for i, rec in enumerate(report.recommendations, 1):
+            out.print(
+                Text.assemble(
+                    f"{i}. ",
+                    Text(rec.priority, style=PRIORITY_STYLE.get(rec.priority, "")),
+                    f", expected gain {rec.expected_gain:.0%}: ",
+                    Text(rec.title, style="bold"),
+                )
             )
-        out.print(table)
+            out.print(Text(rec.action), Text("\n".join(evidence_lines(rec)), style="dim"))
     if report.narrative:
-        out.print(Text(report.narrative), soft_wrap=True)
+        out.print(Text(report.narrative))
     for n in report.notes:
-        out.print(Text(n, style="dim"), soft_wrap=True)
+        if n not in printed_notes:
+            out.print(Text(n, style="dim"))
+
+
+def evidence_lines(rec) -> list[str]:
+    return [
+        f"{e.metric}{f' [{e.kernel[:24]}]' if e.kernel else ''}: {e.value}" + (f" (good: {e.good})" if e.good else "")
+        for e in rec.evidence[:5]
+    ]

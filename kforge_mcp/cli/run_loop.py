@@ -3,7 +3,23 @@
 
 from __future__ import annotations
 
-from kforge_mcp.cli.console import EXIT_NOT_OK, EXIT_OK, comma_list, err, open_engine, out, print_json
+import time
+
+from pydantic import BaseModel, Field
+from rich.text import Text
+
+from kforge_mcp.cli.console import (
+    EXIT_NOT_OK,
+    EXIT_OK,
+    Col,
+    comma_list,
+    err,
+    fitted_table,
+    fmt,
+    open_engine,
+    out,
+    print_json,
+)
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.home import default_home
 from kforge_mcp.core.options import BASELINES, VERIFY
@@ -54,8 +70,12 @@ def add_parser(sub, parents) -> None:
     p.add_argument("--output", "-o", help="write the best candidate here")
     p.set_defaults(handler=cmd_run_loop)
 
+    p = sub.add_parser("runs", parents=parents, help="recent loop runs: id, problem, target, best speedup, status")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="the N most recent (default 20)")
+    p.set_defaults(handler=cmd_runs)
+
     p = sub.add_parser("report", parents=parents, help="draw a loop run: HTML page and PNG of speedup per attempt")
-    p.add_argument("run_id", help="a run id (kforge://runs, or the id run-loop printed)")
+    p.add_argument("run_id", help="a run id or a unique prefix of one (kforge runs lists them)")
     p.add_argument("--out", metavar="DIR", help="write report.html and report.png here (default <home>/reports/RUN_ID)")
     p.set_defaults(handler=cmd_report)
 
@@ -119,6 +139,68 @@ def cmd_run_loop(args) -> int:
         if result.report:
             out.print(f"report: {result.report}")
     return EXIT_OK if result.best else EXIT_NOT_OK
+
+
+class RunRow(BaseModel):
+    id: str
+    problem: str
+    target: str
+    best_speedup: float | None = Field(None, description="speedup of the best correct attempt")
+    status: str
+    stop_reason: str | None = None
+    attempts: int
+    updated: float
+
+
+class RunsList(BaseModel):
+    runs: list[RunRow]
+
+
+def cmd_runs(args) -> int:
+    from pathlib import Path
+
+    store = RunStore.for_home(args.home or default_home())
+    rows = []
+    for run in store.list_runs(limit=max(1, args.limit)):
+        best = store.get_attempt(run.id, run.best_attempt) if run.best_attempt is not None else None
+        rows.append(
+            RunRow(
+                id=run.id,
+                problem=run.problem_name or Path(run.problem).stem,
+                target=run.target,
+                best_speedup=best.speedup if best else None,
+                status=run.status,
+                stop_reason=run.stop_reason,
+                attempts=run.attempts,
+                updated=run.updated,
+            )
+        )
+    if getattr(args, "json", False):
+        print_json(RunsList(runs=rows))
+        return EXIT_OK
+    if not rows:
+        out.print(f"no runs recorded in {store.path}")
+        return EXIT_OK
+    cols = [
+        Col("id"),
+        Col("problem", max_width=32, min_width=12),
+        Col("target"),
+        Col("best", numeric=True),
+        Col("status"),
+        Col("attempts", numeric=True, drop=2),
+        Col("updated", drop=1),
+    ]
+    when = lambda t: time.strftime("%Y-%m-%d %H:%M", time.localtime(t))  # noqa: E731
+    table = fitted_table(
+        cols,
+        [
+            [r.id, Text(r.problem), r.target, fmt(r.best_speedup, ".3g"), r.status, str(r.attempts), when(r.updated)]
+            for r in rows
+        ],
+        title="runs, newest first (an id may be shortened to a unique prefix)",
+    )
+    out.print(table)
+    return EXIT_OK
 
 
 def cmd_report(args) -> int:

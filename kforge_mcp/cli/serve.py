@@ -8,9 +8,11 @@ import contextlib
 import ipaddress
 import logging
 import os
+import shutil
 import socket
 import sys
 import threading
+from pathlib import Path
 
 from rich.text import Text
 
@@ -65,8 +67,16 @@ def banner(args, engine) -> None:
     name = Text("kforge", style="bold magenta")
     lines = [Text.assemble(name, f" {__version__}  MCP server, transport {args.transport}")]
     if args.transport == "stdio":
+        launcher, on_path = server_launcher()
         command = "kforge-mcp" + (f" --home {args.home}" if args.home else "")
         lines.append(Text(f"connect: configure your MCP client to launch the command: {command}"))
+        lines.append(
+            Text(f"command: {launcher}")
+            + Text(
+                "  (on PATH)" if on_path else "  (not on PATH: write this absolute path as the host's command)",
+                style="dim",
+            )
+        )
     else:
         url = f"http://{url_host(args.host)}:{args.port}/mcp"
         lines.append(Text.assemble("url:     ", Text(url, style="bold"), "  (streamable HTTP)"))
@@ -94,6 +104,14 @@ def banner(args, engine) -> None:
     lines.append(Text(f"home:    {engine.home}", style="dim"))
     for line in lines:
         err.print(line, soft_wrap=True)
+
+
+def server_launcher() -> tuple[str, bool]:
+    """(absolute path of the kforge-mcp beside this Python, whether a host finds that one on PATH)."""
+    beside = Path(sys.executable).parent / "kforge-mcp"
+    launcher = str(beside) if beside.is_file() else shutil.which("kforge-mcp") or "kforge-mcp"
+    found = shutil.which("kforge-mcp")
+    return launcher, found is not None and os.path.realpath(found) == os.path.realpath(launcher)
 
 
 def quietly(fn):

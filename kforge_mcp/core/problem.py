@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 import types
 from collections.abc import Sequence
@@ -41,13 +42,24 @@ def check_allowed_path(path: Path | str, role: str, allowed_roots: Sequence[Path
     )
 
 
+# one line of no code: a folder separator, a home-relative start or a file name with a suffix
+_PATHISH = re.compile(r"(~|\.{1,2}[/\\]|[A-Za-z]:[/\\])?[^\s()=;:'\"#,\[\]{}<>]*([/\\][^()=;'\"#\[\]{}<>]*|\.\w+)")
+
+
+def looks_like_path(value: str) -> bool:
+    """A one-line value ending in .py, or one shaped like a path (``kernels/gemm``, ``gemm.cu``,
+    ``~/k/gemm.txt``): read as a file, so a mistyped path is 'file not found' rather than a
+    SyntaxError at line 1 of its own text."""
+    text = value.strip()
+    return "\n" not in text and (text.endswith(".py") or _PATHISH.fullmatch(text) is not None)
+
+
 def resolve_source(value: str, role: str, allowed_roots: Sequence[Path | str] | None = None) -> Source:
     """Accept source text or a path to a .py file. ``role`` names the argument in errors.
     With ``allowed_roots``, a path must resolve to a file under one of them."""
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"{role}: empty; pass Python source text or a path to a .py file")
-    looks_like_path = "\n" not in value and value.strip().endswith(".py")
-    if looks_like_path:
+    if looks_like_path(value):
         path = Path(value.strip()).expanduser()
         if allowed_roots is not None:
             check_allowed_path(path, role, allowed_roots)

@@ -74,6 +74,11 @@ class CompileReport(JobAware):
     sass: dict[str, str] | None = Field(
         None, description="SASS per kernel or extension, when asked for (with emit_ptx)"
     )
+    toolchain: dict[str, str] = Field(
+        default_factory=dict,
+        description="the compiler versions that made this report (e.g. triton, ptxas), on the machine that "
+        "compiled it: registers, spills and shared memory can differ under another version",
+    )
 
 
 class TargetStatus(BaseModel):
@@ -339,5 +344,10 @@ class Roofline(BaseModel):
     bound: Literal["memory", "compute"] = "memory"
     levers: list[Lever] = Field(
         default_factory=list, description="levers of the reference's structure (its FX graph) a profile cannot see"
+    )
+    modeled: bool = Field(
+        False,
+        description="the bound of a named device (device_model) from its table peaks, not of the device "
+        "profiled: a model, with no measured time set against it unless that is the device profiled",
     )
     notes: list[str] = Field(default_factory=list)

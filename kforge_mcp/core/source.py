@@ -57,15 +57,35 @@ def write_source(source: Source, workdir: Path, stem: str) -> Path:
 
 
 def diagnostics_from_exception(exc: BaseException, path: Path, source: Source) -> list[Diagnostic]:
-    """Point at the deepest frame inside the submitted file; fall back to the exception alone."""
+    """Point at the deepest frame inside the submitted file, in the exception or the one it was
+    raised from (Triton's interpreter wraps a ``tl.load`` error raised in the kernel into one raised
+    at the launch); fall back to the exception alone."""
     if isinstance(exc, SyntaxError) and exc.filename == str(path):
         return [Diagnostic(line=exc.lineno, column=exc.offset, message=f"SyntaxError: {exc.msg}", file=source.name)]
+    lines = [_deepest_line(e, path) for e in _causes(exc)]
+    line = next((n for n in reversed(lines) if n is not None), None)
+    message = f"{type(exc).__name__}: {exc}"
+    diags = [Diagnostic(line=line, message=message, file=source.name)]
+    if lines[0] is not None and lines[0] != line:  # e.g. Triton's interpreter: the load raised, the launch re-raised
+        diags.append(Diagnostic(line=lines[0], severity="note", message="reached from here", file=source.name))
+    return diags
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from (``raise ... from e``), outermost first. Only
+    explicit causes: an implicit context is often an unrelated error the code handled."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 16:
+        chain.append(chain[-1].__cause__)
+    return chain
+
+
+def _deepest_line(exc: BaseException, path: Path) -> int | None:
     line = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if frame.filename == str(path):
             line = frame.lineno
-    message = f"{type(exc).__name__}: {exc}"
-    return [Diagnostic(line=line, message=message, file=source.name)]
+    return line
 
 
 def import_source(source: Source, workdir: Path, stem: str) -> types.ModuleType:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.options import default_tolerance
 from kforge_mcp.core.schemas import ComputePath, Roofline
 from kforge_mcp.judge.precision_paths import MARGIN, PATH_SPECS, MeasuredPaths
@@ -221,6 +222,19 @@ def lookup_peaks(device_name: str | None) -> tuple[Peaks, str | None]:
     return DEVICE_PEAKS[
         DEFAULT_DEVICE
     ], f"device '{device_name or 'unknown'}' not in the peaks table: {DEFAULT_DEVICE} figures used"
+
+
+def table_device(name: str) -> str:
+    """The peaks table's name for a device a user names ('h200', 'H100 SXM', 'b200'): its key, or the
+    first alias that matches; an InputError listing the table otherwise (never the default's figures)."""
+    lowered = name.strip().lower()
+    for key in DEVICE_PEAKS:
+        if key.lower() == lowered:
+            return key
+    for needles, key in _ALIASES:
+        if lowered and all(n in lowered for n in needles):
+            return key
+    raise InputError(f"device model '{name}' is not in the peaks table; known: {', '.join(DEVICE_PEAKS)}")
 
 
 def path_peak(peaks: Peaks, path: str) -> float | None:

@@ -11,7 +11,8 @@ from kforge_mcp.profiling.report import ProfileReport
 MAX_BYTES = 64 * 1024 * 1024
 FORMATS = (
     "Nsight Compute CSV (--csv --page raw or details), .ncu-rep, torch.profiler chrome trace JSON, proton .hatchet, "
-    "unitrace chrome trace JSON or --metric-query CSV, xctrace export XML (metal-gpu-intervals)"
+    "unitrace chrome trace JSON or --metric-query CSV, xctrace export XML (metal-gpu-intervals), "
+    "a profile report saved by `kforge profile --json`"
 )
 
 
@@ -31,6 +32,24 @@ def detect(text: str) -> str:
     if any(line.startswith("==") for line in head.splitlines()[:20]):
         return "ncu-csv"  # ncu output without a table: ncu's own error explains it
     return "unknown"
+
+
+def saved_report(data) -> dict | None:
+    """A ProfileReport as ``kforge profile --json`` saves it (alone, or beside its analysis with
+    --advise); None for anything else, such as a chrome trace (which holds traceEvents)."""
+    if isinstance(data, dict) and isinstance(data.get("profile"), dict) and "analysis" in data:
+        data = data["profile"]
+    is_report = isinstance(data, dict) and "traceEvents" not in data and isinstance(data.get("kernels"), list)
+    return data if is_report and {"source", "roofline", "forwards"} <= data.keys() else None
+
+
+def report_from_saved(data: dict, name: str) -> ProfileReport:
+    try:
+        report = ProfileReport.model_validate(data)
+    except Exception as e:  # noqa: BLE001  (pydantic's message says which field)
+        raise ProfileParseError(f"{name}: a saved profile report that does not validate: {str(e)[:600]}") from None
+    report.file = name
+    return report
 
 
 def load_profile(path: str | Path, forwards: int | None = None, max_bytes: int = MAX_BYTES) -> ProfileReport:
@@ -62,6 +81,9 @@ def parse_text(text: str, name: str = "<profile>", forwards: int | None = None) 
     kind = detect(text)
     if kind == "torch-trace":
         data = torch_trace.load_json(text, name)
+        saved = saved_report(data)
+        if saved is not None:
+            return report_from_saved(saved, name)
         if proton.is_hatchet(data):
             return proton.report_from_hatchet(data, name, forwards)
         if unitrace.is_unitrace_trace(data):

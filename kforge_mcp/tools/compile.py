@@ -6,6 +6,7 @@ from typing import Annotated
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from kforge_mcp.core.schemas import CompileReport
@@ -18,8 +19,13 @@ def register(mcp: MCPServer, app: App) -> None:
     @mcp.tool(annotations=READ_ONLY)
     async def compile(
         target: Annotated[str, target_field()],
-        source: Annotated[str, Field(description="candidate source text, or a path to a .py file")],
         ctx: Context,
+        source: Annotated[
+            str | None, Field(description="candidate source text, or a path to a .py file (or give `candidate`)")
+        ] = None,
+        candidate: Annotated[
+            str | None, Field(description="the same as `source`, under the name verify and profile use")
+        ] = None,
         arch: Annotated[str | None, Field(description="e.g. sm_90a; default: the local GPU's, else sm_90a")] = None,
         problem: Annotated[
             str | None,
@@ -35,11 +41,12 @@ def register(mcp: MCPServer, app: App) -> None:
         """Compile a candidate's kernels for a GPU arch without running them (no GPU needed).
         Returns ok, diagnostics pointing at lines of the submitted source, and per-kernel
         registers, spills and shared memory."""
+        code = candidate_argument(source, candidate)
 
         def work(progress, cancel):
             return app.engine.compile(
                 target,
-                source,
+                code,
                 arch=arch,
                 problem=problem,
                 emit_ptx=emit_ptx,
@@ -64,3 +71,13 @@ def register(mcp: MCPServer, app: App) -> None:
         # also as files a host can open
         # annotated with the output schema: the SDK passes the CallToolResult through
         return with_artifacts(result, links)  # type: ignore[return-value]
+
+
+def candidate_argument(source: str | None, candidate: str | None) -> str:
+    """compile's code under either name: `source`, or `candidate` as verify and profile call it."""
+    if source is not None and candidate is not None and source != candidate:
+        raise ToolError("give the code as `source` or as `candidate`, not both")
+    code = source if source is not None else candidate
+    if code is None:
+        raise ToolError("compile needs the candidate: `source` (or `candidate`), source text or a path to a .py file")
+    return code

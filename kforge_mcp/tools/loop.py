@@ -165,7 +165,7 @@ def register(mcp: MCPServer, app: App) -> None:
         d = driver(app)
         if run_id is not None:
             try:  # an unknown id is a tool error now (naming the closest ids), not a failed job later
-                await anyio.to_thread.run_sync(lambda: d.store.get_run(run_id))
+                run_id = await anyio.to_thread.run_sync(d.store.resolve_id, run_id)  # or a unique prefix
             except KforgeError as e:
                 raise ToolError(str(e)) from None
         if run_id is None:
@@ -249,6 +249,10 @@ def register(mcp: MCPServer, app: App) -> None:
         """Check one attempt of a loop_start run: compile, verify, and for a correct one profile and
         analyze. Returns the reports, the feedback, the next prompt (with that feedback in it), and
         done when the run is over (best: the best correct candidate so far)."""
+        try:
+            run_id = await anyio.to_thread.run_sync(driver(app).store.resolve_id, run_id)  # or a unique prefix
+        except KforgeError as e:
+            raise ToolError(str(e)) from None
         text = candidate
         if "\n" not in candidate and candidate.strip().endswith(".py"):
             from kforge_mcp.agents.loop import resolve

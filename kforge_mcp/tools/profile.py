@@ -41,6 +41,13 @@ def register(mcp: MCPServer, app: App) -> None:
         proton: Annotated[
             bool, Field(description="also run Triton's proton profiler (separate process)")
         ] = PROFILE.proton,
+        device_model: Annotated[
+            str | None,
+            Field(
+                description="a device of the peaks table (e.g. h200, b200): the roofline is that device's, "
+                "marked as a model, from any machine"
+            ),
+        ] = None,
         timeout_s: TimeoutS = PROFILE.timeout_s,
         wait_s: Annotated[float, Field(ge=0, description="return a job_id if not done by then")] = DEFAULT_WAIT_S,
     ) -> ProfileReport:
@@ -60,6 +67,7 @@ def register(mcp: MCPServer, app: App) -> None:
                 depth=depth,
                 iterations=iterations,
                 proton=proton,
+                device_model=device_model,
                 timeout_s=timeout_s,
                 on_progress=progress,
                 cancel=cancel,

@@ -41,7 +41,7 @@ def register(mcp: MCPServer, app: App) -> None:
     def run(run_id: str) -> str:
         """One run: its options, status and every attempt (pass, verdict, speedup, reports, recommendations)."""
         r = get_run(run_id)
-        attempts = store().attempts(run_id)
+        attempts = store().attempts(r.id)
         return json.dumps(
             {
                 **r.model_dump(mode="json"),
@@ -54,7 +54,7 @@ def register(mcp: MCPServer, app: App) -> None:
     @mcp.resource("kforge://runs/{run_id}/best", name="best candidate", mime_type="text/x-python")
     def best(run_id: str) -> str:
         """The best correct candidate of a run (source text), by speedup."""
-        get_run(run_id)
+        run_id = get_run(run_id).id  # the full id of a unique prefix
         a = store().best(run_id)
         if a is None:
             raise ValueError(f"run '{run_id}' has no correct candidate yet")
@@ -67,7 +67,7 @@ def register(mcp: MCPServer, app: App) -> None:
         Also written to <home>/reports/{run_id}/report.html."""
         from kforge_mcp.run_report import write_report
 
-        get_run(run_id)
+        run_id = get_run(run_id).id  # the full id of a unique prefix
         return Path(write_report(store(), run_id).html).read_text()
 
     @mcp.resource("kforge://runs/{run_id}/report.png", name="run plot", mime_type="image/png")
@@ -76,7 +76,7 @@ def register(mcp: MCPServer, app: App) -> None:
         Drawn, not written: a read mid-run must not leave a report that the run's end would keep."""
         from kforge_mcp.run_report import render
 
-        get_run(run_id)
+        run_id = get_run(run_id).id  # the full id of a unique prefix
         return render(store(), run_id)[1]
 
     @mcp.resource("kforge://runs/{run_id}/roofline.png", name="run roofline", mime_type="image/png")
@@ -87,7 +87,7 @@ def register(mcp: MCPServer, app: App) -> None:
         from kforge_mcp.advice.roofline_plot import draw_roofline
         from kforge_mcp.core.schemas import Roofline
 
-        get_run(run_id)
+        run_id = get_run(run_id).id  # the full id of a unique prefix
         roofs = [
             r["_roofline"] for a in store().attempts(run_id) for r in a.recommendations or [] if r.get("_roofline")
         ]

@@ -17,7 +17,7 @@ from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import CompileReport, Diagnostic, KernelResources
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception, import_source
-from kforge_mcp.targets.nvidia import DEFAULT_ARCH, cubin_resources
+from kforge_mcp.targets.nvidia import DEFAULT_ARCH, cubin_resources, ptxas_version
 from kforge_mcp.targets.triton.infer import infer_launches
 from kforge_mcp.targets.triton.launches import Launch, _def_line, autotune_configs, jit_functions, trace_launches
 
@@ -137,6 +137,14 @@ def compile_launch(launch: Launch, fn, backend_target) -> tuple[KernelResources,
     return resources, compiled.asm["ptx"]
 
 
+def toolchain() -> dict[str, str]:
+    """The Triton and (bundled) ptxas that build here; a GPU machine's may differ."""
+    import triton
+
+    versions = {"triton": triton.__version__, "ptxas": ptxas_version(prefer_triton_bundle=True)}
+    return {k: v for k, v in versions.items() if v}
+
+
 def compile_candidate(source: Source, arch: str | None, problem: Source | None, workdir: Path) -> CompileReport:
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import make_backend
@@ -144,7 +152,7 @@ def compile_candidate(source: Source, arch: str | None, problem: Source | None, 
     started = time.perf_counter()
     arch = arch or DEFAULT_ARCH
     target = GPUTarget("cuda", parse_arch(arch), 32)
-    report = CompileReport(ok=False, target="triton", arch=arch)
+    report = CompileReport(ok=False, target="triton", arch=arch, toolchain=toolchain())
     try:
         module = import_source(source, workdir, "candidate")
     except (InputError, SourceRuntimeError) as e:
