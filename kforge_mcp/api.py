@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kforge_mcp.core.errors import InputError, KforgeError
-from kforge_mcp.core.home import check_home, default_home
+from kforge_mcp.core.home import check_home
 from kforge_mcp.core.options import BASELINES, PROFILE, VERIFY, check_precision
 from kforge_mcp.core.problem import Source, check_allowed_path, default_allowed_roots
 from kforge_mcp.core.problem import resolve_source as _resolve_source
@@ -36,16 +36,21 @@ class Engine:
         memory_limit_mb: int | None = None,
         allow_dirs: Sequence[Path | str] | None = None,
         executor: Executor | None = None,
+        settings: Settings | None = None,
     ):
-        self.home = Path(home).expanduser() if home else default_home()
+        # the library's entry: KFORGE_* read once here (or given) and passed down
+        self.settings = settings = settings or Settings.read()
+        self.home = Path(home).expanduser() if home else settings.home
         # a problem or candidate given as a path must resolve under one of these
         self.allow_dirs = (
             [Path(d).expanduser().resolve() for d in allow_dirs] if allow_dirs is not None else default_allowed_roots()
         )
         check_home(self.home)  # read-only or full: a clear error naming the path, before any worker starts
-        limit = memory_limit_mb or Settings.read().worker_memory_mb
+        limit = memory_limit_mb or settings.worker_memory_mb
         # where worker jobs run: this machine's pool unless an executor (e.g. Ray) is given
-        self.executor: Executor = executor or LocalExecutor(WorkerPool(self.home, memory_limit_mb=limit))
+        self.executor: Executor = executor or LocalExecutor(
+            WorkerPool(self.home, memory_limit_mb=limit, settings=settings)
+        )
         self.compile_cache = CompileCache(self.home / "cache" / "compile")
         # each problem's compute paths measured once per tolerance (judge/precision_paths.py)
         self.paths_cache = CompileCache(self.home / "cache" / "precision_paths", "the precision-paths cache")

@@ -68,7 +68,7 @@ class LocalExecutor:
 
     def __init__(self, pool: WorkerPool, cpu_workers: int | None = None):
         self.pool = pool
-        self.cpu_workers = max(1, cpu_workers or Settings.read().cpu_workers or LOCAL_CPU_WORKERS)
+        self.cpu_workers = max(1, cpu_workers or pool.settings.cpu_workers or LOCAL_CPU_WORKERS)
         self._busy: dict[str, set[int]] = {}
         self._cond = threading.Condition()
 
@@ -137,7 +137,7 @@ def make_executor(
 
         home = Path(home).expanduser() if home else default_home()
         home.mkdir(parents=True, exist_ok=True)
-        return LocalExecutor(WorkerPool(home, memory_limit_mb=limit), cpu_workers=cpu_workers)
+        return LocalExecutor(WorkerPool(home, memory_limit_mb=limit, settings=settings), cpu_workers=cpu_workers)
     if name == "ray":
         from kforge_mcp.runtime.ray_executor import RayExecutor
 

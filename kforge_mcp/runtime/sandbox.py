@@ -256,32 +256,32 @@ def _set_limit(which: int, soft: int) -> None:
     resource.setrlimit(which, (soft, hard))
 
 
-def _apply_limits() -> list[str]:
+def _apply_limits(settings: Settings) -> list[str]:
     done = []
-    max_procs = Settings.read().sandbox_max_procs
+    max_procs = settings.sandbox_max_procs
     try:
         _set_limit(resource.RLIMIT_NPROC, max_procs)
         done.append("nproc" if os.geteuid() != 0 else "nproc (rlimit not enforced for root)")
     except (ValueError, OSError):
         pass
     try:
-        _set_limit(resource.RLIMIT_NOFILE, Settings.read().sandbox_nofile)
+        _set_limit(resource.RLIMIT_NOFILE, settings.sandbox_nofile)
         done.append("nofile")
     except (ValueError, OSError):
         pass
-    if reset_cpu_limit():
+    if reset_cpu_limit(settings.sandbox_cpu_s):
         done.append("cpu")
     return done
 
 
-def reset_cpu_limit() -> bool:
-    """RLIMIT_CPU counts the process's whole life: before each job, allow this much more."""
+def reset_cpu_limit(cpu_s: int) -> bool:
+    """RLIMIT_CPU counts the process's whole life: before each job, allow ``cpu_s`` more seconds."""
     if not enabled("limits"):
         return False
     usage = resource.getrusage(resource.RUSAGE_SELF)
     used = int(usage.ru_utime + usage.ru_stime)
     try:
-        _set_limit(resource.RLIMIT_CPU, used + Settings.read().sandbox_cpu_s)
+        _set_limit(resource.RLIMIT_CPU, used + cpu_s)
         return True
     except (ValueError, OSError):
         return False
@@ -318,7 +318,7 @@ def _unshare_network() -> str:
 # ---- entry point ----
 
 
-def apply() -> dict[str, str]:
+def apply(settings: Settings) -> dict[str, str]:
     """Enter the sandbox (the worker calls this before it reads its first job). Never raises:
     a protection that cannot be had is reported as off, with the reason."""
     STATUS.clear()
@@ -326,7 +326,7 @@ def apply() -> dict[str, str]:
     if not enabled("landlock") and not enabled("network") and not enabled("limits") and not enabled("cgroup"):
         STATUS.update({p: "off (disabled)" for p in PROTECTIONS})
         return STATUS
-    cgroup = Settings.read().sandbox_cgroup
+    cgroup = settings.sandbox_cgroup
     if not enabled("cgroup"):
         STATUS["cgroup"] = "off (disabled)"
     elif cgroup:
@@ -338,10 +338,10 @@ def apply() -> dict[str, str]:
     else:
         STATUS["cgroup"] = "off (no writable pids cgroup)"
     if enabled("limits"):
-        STATUS["limits"] = "on (" + ", ".join(_apply_limits()) + ")"
+        STATUS["limits"] = "on (" + ", ".join(_apply_limits(settings)) + ")"
     else:
         STATUS["limits"] = "off (disabled)"
-    STATUS["process cap"] = _process_cap(STATUS["cgroup"])
+    STATUS["process cap"] = _process_cap(STATUS["cgroup"], settings.sandbox_max_procs)
     STATUS["network"] = _unshare_network() if enabled("network") else "off (disabled)"
     if not enabled("landlock"):
         STATUS["landlock"] = "off (disabled)"
@@ -352,9 +352,8 @@ def apply() -> dict[str, str]:
     return STATUS
 
 
-def _process_cap(cgroup_status: str) -> str:
+def _process_cap(cgroup_status: str, cap: int) -> str:
     """Which bound on processes holds for this worker, in words."""
-    cap = Settings.read().sandbox_max_procs
     if cgroup_status.startswith("on"):
         return f"pids cgroup ({cap} tasks)"
     if not enabled("limits"):

@@ -20,6 +20,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from kforge_mcp.core.settings import Settings
+
 
 def device_healthy() -> bool:
     """A CUDA fault (illegal address, ...) poisons the context for the life of the process:
@@ -76,7 +78,13 @@ MAX_LEFTOVER_CHILDREN = 16  # more than a compile pool leaves: the worker is rep
 Handler = Callable[[Any, Callable[..., None], Path, dict], dict]  # (its JobRequest, progress, workdir, state)
 
 
-def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
+def serve(
+    conn_in: Connection,
+    conn_out: Connection,
+    handlers: dict[str, Handler],
+    timer_snapshot: Callable,
+    settings: Settings,
+) -> None:
     """Answer requests until the pipe closes. ``handlers`` do the jobs by kind; ``timer_snapshot`` reads
     the clocks a candidate could patch (taken clean once torch is in, compared after every job)."""
     from kforge_mcp.core.errors import InputError
@@ -91,7 +99,6 @@ def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler
         send({"type": "progress", "message": text} | ({"limit_s": limit_s, "limit_why": why} if limit_s else {}))
 
     from kforge_mcp.core.requests import parse_request
-    from kforge_mcp.core.settings import Settings
     from kforge_mcp.runtime import sandbox
 
     clean_timers = None  # taken once torch is in: a job that patches these leaves a worker we do not reuse
@@ -106,7 +113,7 @@ def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler
 
     # The compile lane's first job is the probe, which asks the driver rather than torch where it can
     # (driver_probe.py): it answers before torch's import (seconds on a cold machine), then imports it.
-    if Settings.read().worker_lane != "compile":
+    if settings.worker_lane != "compile":
         warm()
     send({"type": "ready", "pid": os.getpid()})
     while True:
@@ -119,8 +126,8 @@ def serve(conn_in: Connection, conn_out: Connection, handlers: dict[str, Handler
         device = request["payload"].get("device") if request["kind"] in CANDIDATE_JOBS else None
         if device and device not in clean_devices:
             clean_devices[device] = device_snapshot(device)
-        sandbox.reset_cpu_limit()  # a CPU-time backstop per job, not per worker life
-        workdir = Path(tempfile.mkdtemp(prefix="job-", dir=Settings.read().worker_tmp))
+        sandbox.reset_cpu_limit(settings.sandbox_cpu_s)  # a CPU-time backstop per job, not per worker life
+        workdir = Path(tempfile.mkdtemp(prefix="job-", dir=settings.worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
             value = handlers[request["kind"]](
@@ -169,5 +176,6 @@ def main(handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
     faulthandler.enable()  # a segfault prints the Python stack, with the candidate's line
     from kforge_mcp.runtime.sandbox import apply
 
-    apply()  # limits, no network, writes only to its temp dir and caches: before any candidate code
-    serve(conn_in, conn_out, handlers, timer_snapshot)
+    settings = Settings.read()  # this process's entry: read once, from the environment the pool gave it
+    apply(settings)  # limits, no network, writes only to its temp dir and caches: before any candidate code
+    serve(conn_in, conn_out, handlers, timer_snapshot, settings)
