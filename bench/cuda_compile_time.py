@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kforge_mcp.core.problem import resolve_source
 from kforge_mcp.targets.cuda import target as cuda
+from kforge_mcp.targets.nvidia import tool_version
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ["fused_bias_gelu", "row_softmax", "gemm_bias_relu"]
@@ -107,7 +108,7 @@ def main() -> None:
         "host": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
-            "nvcc": cuda.nvcc_version(),
+            "nvcc": tool_version("nvcc"),
             "loadavg_at_end": os.getloadavg(),
         },
         "nvcc_runs": runs,

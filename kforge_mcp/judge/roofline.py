@@ -545,19 +545,27 @@ def count_reference(model, inputs: list) -> Counts:
     return Counts(flops, nbytes, dtype, out_bytes)
 
 
-def count_problem(problem, device: str = "cpu") -> Counts:
-    """The reference's counts, on the meta device when it allows (no memory, no compute), else on ``device``."""
+def meta_reference(problem) -> tuple:
+    """The reference model and its inputs on the meta device (no memory, no compute): what counting and
+    tracing the reference run on. Raises where the model cannot be built there (data-dependent code)."""
     import torch
 
     from kforge_mcp.core.problem import seed_everything
 
+    init = problem.init_inputs("cpu")
+    with torch.device("meta"):
+        seed_everything(0)
+        model = problem.module.Model(*init)
+    inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in problem.make_inputs(7, "cpu")]
+    return model, inputs
+
+
+def count_problem(problem, device: str = "cpu") -> Counts:
+    """The reference's counts, on the meta device when it allows, else on ``device``."""
+    from kforge_mcp.core.problem import seed_everything
+
     try:
-        init = problem.init_inputs("cpu")
-        with torch.device("meta"):
-            seed_everything(0)
-            model = problem.module.Model(*init)
-        inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in problem.make_inputs(7, "cpu")]
-        return count_reference(model, inputs)
+        return count_reference(*meta_reference(problem))
     except Exception:  # noqa: BLE001  (data-dependent models cannot run on meta: run it for real)
         seed_everything(0)
         model = problem.module.Model(*problem.init_inputs(device)).to(device)

@@ -617,16 +617,10 @@ def carry_levers(roof: Roofline, earlier: Roofline | None, source: str | None = 
 
 def reference_levers(problem, device: str, roof: Roofline) -> Roofline:
     """The roofline with its levers (and notes on what could not be checked); runs the reference's code."""
-    import torch
-
-    from kforge_mcp.core.problem import seed_everything
+    from kforge_mcp.judge.roofline import meta_reference
 
     try:
-        init = problem.init_inputs("cpu")
-        with torch.device("meta"):
-            seed_everything(0)
-            model = problem.module.Model(*init)
-        inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in problem.make_inputs(7, "cpu")]
+        model, inputs = meta_reference(problem)
         gm, how = trace(model, inputs)
         g = Graph(gm, how, inputs)
     except Exception as e:  # noqa: BLE001  (a reference that cannot run on meta or be traced has no levers)

@@ -70,13 +70,14 @@ def normalize_arch(arch: str | None) -> str:
 
 
 @functools.cache
-def ptxas_version(prefer_triton_bundle: bool = False) -> str | None:
-    """'12.9.86' from ``ptxas --version`` of the ptxas a compile uses (Triton's bundle for Triton)."""
-    tool = find_tool("ptxas", prefer_triton_bundle)
+def tool_version(name: str, prefer_triton_bundle: bool = False) -> str | None:
+    """'12.9.86' from ``<tool> --version`` of the CUDA tool a compile uses (nvcc, ptxas; Triton's bundle
+    for Triton)."""
+    tool = find_tool(name, prefer_triton_bundle)
     if tool is None:
         return None
     try:
-        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"\bV(\d+\.\d+\.\d+)", out)

@@ -30,7 +30,8 @@ from kforge_mcp.targets.cuda.build import (
     patched_load_inline,
 )
 from kforge_mcp.targets.cuda.fast_build import BuildInfo, FastBuildError, candidate_errors, load_split, torch_versions
-from kforge_mcp.targets.cuda.nvcc import build_errors, nvcc_version
+from kforge_mcp.targets.cuda.nvcc import build_errors
+from kforge_mcp.targets.nvidia import tool_version
 from kforge_mcp.targets.source_map import map_pieces
 
 # The split build's units name every candidate file alike in their #line directives, as ccache's
@@ -124,7 +125,7 @@ def load_candidate(
                     "includes": includes,
                     "torch": torch.__version__,
                     "torch_cuda": torch.version.cuda,
-                    "nvcc": nvcc_version(),
+                    "nvcc": tool_version("nvcc"),
                     "arch": arch,
                 },
                 sort_keys=True,

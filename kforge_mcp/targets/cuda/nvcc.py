@@ -4,7 +4,6 @@ and kernel resources, demangling names, reading SASS from a cubin.
 
 from __future__ import annotations
 
-import functools
 import re
 import shutil
 import subprocess
@@ -36,19 +35,6 @@ TOOL = re.compile(r"^(?P<tool>ptxas|nvcc|nvlink|fatbinary)\s*(?P<sev>fatal|error
 _DROP_FLAGS = re.compile(
     r"^(-gencode|--generate-code|-arch|--gpu-architecture|-code|--gpu-code|-Xcompiler|-c$|-o$|-shared|-fPIC|-l|-L)"
 )
-
-
-@functools.lru_cache(maxsize=1)
-def nvcc_version() -> str | None:
-    nvcc = find_tool("nvcc")
-    if nvcc is None:
-        return None
-    try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"release (\S+), V(\S+)", out)
-    return m.group(2) if m else out.strip().splitlines()[-1:][0] if out.strip() else None
 
 
 def demangle(names: list[str]) -> dict[str, str]:

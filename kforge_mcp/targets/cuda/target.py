@@ -49,7 +49,6 @@ from kforge_mcp.targets.cuda.nvcc import (
     cubin_sass,
     demangle,
     lean_errors_trusted,
-    nvcc_version,
     parse_compiler_output,
     parse_ptxas_resources,
     run_nvcc,
@@ -57,7 +56,7 @@ from kforge_mcp.targets.cuda.nvcc import (
     usable_flags,
 )
 from kforge_mcp.targets.cuda.source import top_level_blocks
-from kforge_mcp.targets.nvidia import DEFAULT_ARCH, NEEDS_GPU, find_tool, normalize_arch
+from kforge_mcp.targets.nvidia import DEFAULT_ARCH, NEEDS_GPU, find_tool, normalize_arch, tool_version
 from kforge_mcp.targets.source_map import Piece, map_pieces
 
 TORCH_HEADER = re.compile(
@@ -99,7 +98,7 @@ class CudaTarget(Target):
         versions = {
             k: v
             for k, v in {
-                "nvcc": nvcc_version(),
+                "nvcc": tool_version("nvcc"),
                 "torch": build.get("__version__"),
                 "torch cuda": build.get("cuda"),
             }.items()

@@ -17,7 +17,7 @@ from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import CompileReport, Diagnostic, KernelResources
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception, import_source
-from kforge_mcp.targets.nvidia import DEFAULT_ARCH, cubin_resources, ptxas_version
+from kforge_mcp.targets.nvidia import DEFAULT_ARCH, cubin_resources, tool_version
 from kforge_mcp.targets.triton.infer import infer_launches
 from kforge_mcp.targets.triton.launches import Launch, _def_line, autotune_configs, jit_functions, trace_launches
 
@@ -141,7 +141,7 @@ def toolchain() -> dict[str, str]:
     """The Triton and (bundled) ptxas that build here; a GPU machine's may differ."""
     import triton
 
-    versions = {"triton": triton.__version__, "ptxas": ptxas_version(prefer_triton_bundle=True)}
+    versions = {"triton": triton.__version__, "ptxas": tool_version("ptxas", prefer_triton_bundle=True)}
     return {k: v for k, v in versions.items() if v}
 
 
