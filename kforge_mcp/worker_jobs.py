@@ -99,7 +99,7 @@ def handle_profile(req: ProfileRequest, progress, workdir: Path, state: dict) ->
 
 def handle_roofline(req: RooflineRequest, progress, workdir: Path, state: dict) -> dict:
     from kforge_mcp.core.problem import load_problem
-    from kforge_mcp.judge.roofline import reference_roofline
+    from kforge_mcp.judge.roofline import count_problem, reference_roofline
     from kforge_mcp.judge.structure import reference_levers
 
     problem = load_problem(req.problem, workdir)
@@ -107,7 +107,7 @@ def handle_roofline(req: RooflineRequest, progress, workdir: Path, state: dict) 
         from kforge_mcp.judge.precision_paths import measure_reference
 
         progress("measuring the compute paths on the problem's inputs")
-        return measure_reference(problem, req).model_dump()
+        return measure_reference(problem, req, count_problem(problem, "cpu")).model_dump()
     roof = reference_roofline(problem, "cpu", req.device_name, req.measured_ms, req.peaks, req.atol, req.rtol)
     return reference_levers(problem, "cpu", roof).model_dump()
 

@@ -16,7 +16,7 @@ from kforge_mcp.core.requests import RooflineRequest
 from kforge_mcp.core.schemas import VerifyReport
 from kforge_mcp.core.source import Source
 from kforge_mcp.judge.precision_paths import PATH_SPECS, emulate_product, measure_reference, round_to, split
-from kforge_mcp.judge.roofline import from_measured
+from kforge_mcp.judge.roofline import count_problem, from_measured
 
 H200 = "NVIDIA H200"
 DATA = Path(__file__).resolve().parent / "data" / "profiles"
@@ -118,7 +118,9 @@ def test_another_tolerance_is_measured_again(engine):
 
 def test_convolutions_and_transposed_convolutions_are_emulated(tmp_path):
     src = Source(text=CONV, name="conv.py")
-    m = measure_reference(load_problem(src, tmp_path), RooflineRequest(problem=src, atol=1e-4, rtol=1e-4), seeds=(1,))
+    problem = load_problem(src, tmp_path)
+    request = RooflineRequest(problem=src, atol=1e-4, rtol=1e-4)
+    m = measure_reference(problem, request, count_problem(problem, "cpu"), seeds=(1,))
     assert m.products == 2 and m.errors["bf16"] > 1 and m.errors["3xtf32"] <= m.margin
 
 

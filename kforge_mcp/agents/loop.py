@@ -11,7 +11,7 @@ client's model writes each reply) and ``resume`` of a run whose process died.
 
 A driven run is owned by the driving process (pid, host, heartbeat in the store), so a run whose
 process died reads as 'interrupted'. A cancel (job_cancel, the ``cancel`` event) or Ctrl-C marks it
-'stopped' with the reason; every drive ends by writing the run's report (run_report.py).
+'stopped' with the reason; every drive ends by writing the run's report (report.py).
 
 Here: the step API (start, next_prompt, submit, finish) and when to stop. Beside it: reply.py (what
 a generation agent returns), results.py (options, results, ranking), feedback.py (failure text),
@@ -326,7 +326,7 @@ class LoopDriver(Driving):
 
     def finish(self, run_id: str) -> LoopResult:
         """The result, with the run's report written (a report that fails to draw does not fail the run)."""
-        from kforge_mcp.run_report import write_report
+        from kforge_mcp.agents.report import write_report
 
         result = self.result(run_id)
         try:

@@ -204,7 +204,7 @@ def cmd_runs(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from kforge_mcp.run_report import write_report
+    from kforge_mcp.agents.report import write_report
 
     files = write_report(RunStore.for_home(args.home or default_home()), args.run_id, args.out)
     if getattr(args, "json", False):

@@ -235,24 +235,30 @@ def error_fraction(expected, got, atol: float | None, rtol: float | None) -> flo
     return worst
 
 
-def paths_for(dtype: str) -> tuple[str, ...]:
-    from kforge_mcp.judge.roofline import PATHS_FOR
+# the compute paths open to a problem of each dtype, slowest first
+PATHS_FOR = {
+    "fp64": ("fp64",),
+    "fp32": ("fp32", "bf16x6", "3xtf32", "bf16x3", "fp16x2", "bf16x2", "tf32", "fp16", "bf16", "fp8"),
+    "bf16": ("bf16", "fp8"),
+    "fp16": ("fp16", "fp8"),
+    "fp8": ("fp8",),
+}
 
+
+def paths_for(dtype: str) -> tuple[str, ...]:
     return PATHS_FOR.get(dtype, (dtype,))
 
 
-def measure_reference(problem, req: RooflineRequest, seeds: tuple[int, ...] = SEEDS) -> MeasuredPaths:
-    """In a worker: the problem's counts (roofline.count_reference) and the error of every path open to its
-    dtype, at the tolerance verify would judge it at for ``req`` (precision, atol, rtol)."""
+def measure_reference(problem, req: RooflineRequest, counts, seeds: tuple[int, ...] = SEEDS) -> MeasuredPaths:
+    """In a worker: with the problem's ``counts`` (roofline.count_problem), the error of every path open to
+    its dtype, at the tolerance verify would judge it at for ``req`` (precision, atol, rtol)."""
     import torch
 
     from kforge_mcp.core.problem import reference_model, seed_everything
     from kforge_mcp.judge import precision
-    from kforge_mcp.judge.roofline import count_problem
 
     started = time.perf_counter()
     judge = precision.resolve(req, problem)
-    counts = count_problem(problem, "cpu")
     dtype = counts.dtype
     model = reference_model(problem, "cpu", 0, judge.dtype)
     mode_cls = _mode_class()

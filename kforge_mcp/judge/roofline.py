@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.options import default_tolerance
 from kforge_mcp.core.schemas import ComputePath, Roofline
-from kforge_mcp.judge.precision_paths import MARGIN, PATH_SPECS, MeasuredPaths
+from kforge_mcp.judge.precision_paths import MARGIN, PATH_SPECS, PATHS_FOR, MeasuredPaths
 
 
 @dataclass(frozen=True)
@@ -189,13 +189,6 @@ UNIT_ROUNDOFF = {
 # measurement on the problem makes them feasible.
 MEASURED_ONLY = ("bf16x3", "bf16x2", "fp16x2")
 # Paths open to each problem dtype: converting down is allowed when the tolerance allows it.
-PATHS_FOR = {
-    "fp64": ("fp64",),
-    "fp32": ("fp32", "bf16x6", "3xtf32", "bf16x3", "fp16x2", "bf16x2", "tf32", "fp16", "bf16", "fp8"),
-    "bf16": ("bf16", "fp8"),
-    "fp16": ("fp16", "fp8"),
-    "fp8": ("fp8",),
-}
 TORCH_DTYPE = {"fp64": "float64", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 

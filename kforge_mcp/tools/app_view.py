@@ -23,7 +23,7 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
 def render() -> str:
-    from kforge_mcp.run_report import COLORS
+    from kforge_mcp.agents.report import COLORS
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     return env.get_template("run_view.html.j2").render(

@@ -64,7 +64,7 @@ def stale(home: Path, run_id: str, png: Path) -> bool:
 
 
 def draw_report(home: Path, run_id: str) -> None:
-    from kforge_mcp.run_report import write_report
+    from kforge_mcp.agents.report import write_report
 
     try:
         write_report(RunStore.for_home(home), run_id)

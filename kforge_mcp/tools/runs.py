@@ -65,7 +65,7 @@ def register(mcp: MCPServer, app: App) -> None:
     def report(run_id: str) -> str:
         """A run as one HTML page: speedup and verdict per attempt (an inline PNG) and the best kernel's source.
         Also written to <home>/reports/{run_id}/report.html."""
-        from kforge_mcp.run_report import write_report
+        from kforge_mcp.agents.report import write_report
 
         run_id = get_run(run_id).id  # the full id of a unique prefix
         return Path(write_report(store(), run_id).html).read_text()
@@ -74,7 +74,7 @@ def register(mcp: MCPServer, app: App) -> None:
     def report_png(run_id: str) -> bytes:
         """The run report's plot alone: speedup and verdict per attempt (what the Apps view shows).
         Drawn, not written: a read mid-run must not leave a report that the run's end would keep."""
-        from kforge_mcp.run_report import render
+        from kforge_mcp.agents.report import render
 
         run_id = get_run(run_id).id  # the full id of a unique prefix
         return render(store(), run_id)[1]

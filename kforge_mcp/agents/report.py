@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from kforge_mcp.advice.drawing import one_at_a_time
 from kforge_mcp.store import RunStore
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 COLORS = {
     "pass": "#2e7d32",
     "fail": "#ef6c00",
