@@ -86,7 +86,9 @@ async def test_kill_9_mid_loop_leaves_the_store_intact_and_the_run_resumable(tmp
             while time.monotonic() < deadline:  # wait until the candidate runs in the cpu worker
                 info = (await c.call_tool("job_status", {"job_id": job_id})).structured_content
                 progress = info["progress"] or ""
-                if info["status"] == "running" and any(w in progress for w in ("trial", "correct", "load", "verif", "determinism")):
+                if info["status"] == "running" and any(
+                    w in progress for w in ("trial", "correct", "load", "verif", "determinism")
+                ):
                     break
                 await _sleep(0.2)
             else:
