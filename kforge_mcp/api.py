@@ -217,7 +217,7 @@ class Engine:
         paths = self._paths_soon(prob, precision, atol, rtol, timeout_s) if dev != "cpu" else None
         try:
             if head_start:
-                head_start_one(self, candidate, request, on_progress, cancel)
+                head_start_one(self, request, on_progress, cancel)
             reply = self.executor.run(dev, request, timeout_s, on_progress, cancel)
         except JobCancelled:
             raise

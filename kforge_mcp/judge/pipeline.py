@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.options import DEFAULT_TARGET
 from kforge_mcp.core.requests import BaselinesRequest, PrebuildRequest, VerifyRequest
+from kforge_mcp.core.source import Source
 from kforge_mcp.targets import TARGETS
 
 PREBUILD_TIMEOUT_S = 900
@@ -68,12 +69,12 @@ def warm_baselines(engine, request: BaselinesRequest, on_progress: Callable[[str
         )
 
 
-def head_start_one(engine, candidate: str, request: VerifyRequest, on_progress, cancel) -> None:
+def head_start_one(engine, request: VerifyRequest, on_progress, cancel) -> None:
     """Before one verify of a CUDA candidate on a GPU: a CPU worker starts building it while the GPU
     worker compiles and times the baselines. The verify then waits only for what is left of the build
     (the build's lock), and reuses the baselines."""
     if worth_a_head_start(request.target, request.device):
-        item = {"candidate": candidate, "target": request.target, "device": request.device}
+        item = {"candidate": request.candidate, "target": request.target, "device": request.device}
         start_prebuilds(engine, [item], on_progress, cancel, at_least=1)
         baselines = BaselinesRequest.model_validate(request.model_dump(exclude={"candidate"}))
         warm_baselines(engine, baselines, on_progress, cancel)
@@ -81,16 +82,19 @@ def head_start_one(engine, candidate: str, request: VerifyRequest, on_progress, 
 
 def items_worth_a_head_start(engine, items: list[dict], role: str):
     """(index, target, lane, source of ``role``) of each item worth a head start whose source resolves
-    (one that does not is left to its verify, which reports it)."""
+    (one that does not is left to its verify, which reports it; one already resolved is used as it is)."""
     for i, args in enumerate(items):
         target = args.get("target", DEFAULT_TARGET)
         lane = engine.lane_for(target, args.get("device"))
         if not worth_a_head_start(target, lane):
             continue
-        try:
-            source = engine.resolve_source(args[role], role)
-        except KforgeError:
-            continue
+        if isinstance(args[role], Source):
+            source = args[role]
+        else:
+            try:
+                source = engine.resolve_source(args[role], role)
+            except KforgeError:
+                continue
         yield i, target, lane, source
 
 
