@@ -103,3 +103,22 @@ def test_a_dlpack_export_is_not_compute():
         x.__dlpack__()
         x.sum()
     assert set(ops.compute_ops()) == {"sum"}
+
+
+@pytest.mark.parametrize(
+    "source, flagged",
+    [
+        ("import torch\ny = torch.stack([a, b])", []),
+        ("import numpy as np\ny = np.stack(xs)", []),
+        ("import inspect\nframes = inspect.stack()", ["stack"]),
+        ("import sys as s\nf = s._getframe(1)", ["_getframe"]),
+        ("from gc import get_objects as objs\nall_ = objs()", ["get_objects"]),
+        ("import gc\nall_ = gc.get_objects()", ["get_objects"]),
+    ],
+)
+def test_introspection_is_named_by_the_module_that_owns_it(source, flagged):
+    """torch.stack stacks tensors: only the frame and heap walkers of sys, inspect, gc are introspection."""
+    from kforge_mcp.judge.guards import static_findings
+
+    found = static_findings(source)
+    assert [c for f in found for c in f.evidence["calls"]] == flagged
