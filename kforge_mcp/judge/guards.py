@@ -269,7 +269,8 @@ def introspection_calls(tree: ast.AST) -> set[str]:
     """The introspection names a source reaches through the modules that own them (``sys._getframe``,
     ``inspect.stack``, ``from gc import get_objects``), not any attribute of that name: ``torch.stack`` and
     ``np.stack`` stack tensors."""
-    modules, names = set(INTROSPECTION_MODULES), {}
+    modules = set(INTROSPECTION_MODULES)
+    names: dict[str, str] = {}  # local name -> the introspection function it binds
     for n in ast.walk(tree):
         if isinstance(n, ast.Import):
             modules |= {a.asname or a.name for a in n.names if a.name in INTROSPECTION_MODULES}
