@@ -4,6 +4,9 @@ blamed on the candidate, module state compared, and guards whose tests could fai
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import example, problem
+from conftest import CANDIDATES, ROOT, example, problem
 from mcp import Client
 
 from kforge_mcp.core.errors import InputError
@@ -161,8 +164,74 @@ def test_a_tf32_gemm_passes_at_tf32_and_a_bf16_gemm_at_bf16(engine):
     assert tf.verdict == "pass" and (tf.precision, tf.atol) == ("tf32", 5e-3), (tf.mismatches, tf.findings)
     bf = engine.verify(GEMM, example("gemm_bias_relu", "triton_bf16"), precision="bf16", **FAST)
     assert bf.verdict == "pass" and bf.precision == "bf16", (bf.mismatches, bf.findings)
-    bad = engine.verify(GEMM, example("gemm_bias_relu", "triton_bf16"), **FAST)
-    assert bad.verdict == "fail"
+
+
+def test_a_bf16x3_gemm_passes_at_fp32_and_a_bf16_gemm_fails_by_its_rounding(engine):
+    """The interpreter keeps bf16 as bit patterns: unless its dot is given values, a bf16x3 kernel fails
+    with errors near 1e10, and a single bf16 pass fails by as much instead of by bf16's rounding."""
+    split = engine.verify(GEMM, example("gemm_bias_relu", "triton_bf16x3"), **FAST)
+    assert split.verdict == "pass" and (split.precision, split.atol) == ("fp32", 1e-4), (
+        split.mismatches,
+        split.findings,
+    )
+    single = engine.verify(GEMM, example("gemm_bias_relu", "triton_bf16"), **FAST)
+    assert single.verdict == "fail" and 1e-4 < single.mismatches[0].max_abs_error < 0.05, single.mismatches
+
+
+def test_a_bf16_kernel_with_its_epilogue_in_bf16_passes_at_bf16(engine):
+    gemm_max = str(ROOT / "tests" / "problems" / "gemm_max.py")
+    report = engine.verify(gemm_max, str(CANDIDATES / "bf16_row_max.py"), precision="bf16", **FAST)
+    assert report.verdict == "pass" and report.precision == "bf16", (report.mismatches, report.findings)
+
+
+BF16_OPS = """
+import numpy as np, torch, triton, triton.language as tl
+from kforge_mcp.targets.triton.interpreter_bf16 import narrow_bits
+from kforge_mcp.targets.triton.target import TritonTarget
+
+@triton.jit
+def ops(x_ptr, y_ptr, f_ptr, o_ptr, i_ptr, d_ptr):
+    r = tl.arange(0, 64)
+    x, y = tl.load(x_ptr + r), tl.load(y_ptr + r)
+    tl.store(o_ptr + r, x * y + x)
+    tl.store(o_ptr + 64 + r, tl.where(x < y, -x, tl.maximum(y, 0.25)))
+    tl.store(o_ptr + 128 + r, tl.clamp(x, -0.5, y))
+    tl.store(o_ptr + 192 + r, tl.load(f_ptr + r).to(tl.bfloat16))
+    tl.store(o_ptr + 256 + r, tl.cumsum(x, 0))
+    tl.store(o_ptr + 320 + r, tl.sum(x, 0) + tl.zeros_like(x))
+    tl.store(i_ptr + r, (x * 8).to(tl.int32))
+    tl.store(i_ptr + 64 + r, tl.argmax(x, 0) + tl.zeros_like(r))
+    tl.store(o_ptr + 384 + r, (x > y).to(tl.bfloat16) + x)
+    s = tl.arange(0, 16)
+    m = tl.load(x_ptr + s[:, None] * 4 + s[None, :] % 4)  # 16x16 bf16
+    tl.store(d_ptr + s[:, None] * 16 + s[None, :], tl.dot(m, m))
+
+g = torch.Generator().manual_seed(0)
+x, y = (torch.randn(64, generator=g).bfloat16() for _ in range(2))
+f = torch.randn(64, generator=g)
+f[:4] = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 3.4e38])  # ties to even, and past bf16's max
+out, ints, d = torch.zeros(7, 64, dtype=torch.bfloat16), torch.zeros(2, 64, dtype=torch.int32), torch.zeros(16, 16)
+with TritonTarget().emulate_precision("cpu"):
+    ops[(1,)](x, y, f, out, ints, d)
+exact = [x * y + x, torch.where(x < y, -x, y.clamp(min=0.25)), torch.minimum(x.clamp(min=-0.5), y), f.bfloat16()]
+for row, want in [*enumerate(exact), (6, (x > y).bfloat16() + x)]:
+    assert torch.equal(out[row], want), (row, out[row], want)
+assert torch.allclose(out[4].float(), x.float().cumsum(0), rtol=2**-7, atol=2**-7), out[4]
+assert torch.allclose(out[5].float(), x.float().sum().expand(64), rtol=2**-7), out[5]
+assert torch.equal(ints[0], (x * 8).to(torch.int32)) and (ints[1] == int(x.argmax())).all(), ints
+m = x.float().view(16, 4)[:, torch.arange(16) % 4]
+assert torch.allclose(d, m @ m, rtol=1e-6, atol=1e-6), (d - m @ m).abs().max()
+assert np.array_equal(narrow_bits(f.numpy()), f.bfloat16().view(torch.int16).numpy().view(np.uint16))
+"""
+
+
+def test_bf16_arithmetic_under_the_interpreter_rounds_as_torch_does():
+    """Under a verify's emulation the interpreter's bf16 ops see values, not bit patterns, and round to
+    nearest even: elementwise results equal torch's bf16 ops bit for bit. In a fresh interpreter process,
+    as in a worker of the CPU lane."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", BF16_OPS], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
 
 
 def test_torch_tf32_switched_on_is_named_as_not_checked_on_the_cpu(engine):

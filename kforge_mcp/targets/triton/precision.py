@@ -13,8 +13,8 @@ operands first, as the tensor cores see them:
   tf32x3 and ieee), so such a kernel is an error on the CPU.
 - ``ieee`` and fp16 operands: the interpreter is already exact (products of 16-bit values are
   exact in fp32). bf16 operands: the interpreter keeps them as raw 16-bit integers and multiplies
-  those; they are widened to fp32 first (exact, as the tensor cores' products are). And its
-  fp32 -> bf16 conversion truncates where the GPU rounds to nearest even: that too is replaced.
+  those; they are widened to fp32 first (exact, as the tensor cores' products are). The rest of its
+  bf16 arithmetic, and its fp32 -> bf16 conversion, are put right by ``interpreter_bf16``.
 
 fp32 accumulation order still differs from the GPU's, by far less than any tolerance we judge at.
 """
@@ -94,10 +94,11 @@ class DotEmulation:
 
 @contextlib.contextmanager
 def emulated_dot():
-    """Wrap the interpreter's dot for as long as the context is open."""
+    """Wrap the interpreter's dot, and make its bf16 arithmetic exact, for as long as the context is open."""
     import numpy as np
-    import triton.language as tl
     from triton.runtime import interpreter
+
+    from kforge_mcp.targets.triton.interpreter_bf16 import bf16_values, is_raw_bf16, widen
 
     builder = interpreter.InterpreterBuilder
     real = builder.create_dot
@@ -105,11 +106,11 @@ def emulated_dot():
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         name = getattr(input_precision, "name", str(input_precision)).split(".")[-1]
-        if a.dtype == tl.bfloat16 and b.dtype == tl.bfloat16 and d.data.dtype == np.float32:
-            # the interpreter keeps bf16 as raw uint16 bits and would multiply those: widen them (exact)
-            a32, b32 = ((h.data.astype(np.uint32) << 16).view(np.float32) for h in (a, b))
+        if is_raw_bf16(a) and is_raw_bf16(b) and d.data.dtype == np.float32:
+            # the interpreter would multiply the bit patterns (triton-lang/triton#11584): widen them (exact)
             state.counts["BF16"] = state.counts.get("BF16", 0) + 1
-            return interpreter.TensorHandle(np.matmul(a32, b32, dtype=np.float32) + d.data, d.dtype.scalar)
+            product = np.matmul(widen(a).data, widen(b).data, dtype=np.float32)
+            return interpreter.TensorHandle(product + d.data, d.dtype.scalar)
         fp32 = a.data.dtype == np.float32 and b.data.dtype == np.float32
         if not fp32 or name == "IEEE":
             return real(self, a, b, d, input_precision, max_num_imprecise_acc)
@@ -117,19 +118,9 @@ def emulated_dot():
         product = emulated_product(a.data, b.data, name)
         return interpreter.TensorHandle((product + d.data).astype(d.data.dtype), d.dtype.scalar)
 
-    real_cast = builder.cast_impl
-
-    def cast_impl(self, src, dst_type):
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            # the interpreter truncates; the GPU (and torch) round to nearest even
-            import torch
-
-            data = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32)).to(torch.bfloat16)
-            return interpreter.TensorHandle(data.view(torch.int16).numpy().view(np.uint16), dst_type.scalar)
-        return real_cast(self, src, dst_type)
-
-    builder.create_dot, builder.cast_impl = create_dot, cast_impl
+    builder.create_dot = create_dot
     try:
-        yield state
+        with bf16_values():
+            yield state
     finally:
-        builder.create_dot, builder.cast_impl = real, real_cast
+        builder.create_dot = real
