@@ -122,8 +122,8 @@ TENSOR_ACTIONS = {
     "(OpMultiplyAddFastF32) or CuTe MMA atoms with the operands split into big + small TF32 parts",
     "tf32": "tl.dot(a, b, acc, input_precision='tf32') (the tolerance allows TF32's 10-bit mantissa); in CUDA, "
     "wgmma/mma.sync with tf32 operands through CUTLASS or CuTe",
-    "bf16": "cast the tiles to bf16 and tl.dot with an fp32 accumulator; in CUDA, wgmma bf16 through CUTLASS/CuTe",
-    "fp16": "cast the tiles to fp16 and tl.dot with an fp32 accumulator; in CUDA, wgmma fp16 through CUTLASS/CuTe",
+    "bf16": "bf16 tiles: cast them to bf16 and tl.dot with an fp32 accumulator; in CUDA, wgmma bf16 through CUTLASS/CuTe",
+    "fp16": "fp16 tiles: cast them to fp16 and tl.dot with an fp32 accumulator; in CUDA, wgmma fp16 through CUTLASS/CuTe",
     "fp8": "fp8 (e4m3) tiles with per-tensor scales and an fp32 accumulator (tl.dot on float8e4nv)",
 }
 
