@@ -23,6 +23,7 @@ import operator
 from typing import Any
 
 from kforge_mcp.core.schemas import Lever, Roofline
+from kforge_mcp.judge.roofline import lever_sol_ms
 
 # The constant check runs the reference twice for real; on a CPU worker only when a forward is estimated
 # (FLOPs and intermediate bytes at rates a shared 2-core worker sustains, conservatively) under this.
@@ -374,7 +375,7 @@ def node_names(nodes) -> str:
 
 def _lever(roof: Roofline, kind, title, detail, action, nodes, flops_saved, bytes_saved, evidence) -> Lever:
     flops_after, bytes_after = max(roof.flops - flops_saved, 0.0), max(roof.bytes - bytes_saved, 0.0)
-    sol = max(flops_after / roof.peak_flops, bytes_after / roof.peak_bandwidth) * 1e3
+    sol = lever_sol_ms(roof, flops_after, bytes_after)
     return Lever(
         kind=kind,
         title=title,
@@ -605,8 +606,7 @@ def carry_levers(roof: Roofline, earlier: Roofline | None, source: str | None = 
             if converted is None:
                 continue
             lv = converted
-        sol = max(lv.flops_after / roof.peak_flops, lv.bytes_after / roof.peak_bandwidth) * 1e3
-        roof.levers.append(lv.model_copy(update={"sol_ms_after": sol}))
+        roof.levers.append(lv.model_copy(update={"sol_ms_after": lever_sol_ms(roof, lv.flops_after, lv.bytes_after)}))
         if source:
             roof.notes.append(f"lever '{lv.title}' {source}")
     for n in earlier.notes if earlier is not None else []:
