@@ -1,15 +1,18 @@
 """The roofline's own model: a convolution priced as the implicit GEMM a tensor-core kernel runs (its N and K padded
-to the MMA's shapes, the form that pads least), and a GEMM's bound as it was. Counting runs on the meta device: no
-reference runs."""
+to the MMA's shapes, the form that pads least), a GEMM's bound as it was, and a kernel that takes a lever of the
+reference's structure judged against the lever's bound. Counting runs on the meta device: no reference runs."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from kforge_mcp.core.problem import Source, load_problem
-from kforge_mcp.judge.roofline import conv_gemm, count_problem, make_roofline, reference_roofline
+from kforge_mcp.core.schemas import VerifyReport
+from kforge_mcp.judge.roofline import conv_gemm, count_problem, make_roofline, reference_roofline, with_measured
+from kforge_mcp.judge.structure import reference_levers
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = "NVIDIA H200"
@@ -137,3 +140,66 @@ def test_a_plain_gemm_roofline_is_unchanged(tmp_path):
     plain = make_roofline(flops, nbytes, "fp32", H200)
     assert (r.path, r.sol_ms, r.flop_ms, r.byte_ms) == (plain.path, plain.sol_ms, plain.flop_ms, plain.byte_ms)
     assert r.flop_ms == pytest.approx(flops / r.peak_flops * 1e3)
+
+
+# ---- a kernel that takes a lever of the reference's structure ----
+
+FOLD = ROOT / "tests/problems/matmul_divide_sum.py"  # KernelBench 14_Gemm_Divide_Sum_Scaling, scaled down
+
+
+def test_a_kernel_that_folds_the_sum_is_judged_against_the_levers_bound(tmp_path):
+    problem = load(tmp_path, path=FOLD)
+    roof = reference_levers(problem, "cpu", reference_roofline(problem, "cpu", H200))
+    fold = next(lv for lv in roof.levers if lv.kind == "fold_reduction")
+    assert fold.sol_ms_after < roof.byte_ms <= roof.sol_ms
+    ms = (fold.sol_ms_after + roof.byte_ms) / 2  # under the reference's memory floor, over the folded bound
+    r = with_measured(roof, ms)
+    assert r.below_bound and r.corrected_sol_ms == fold.sol_ms_after
+    assert r.correction.startswith(f"the kernel takes the lever '{fold.title}'")
+    assert f"bound taken as the lever's {fold.sol_ms_after:.4g} ms" in r.correction
+    assert 0 < r.fraction_of_sol == pytest.approx(fold.sol_ms_after / ms)
+    # under the lever's bound too: the memory floor and the output write stay the last steps
+    assert "output write" in with_measured(roof, fold.sol_ms_after / 2).correction
+
+
+def timed(ms: float) -> dict:
+    stats = {"median_ms": ms, "mean_ms": ms, "min_ms": ms, "max_ms": ms, "iqr_ms": 0.0, "spread": 0.0}
+    return {"candidate": {**stats, "samples": 10, "clock": "device events"}}
+
+
+def test_verify_and_analyze_carry_the_levers_to_the_bound(engine):
+    """The levers come with the paths' measurement (one worker job), so a device verify's bound and an analysis
+    with the problem see them (the verify report is built here: no GPU)."""
+    src = Source(FOLD.read_text(), FOLD.name)
+    roof = engine.roofline(str(FOLD), device_name=H200)
+    fold = next(lv for lv in roof.levers if lv.kind == "fold_reduction")
+    ms = (fold.sol_ms_after + roof.byte_ms) / 2
+    report = VerifyReport(verdict="pass", timing=timed(ms), device_state={"name": H200}, sol_ms=roof.sol_ms)
+    engine._bound_from_paths(report, engine._paths_soon(src, None, None, None, 120), time.perf_counter() + 120)
+    assert report.sol_ms == pytest.approx(fold.sol_ms_after) and "the kernel takes the lever" in report.sol_path
+    assert [f.code for f in report.findings] == ["below_speed_of_light_model"]
+    profile = {"source": "ncu", "device_name": H200, "device_ms_per_forward": ms, "forwards": 1}
+    analysis = engine.analyze_profile(profile=profile, problem=str(FOLD))
+    assert analysis.roofline.below_bound and "the kernel takes the lever" in analysis.roofline.correction
+
+
+def test_verifys_own_bound_takes_the_levers_and_flags_no_honest_fold(tmp_path):
+    """The worker's speed-of-light check (run on the GPU after timing; called here with a device's name): a time
+    under the reference's floor but over the folded one is a lever taken, not a time faster than light."""
+    from kforge_mcp.core.requests import VerifyRequest
+    from kforge_mcp.judge.verify import BaselineCache, Verifier
+
+    src = Source(FOLD.read_text(), FOLD.name)
+    req = VerifyRequest(problem=src, candidate=src, target="triton", device="cpu", trials=1)
+
+    def check(ms: float):
+        v = Verifier(req, lambda *a, **k: None, tmp_path, BaselineCache())
+        v.load_problem()
+        v.report.device_state = {"name": H200}
+        v.speed_of_light(ms)
+        return v.report
+
+    roof = reference_roofline(load(tmp_path, path=FOLD), "cpu", H200)
+    folded = check(roof.byte_ms / 2)  # the fold reads a [1 x 64] weight, not the [96 x 64] one
+    assert [f.code for f in folded.findings] == ["below_speed_of_light_model"] and "takes the lever" in folded.sol_path
+    assert "faster_than_light" in [f.code for f in check(roof.byte_ms / 100).findings]  # under any lever: a bug

@@ -26,7 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from kforge_mcp.core.requests import RooflineRequest
-from kforge_mcp.core.schemas import Convolution
+from kforge_mcp.core.schemas import Convolution, Lever
 
 # A path passes when its max error is at most this fraction of the tolerance: verify draws fresh inputs for
 # every trial and the GPU sums in another order, so a path at 0.9 of the tolerance here can fail there.
@@ -87,6 +87,9 @@ class MeasuredPaths(BaseModel):
     products: int = Field(0, description="matrix products and convolutions the reference does per forward")
     flops_by_op: dict[str, float] = Field(default_factory=dict, description="FLOPs by op: matmul, convolution, ...")
     convs: list[Convolution] = Field(default_factory=list, description="the convolutions' geometry and FLOPs")
+    levers: list[Lever] = Field(
+        default_factory=list, description="levers of the reference's structure, read in the same worker"
+    )
     not_emulated: list[str] = Field(default_factory=list, description="ops with FLOPs the emulation leaves alone")
     seeds: list[int] = Field(default_factory=list)
     margin: float = MARGIN
@@ -96,10 +99,10 @@ class MeasuredPaths(BaseModel):
 
 
 def code_digest() -> str:
-    """This module's and the roofline's code: a change to either makes earlier measurements stale."""
+    """This module's, the roofline's and the levers' code: a change to any makes earlier measurements stale."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for name in ("precision_paths.py", "roofline.py"):
+    for name in ("precision_paths.py", "roofline.py", "structure.py"):
         digest.update((here / name).read_bytes())
     return digest.hexdigest()[:16]
 

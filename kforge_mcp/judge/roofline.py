@@ -7,8 +7,9 @@ bf16, tf32, the splits bf16x2/x3/x6, fp16x2, 3xTF32, fp32 FMA) is measured on it
 (precision_paths.py) and the bound takes the fastest whose max error stays within a margin of the
 tolerance: an fp32 GEMM at 1e-4 typically passes as bf16x3 (three bf16 MMAs, twice 3xTF32's
 rate). Without one, a path is judged by its operands' rounding. A correct kernel that beats the
-bound shows the model wrong: the bound is corrected (corrected_bound: a faster path, the memory
-floor, the output write) and said so, and the fraction is taken against it, never over 1.
+bound shows the model wrong: the bound is corrected (corrected_bound: a faster path or a lever of the
+reference's structure, then the memory floor, the output write) and said so, and the fraction is taken
+against it, never over 1.
 
 A convolution is priced as the implicit GEMM a tensor-core kernel runs: its N and K padded up to the
 path's MMA shapes (conv_gemm), in the form (a row per output or per input pixel) that pads least.
@@ -562,7 +563,8 @@ def from_measured(
     peak_flops: float | None = None,
     peak_bandwidth: float | None = None,
 ) -> Roofline:
-    """The roofline of a problem whose paths were measured, for one device and time."""
+    """The roofline of a problem whose paths were measured, for one device and time (structure.measured_roofline
+    adds the levers read in the same worker)."""
     return make_roofline(
         m.flops, m.bytes, m.dtype, device_name, measured_ms, peak_flops, peak_bandwidth, m.atol, m.rtol, m
     )
@@ -576,10 +578,11 @@ def lever_sol_ms(r: Roofline, flops_after: float, bytes_after: float) -> float:
 
 
 def corrected_bound(r: Roofline, measured_ms: float) -> tuple[float, str]:
-    """A time below the bound shows which assumption failed. The bound steps down, in order, to the next
-    faster path (the kernel runs a path the model judged too coarse, or a faster one than it knew), to the
-    memory floor (FLOPs free), and to the output write alone (inputs served from a cache); the first step
-    at or under the measured time is the corrected bound."""
+    """A time below the bound shows which assumption failed. The bound steps down to the next faster path (the
+    kernel runs a path the model judged too coarse, or a faster one than it knew) or to a lever of the
+    reference's structure the kernel takes (less work than the reference does), the tightest of them first;
+    then to the memory floor (FLOPs free), and to the output write alone (inputs served from a cache). The first
+    step at or under the measured time is the corrected bound."""
     steps = []
     peaks, _ = lookup_peaks(r.device)
     for p in sorted(r.paths, key=lambda p: -p.peak_flops):
@@ -594,15 +597,25 @@ def corrected_bound(r: Roofline, measured_ms: float) -> tuple[float, str]:
                     ),
                 )
             )
-    steps.append((r.byte_ms, "bound taken as the memory floor: the minimum bytes at peak bandwidth, FLOPs free"))
+    for lv in r.levers:
+        if lv.sol_ms_after < r.sol_ms:
+            saves = f"{lv.flops_saved:.4g} FLOPs and {lv.bytes_saved:.4g} bytes fewer a forward"
+            steps.append(
+                (
+                    lv.sol_ms_after,
+                    f"the kernel takes the lever '{lv.title}': {saves}; bound taken as the lever's "
+                    f"{lv.sol_ms_after:.4g} ms",
+                )
+            )
+    last = [(r.byte_ms, "bound taken as the memory floor: the minimum bytes at peak bandwidth, FLOPs free")]
     if r.out_bytes:
-        steps.append(
+        last.append(
             (
                 r.out_bytes / r.peak_bandwidth * 1e3,
                 "the inputs did not all come from DRAM: bound taken as the output write alone at peak bandwidth",
             )
         )
-    for sol, why in sorted(steps, key=lambda x: -x[0]):
+    for sol, why in sorted(steps, key=lambda x: -x[0]) + last:
         if sol <= measured_ms:
             return sol, why
     return measured_ms, (
