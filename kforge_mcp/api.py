@@ -239,13 +239,14 @@ class Engine:
 
     def _bound_from_paths(self, report: VerifyReport, paths, deadline: float) -> None:
         """The verify's bound again, its path taken from the paths measured on the problem's inputs."""
-        from kforge_mcp.judge.roofline import from_measured, set_verify_bound
+        from kforge_mcp.judge.roofline import set_verify_bound
+        from kforge_mcp.judge.structure import measured_roofline
 
         notes: list[str] = []
         m = self._paths_result(paths, deadline, notes)
         if m is not None and report.timing is not None and report.timing.candidate is not None:
             ms = report.timing.candidate.median_ms
-            set_verify_bound(report, from_measured(m, report.device_state.get("name"), ms), ms)
+            set_verify_bound(report, measured_roofline(m, report.device_state.get("name"), ms), ms)
         report.sol_path = "; ".join([report.sol_path or "", *notes]).strip("; ")
 
     def verify_batch(
@@ -372,12 +373,11 @@ class Engine:
         if report.roofline is not None:
             m = self._paths_result(paths, self._paths_deadline(started + timeout_s), report.notes)
             if m is not None:
-                from kforge_mcp.judge.roofline import from_measured
-                from kforge_mcp.judge.structure import carry_levers
+                from kforge_mcp.judge.structure import carry_levers, measured_roofline
 
                 old, peaks = report.roofline, peaks or {}
                 report.roofline = carry_levers(
-                    from_measured(m, old.device, old.measured_ms, peaks.get("flops"), peaks.get("bandwidth")), old
+                    measured_roofline(m, old.device, old.measured_ms, peaks.get("flops"), peaks.get("bandwidth")), old
                 )
                 report.roofline.notes += [n for n in old.notes if n not in report.roofline.notes]
         if model and not report.errors:
@@ -416,25 +416,13 @@ class Engine:
         rtol: float | None = None,
     ):
         """The reference's roofline, its compute paths measured on the problem's own inputs at the tolerance, and
-        the levers of its structure (its FX graph, read in a worker)."""
-        from kforge_mcp.core.schemas import Roofline
-        from kforge_mcp.judge.roofline import from_measured
-        from kforge_mcp.judge.structure import carry_levers
+        the levers of its structure (its FX graph, read in the same worker)."""
+        from kforge_mcp.judge.structure import measured_roofline
 
         source = self.resolve_source(problem, "problem")
         m = self.measured_paths(source, None, atol, rtol, timeout_s)
         peaks = peaks or {}
-        roof = from_measured(m, device_name, measured_ms, peaks.get("flops"), peaks.get("bandwidth"))
-        request = RooflineRequest(problem=source, device_name=device_name, atol=atol, rtol=rtol)
-        try:
-            levers = self._reply_to_report(self.executor.run("compile", request, timeout_s), Roofline, source)
-        except WorkerFailure as e:
-            levers, why = None, f"the worker failed: {e.message}"
-        else:
-            why = "the worker raised"
-        if levers is None:
-            roof.notes.append(f"levers of the reference's structure unavailable: {why}")
-        return carry_levers(roof, levers)
+        return measured_roofline(m, device_name, measured_ms, peaks.get("flops"), peaks.get("bandwidth"))
 
     def measured_paths(
         self,

@@ -15,6 +15,7 @@ from kforge_mcp.advice import agent
 from kforge_mcp.advice.kinds import classify, is_latency_bound
 from kforge_mcp.advice.rules import feed_tensor_pipe, fuse_launches
 from kforge_mcp.advice.rules.compute import LIMIT_FRACTION
+from kforge_mcp.core.schemas import Convolution
 from kforge_mcp.judge.roofline import make_roofline, with_measured
 from kforge_mcp.profiling.ncu import report_from_csv
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, StallReason
@@ -125,6 +126,76 @@ def test_a_gather_conv_whose_tensor_pipe_idles_is_latency_bound_not_unfed():
     )
     assert not is_latency_bound(classify(fed))
     assert "feed_tensor_pipe" in [r.rule for r in agent.analyze(one_kernel(fed, roof)).recommendations]
+
+
+# KernelBench L2 49_ConvTranspose3d_Softmax_Sigmoid (bench/problems/convtranspose3d_softmax_sigmoid_l2.py) as counted
+CONV_T3D = Convolution(
+    op="conv_transpose3d",
+    transposed=True,
+    batch=16,
+    c_in=32,
+    c_out=64,
+    kernel=[3, 3, 3],
+    stride=[2, 2, 2],
+    padding=[1, 1, 1],
+    dilation=[1, 1, 1],
+    in_spatial=[16, 32, 32],
+    out_spatial=[32, 64, 64],
+    flops=2 * 16 * 16 * 32 * 32 * 32 * 64 * 27,
+)
+CONV_T3D_OUT = 16 * 64 * 32 * 64 * 64 * 4
+CONV_T3D_BYTES = 16 * 32 * 16 * 32 * 32 * 4 + (32 * 64 * 27 + 64) * 4 + CONV_T3D_OUT
+
+
+def conv_roofline(ms: float):
+    """The conv problem's bound at KernelBench's 1e-2: memory-bound on its 537 MB output write."""
+    return make_roofline(
+        CONV_T3D.flops,
+        CONV_T3D_BYTES,
+        "fp32",
+        H200,
+        ms,
+        atol=1e-2,
+        rtol=1e-2,
+        out_bytes=CONV_T3D_OUT,
+        convs=[CONV_T3D],
+        flops_by_op={"convolution": CONV_T3D.flops},
+    )
+
+
+def test_a_conv_known_by_the_problems_kind_is_latency_bound_and_told_its_output_floor():
+    """A kernel whose name says nothing, in a convolution problem, its tensor pipe 6% busy, issue and DRAM low and
+    warps on long-scoreboard stalls: the convolution, latency-bound, never told to feed its tensor cores."""
+    k = synthetic_conv(name="fused_kernel_0")
+    a = agent.analyze(one_kernel(k, conv_roofline(2.0)))
+    assert k.category == "conv" and "convolution FLOPs" in k.kind_basis and is_latency_bound(k)
+    rules = [r.rule for r in a.recommendations]
+    assert rules[0] == "latency_bound" and "feed_tensor_pipe" not in rules and "use_tensor_cores" not in rules
+    action = a.recommendations[0].action
+    assert "more independent work" in action and "async copies" in action and "coalesced" in action
+    assert "floor is the output write (537 MB" in action
+    assert any(e.metric == "the problem's bound" for e in a.recommendations[0].evidence)
+    assert "Bound (convolution (transposed 3d)): memory-bound: the floor is the 537 MB output write" in a.summary
+    # the same kernel in a GEMM problem is no convolution: its name and a 6% pipe say nothing
+    gemm_roof = make_roofline(2 * 1024**3, 3 * 4 * 1024**2, "fp32", H200, 2.0)
+    assert classify(synthetic_conv(name="fused_kernel_0"), True).category == "other"
+    assert "latency_bound" in [
+        r.rule for r in agent.analyze(one_kernel(synthetic_conv(name="k"), gemm_roof)).recommendations
+    ]
+
+
+def test_a_latency_bound_fma_conv_gets_latency_advice_before_tensor_cores():
+    """No MMA at all and a 4% FMA pipe: the longest kernel of a convolution problem does its FLOPs; moving them to
+    tensor cores saves only the time its math pipe is busy, so the latency advice leads."""
+    k = synthetic_conv(name="kernel_0", pipes={"tensor_op_gmma": 0.0, "fma": 4.0}, fma_pipe_pct=4.0)
+    a = agent.analyze(one_kernel(k, conv_roofline(2.0)))
+    assert (k.category, k.compute_path) == ("conv", "fma") and "longest kernel" in k.kind_basis
+    recs = {r.rule: r for r in a.recommendations}
+    assert a.recommendations[0].rule == "latency_bound"
+    assert (
+        recs["use_tensor_cores"].expected_gain < 0.05
+        and "FMA pipe busy fraction" in recs["use_tensor_cores"].gain_basis
+    )
 
 
 def test_fuse_launches_folds_nothing_into_a_gemm_whose_pipe_is_busy(captured):

@@ -58,6 +58,8 @@ def summarize(report: ProfileReport, recs: list[Recommendation]) -> str:
             f"Roofline ({r.device}, {r.dtype} problem, bound on the {r.path} path): {r.bound}-bound, "
             f"T_SOL {r.sol_ms * 1e3:.2f} us{frac}."
         )
+        if r.convs:
+            parts.append(f"Bound ({r.kind}): {r.bound_reason}.")
         if r.paths_measured:
             parts.append(f"Compute path: {r.path_reason}.")
     stopped = bool(recs and recs[0].stop)

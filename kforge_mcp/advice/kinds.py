@@ -59,19 +59,30 @@ def busiest_tensor_pipe(k: KernelProfile) -> tuple[str | None, float]:
     return max(pipes, key=lambda x: x[1]) if pipes else (None, 0.0)
 
 
-def classify(k: KernelProfile, flops_known: bool = False) -> KernelProfile:
-    """Fill k.category, k.compute_path and k.kind_basis (in place; returns k)."""
+def classify(
+    k: KernelProfile, flops_known: bool = False, conv_problem: bool = False, hottest: bool = False
+) -> KernelProfile:
+    """Fill k.category, k.compute_path and k.kind_basis (in place; returns k). ``conv_problem``: the problem's
+    FLOPs are mostly a convolution's, so a kernel that runs MMAs under a name that says nothing is its convolution
+    (the gmma counter and the PTX count MMAs alone, so any activity there says so); ``hottest``: the kernel is
+    taken as the convolution where no name or metric places it (classify_all)."""
     name = k.name
     pipe, busy = busiest_tensor_pipe(k)
     by_name = name_path(name)
     gemm_name = bool(_GEMM.search(name)) and not _CONV.search(name)
+    mma = k.pipes.get("tensor_op_gmma", 0.0) >= BUSY_TENSOR_PCT or k.metrics.get("ptx_mma", 0.0) > 0
     basis = []
     if _CONV.search(name):
         kind = "conv"
         basis.append("name")
-    elif gemm_name or (pipe and busy >= GEMM_BY_PIPE_PCT):
+    elif gemm_name:
         kind = "gemm"
-        basis.append("name" if gemm_name else f"{pipe} pipe {busy:.0f}%")
+        basis.append("name")
+    elif (pipe and busy >= GEMM_BY_PIPE_PCT) or (conv_problem and mma):
+        kind = "conv" if conv_problem else "gemm"
+        basis.append(f"{pipe} pipe {busy:.0f}%" if pipe else "PTX MMA instructions")
+        if conv_problem:
+            basis.append("the problem's convolution FLOPs")
     elif "memcpy_or_memset" in k.metrics or re.search(r"memcpy|memset", name, re.I):
         kind = "copy"
         basis.append("name")
@@ -79,8 +90,11 @@ def classify(k: KernelProfile, flops_known: bool = False) -> KernelProfile:
         kind = "reduction" if _REDUCE.search(name) else "elementwise" if _ELEMENTWISE.search(name) else "copy"
         basis.append("name")
     elif flops_known and (k.fma_pipe_pct or 0) >= 30:
-        kind = "gemm"  # a user-named kernel of a problem with matmul FLOPs, busy on the FMA pipe
-        basis.append("the problem's matmul FLOPs")
+        kind = "conv" if conv_problem else "gemm"  # a user-named kernel of a problem with FLOPs, busy on the FMA pipe
+        basis.append(f"the problem's {'convolution' if conv_problem else 'matmul'} FLOPs")
+    elif conv_problem and hottest:
+        kind = "conv"
+        basis.append("the problem's convolution FLOPs: its longest kernel")
     else:
         kind = "other"
     path = None
@@ -103,6 +117,17 @@ def classify(k: KernelProfile, flops_known: bool = False) -> KernelProfile:
     k.category, k.compute_path = kind, path
     k.kind_basis = ", ".join(dict.fromkeys(basis)) or None
     return k
+
+
+def classify_all(kernels: list[KernelProfile], flops_known: bool = False, conv_problem: bool = False) -> None:
+    """classify each kernel; in a convolution problem where none is a GEMM or convolution by name or metrics, the
+    one that takes the most time and no name places elsewhere does the convolution's FLOPs (a single fused kernel)."""
+    for k in kernels:
+        classify(k, flops_known, conv_problem)
+    if conv_problem and not any(k.category in ("gemm", "conv") for k in kernels):
+        hot = max((k for k in kernels if k.category == "other"), key=lambda k: k.device_ms, default=None)
+        if hot is not None:
+            classify(hot, flops_known, conv_problem, hottest=True)
 
 
 def is_tensor_gemm(k: KernelProfile) -> bool:

@@ -257,6 +257,8 @@ def print_profile(report) -> None:
             )
         )
         out.print(f"compute path: {r.path_reason}")
+        if r.bound_reason:
+            out.print(f"bound: {r.bound_reason}" + (f" ({r.kind})" if r.convs else ""))
         print_paths(r.paths)
         for lv in r.levers:  # what the reference's structure allows beyond this bound
             out.print(

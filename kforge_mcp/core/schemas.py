@@ -310,6 +310,37 @@ class Lever(BaseModel):
     evidence: dict[str, float | str] = Field(default_factory=dict)
 
 
+class Convolution(BaseModel):
+    """One convolution of the reference, and the implicit GEMM the bound prices it as on the bound's path."""
+
+    op: str = Field(description="e.g. conv2d, conv_transpose3d")
+    transposed: bool = False
+    batch: int
+    c_in: int
+    c_out: int
+    groups: int = 1
+    kernel: list[int]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    in_spatial: list[int]
+    out_spatial: list[int]
+    flops: float = Field(
+        description="as torch's FlopCounterMode counts it: every output pixel times every tap (a transposed "
+        "convolution: every input pixel times every tap)"
+    )
+    form: str = Field(
+        "",
+        description="the implicit GEMM the bound takes, the one that pads least on its path: 'gather' (a row per "
+        "output pixel, K = C_in/groups x taps) or 'scatter' (a row per input pixel, N = C_out/groups x taps)",
+    )
+    m: int = Field(0, description="rows of that GEMM (batch x pixels)")
+    n: int = Field(0, description="its N (the largest phase's, when the stride splits it in phases)")
+    k: int = Field(0, description="its K (the largest phase's, when the stride splits it in phases)")
+    phases: int = Field(1, description="stride phases the form splits into, each with its own taps")
+    padded_flops: float = Field(0.0, description="FLOPs on the bound's path with N and K padded to its MMA shapes")
+
+
 class Roofline(BaseModel):
     flops: float = Field(description="FLOPs of one reference forward (torch FlopCounterMode)")
     bytes: float = Field(description="minimum bytes: inputs and parameters read once, outputs written once")
@@ -342,6 +373,15 @@ class Roofline(BaseModel):
     correction: str | None = Field(None, description="which assumption the kernel broke and what the bound became")
     out_bytes: float | None = Field(None, description="bytes of the outputs alone (the write no kernel avoids)")
     bound: Literal["memory", "compute"] = "memory"
+    bound_reason: str = Field("", description="what sets the bound: the compute term's FLOPs or which bytes")
+    kind: str | None = Field(
+        None, description="the ops that carry most FLOPs: matmul, attention, or e.g. 'convolution (transposed 3d)'"
+    )
+    flops_by_op: dict[str, float] = Field(default_factory=dict, description="FLOPs by op: matmul, convolution, ...")
+    convs: list[Convolution] = Field(default_factory=list, description="the convolutions, as implicit GEMMs")
+    compute_flops: float | None = Field(
+        None, description="FLOPs the compute term pays on the path: flops with the convolutions' MMA padding"
+    )
     levers: list[Lever] = Field(
         default_factory=list, description="levers of the reference's structure (its FX graph) a profile cannot see"
     )

@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from kforge_mcp.core.requests import RooflineRequest
+from kforge_mcp.core.schemas import Convolution, Lever
 
 # A path passes when its max error is at most this fraction of the tolerance: verify draws fresh inputs for
 # every trial and the GPU sums in another order, so a path at 0.9 of the tolerance here can fail there.
@@ -84,6 +85,11 @@ class MeasuredPaths(BaseModel):
         "sets; None: not finite (the path overflows or gives NaN)",
     )
     products: int = Field(0, description="matrix products and convolutions the reference does per forward")
+    flops_by_op: dict[str, float] = Field(default_factory=dict, description="FLOPs by op: matmul, convolution, ...")
+    convs: list[Convolution] = Field(default_factory=list, description="the convolutions' geometry and FLOPs")
+    levers: list[Lever] = Field(
+        default_factory=list, description="levers of the reference's structure, read in the same worker"
+    )
     not_emulated: list[str] = Field(default_factory=list, description="ops with FLOPs the emulation leaves alone")
     seeds: list[int] = Field(default_factory=list)
     margin: float = MARGIN
@@ -93,10 +99,10 @@ class MeasuredPaths(BaseModel):
 
 
 def code_digest() -> str:
-    """This module's and the roofline's code: a change to either makes earlier measurements stale."""
+    """This module's, the roofline's and the levers' code: a change to any makes earlier measurements stale."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for name in ("precision_paths.py", "roofline.py"):
+    for name in ("precision_paths.py", "roofline.py", "structure.py"):
         digest.update((here / name).read_bytes())
     return digest.hexdigest()[:16]
 
@@ -198,7 +204,7 @@ def _mode_class():
                     prod = emulate_product(self.spec, lambda x, y: plain[func](x, y), a, b)
                 out = prod * alpha if alpha != 1 else prod
                 return out + base * beta if beta != 0 else out
-            if func is aten.convolution.default:
+            if func in (aten.convolution.default, aten._convolution.default):  # direct and transposed alike
                 self.count += 1
                 x, w, bias, *rest = args
                 out = emulate_product(self.spec, lambda p, q: func(p, q, None, *rest), x, w)
@@ -308,6 +314,8 @@ def measure_reference(problem, req: RooflineRequest, counts, seeds: tuple[int, .
         rtol=judge.rtol,
         errors=errors,
         products=products,
+        flops_by_op=counts.flops_by_op,
+        convs=list(counts.convs),
         not_emulated=sorted(skipped),
         seeds=list(seeds),
         seconds=round(time.perf_counter() - started, 3),

@@ -7,8 +7,12 @@ bf16, tf32, the splits bf16x2/x3/x6, fp16x2, 3xTF32, fp32 FMA) is measured on it
 (precision_paths.py) and the bound takes the fastest whose max error stays within a margin of the
 tolerance: an fp32 GEMM at 1e-4 typically passes as bf16x3 (three bf16 MMAs, twice 3xTF32's
 rate). Without one, a path is judged by its operands' rounding. A correct kernel that beats the
-bound shows the model wrong: the bound is corrected (corrected_bound: a faster path, the memory
-floor, the output write) and said so, and the fraction is taken against it, never over 1.
+bound shows the model wrong: the bound is corrected (corrected_bound: a faster path or a lever of the
+reference's structure, then the memory floor, the output write) and said so, and the fraction is taken
+against it, never over 1.
+
+A convolution is priced as the implicit GEMM a tensor-core kernel runs: its N and K padded up to the
+path's MMA shapes (conv_gemm), in the form (a row per output or per input pixel) that pads least.
 
 FlopCounterMode counts matmul, convolution and attention FLOPs only: element-wise ops and
 reductions count 0, so such problems come out memory-bound (they nearly always are).
@@ -16,11 +20,13 @@ reductions count 0, so such problems come out memory-bound (they nearly always a
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, field
 
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.options import default_tolerance
-from kforge_mcp.core.schemas import ComputePath, Roofline
+from kforge_mcp.core.schemas import ComputePath, Convolution, Roofline
 from kforge_mcp.judge.precision_paths import MARGIN, PATH_SPECS, PATHS_FOR, MeasuredPaths
 
 
@@ -282,12 +288,14 @@ def compute_paths(
     return out
 
 
-def fastest(paths: list[ComputePath]) -> ComputePath | None:
-    """The fastest path; within 1% of it (bf16x6 and 3xTF32 on Hopper), the one with fewer products."""
+def fastest(paths: list[ComputePath], cost=None) -> ComputePath | None:
+    """The fastest path; within 1% of it (bf16x6 and 3xTF32 on Hopper), the one with fewer products. ``cost``: a
+    path's time where it is not the FLOPs over its peak (a convolution's MMA padding differs by path)."""
     if not paths:
         return None
-    top = max(p.peak_flops for p in paths)
-    return min((p for p in paths if p.peak_flops >= 0.99 * top), key=lambda p: (p.terms, -p.peak_flops))
+    cost = cost or (lambda p: 1.0 / p.peak_flops)
+    top = min(cost(p) for p in paths)
+    return min((p for p in paths if cost(p) * 0.99 <= top), key=lambda p: (p.terms, cost(p)))
 
 
 def path_choice(paths: list[ComputePath], best: ComputePath, tol: float, measured: bool) -> str:
@@ -330,6 +338,141 @@ def dtype_key(dtype) -> str:
     }.get(s, "fp8" if "float8" in s else "fp32")
 
 
+# ---- convolutions: the implicit GEMM a tensor-core kernel runs ----
+
+# The smallest K and N of any MMA instruction of a format (PTX ISA: mma.sync m16n8k8 for f16/bf16, m16n8k4 for tf32,
+# m16n8k16 for e4m3/e5m2; wgmma.mma_async's K is twice these, its N a multiple of 8). A tensor-core kernel pads its
+# GEMM's K and N up to them; it may swap M and N, but M's shapes (16, 64) are coarser, so 8 on the channel side is
+# the least it pays. Smaller K shapes than wgmma's keep the bound a lower bound for a kernel that ends K on mma.sync.
+MMA_K = {"fp16": 8, "bf16": 8, "tf32": 4, "fp8": 16}
+MMA_N = 8
+
+
+def mma_granules(peaks: Peaks, path: str) -> tuple[int, int]:
+    """(K, N) a path's products are padded to: 1 on the FMA pipe, and on a device without a faster unit."""
+    spec = PATH_SPECS.get(path)
+    base = spec.base if spec else path
+    if base not in MMA_K or peaks.flops.get(base, 0.0) <= peaks.flops.get("fp32", 0.0):
+        return 1, 1
+    return MMA_K[base], MMA_N
+
+
+def _pad(x: int, g: int) -> int:
+    return -(-x // g) * g
+
+
+def _phases(extent: int, k: int, s: int, p: int, d: int) -> list[tuple[int, int]]:
+    """(pixels, taps) per residue mod the stride along one dim, for the form whose rows are on the strided side
+    (a transposed convolution's outputs, a direct one's inputs): a pixel meets only the taps of its residue."""
+    out = []
+    for r in range(min(s, extent)):
+        taps = sum(1 for kk in range(k) if (r + p - kk * d) % s == 0)
+        if taps:
+            out.append((len(range(r, extent, s)), taps))
+    return out
+
+
+def conv_gemm(c: Convolution, gk: int = 1, gn: int = 1) -> Convolution:
+    """``c`` as the implicit GEMM that pads least to granules (gk, gn): 'gather' (a row per output pixel, K =
+    C_in/groups x taps, N = C_out/groups) or 'scatter' (a row per input pixel, K = C_in/groups, N = C_out/groups x
+    taps). A direct convolution's natural form is gather, a transposed one's scatter: their FLOPs are the counted
+    ones. The other form walks the strided side, so it splits into stride phases with fewer taps each (a transposed
+    convolution as the convolution of its output without the stride's zeros); it wins where its K or N pads less."""
+    cin, cout = c.c_in // c.groups, c.c_out // c.groups
+    natural = "scatter" if c.transposed else "gather"
+    forms = []
+    for form in ("gather", "scatter"):
+        if form == natural:
+            extent = c.in_spatial if c.transposed else c.out_spatial
+            per_dim = [[(x, kk)] for x, kk in zip(extent, c.kernel, strict=True)]
+        else:
+            extent = c.out_spatial if c.transposed else c.in_spatial
+            per_dim = [_phases(*a) for a in zip(extent, c.kernel, c.stride, c.padding, c.dilation, strict=True)]
+        plain = padded = 0.0
+        rows, top = 0, (0.0, 0, 0)
+        for combo in itertools.product(*per_dim):
+            pixels = c.batch * math.prod(x for x, _ in combo)
+            taps = math.prod(t for _, t in combo)
+            n, k = (cout, cin * taps) if form == "gather" else (cout * taps, cin)
+            plain += pixels * n * k
+            padded += pixels * _pad(n, gn) * _pad(k, gk)
+            rows += pixels
+            top = max(top, (pixels * n * k, n, k))
+        if plain:
+            phases = math.prod(len(d) for d in per_dim)
+            forms.append((padded / plain, form != natural, form, rows, top[1], top[2], phases))
+    if not forms:  # an empty batch or volume: nothing to pad
+        return c.model_copy(update=dict(padded_flops=c.flops))
+    ratio, _, form, m, n, k, phases = min(forms)
+    return c.model_copy(update=dict(form=form, m=m, n=n, k=k, phases=phases, padded_flops=c.flops * ratio))
+
+
+def compute_flops(flops: float, convs: list[Convolution], gk: int = 1, gn: int = 1) -> float:
+    """The FLOPs a path pays: the convolutions' padded to its MMA granules (gk, gn), the rest as counted."""
+    if not convs or (gk, gn) == (1, 1):
+        return flops
+    return flops - sum(c.flops for c in convs) + sum(conv_gemm(c, gk, gn).padded_flops for c in convs)
+
+
+def conv_label(c: Convolution) -> str:
+    return f"convolution ({'transposed ' if c.transposed else ''}{len(c.kernel)}d)"
+
+
+def conv_shape(c: Convolution) -> str:
+    """'conv_transpose3d as a scatter implicit GEMM M=262144 N=1728 K=32'."""
+    phased = f" in {c.phases} stride phases (the largest's N and K)" if c.phases > 1 else ""
+    groups = f" in each of {c.groups} groups" if c.groups > 1 else ""
+    return f"{c.op} as a {c.form} implicit GEMM M={c.m} N={c.n} K={c.k}{groups}{phased}"
+
+
+def problem_kind(flops_by_op: dict[str, float], convs: list[Convolution]) -> str | None:
+    """The ops that carry most of the FLOPs, a convolution named by its dims and direction."""
+    total = sum(flops_by_op.values())
+    if total <= 0:
+        return None
+    op = max(flops_by_op, key=lambda o: flops_by_op[o])
+    if op == "convolution" and convs:
+        return conv_label(max(convs, key=lambda c: c.flops))
+    return op
+
+
+def output_floor(r: Roofline) -> bool:
+    """A memory bound set mostly by the output write (e.g. a transposed convolution's upsampled output)."""
+    return r.bound == "memory" and bool(r.out_bytes) and (r.out_bytes or 0.0) >= 0.5 * r.bytes
+
+
+def bound_text(r: Roofline) -> str:
+    """What sets the bound, in the roofline's own figures."""
+    tb = r.peak_bandwidth / 1e12
+    if r.bound == "memory" and output_floor(r):
+        head = (
+            f"memory-bound: the floor is the {(r.out_bytes or 0.0) / 1e6:.3g} MB output write "
+            f"({(r.out_bytes or 0.0) / r.bytes:.0%} of the {r.bytes / 1e6:.3g} MB minimum, {r.byte_ms:.4g} ms at "
+            f"{tb:.3g} TB/s)"
+        )
+    elif r.bound == "memory":
+        head = (
+            f"memory-bound: {r.bytes / 1e6:.4g} MB minimum (inputs and weights read once, outputs written once), "
+            f"{r.byte_ms:.4g} ms at {tb:.3g} TB/s"
+        )
+    else:
+        head = (
+            f"compute-bound: {r.compute_flops or r.flops:.4g} FLOPs on the {r.path} path at "
+            f"{r.peak_flops / 1e12:.4g} TFLOP/s, {r.flop_ms:.4g} ms"
+        )
+    other = (
+        f"; compute {r.flop_ms:.4g} ms on the {r.path} path"
+        if r.bound == "memory"
+        else f"; memory {r.byte_ms:.4g} ms for {r.bytes / 1e6:.4g} MB"
+    )
+    for c in r.convs:
+        pad = c.padded_flops / c.flops if c.flops else 1.0
+        other += f"; {conv_shape(c)}, {c.flops:.4g} FLOPs" + (
+            f" padded to {c.padded_flops:.4g} (x{pad:.3g}) for the MMA's K and N" if pad > 1.0 + 1e-9 else ""
+        )
+    return head + other
+
+
 def make_roofline(
     flops: float,
     nbytes: float,
@@ -342,16 +485,26 @@ def make_roofline(
     rtol: float | None = None,
     measured: MeasuredPaths | None = None,
     out_bytes: float | None = None,
+    convs: list[Convolution] | None = None,
+    flops_by_op: dict[str, float] | None = None,
 ) -> Roofline:
     """``measured``: the paths' errors on the problem's own inputs (precision_paths.py); without it each path
-    is judged by its operands' rounding."""
+    is judged by its operands' rounding. ``convs``: the reference's convolutions, whose implicit GEMMs a
+    tensor-core path pads to its MMA shapes (their FLOPs are part of ``flops``)."""
     peaks, note = lookup_peaks(device_name)
     notes = [note] if note else []
     if measured is not None:
         notes += measured.notes
+        convs = measured.convs if convs is None else convs
+        flops_by_op = measured.flops_by_op if flops_by_op is None else flops_by_op
+    convs = convs or []
     paths = compute_paths(peaks, dtype, atol, rtol, measured)
     feasible = [p for p in paths if p.feasible] or paths
-    best = fastest(feasible)
+
+    def cost(p: ComputePath) -> float:  # a path's compute time per peak FLOP/s: its padding differs by path
+        return compute_flops(flops, convs, *mma_granules(peaks, p.path)) / p.peak_flops
+
+    best = fastest(feasible, cost)
     path = best.path if best else dtype
     pf = peak_flops or (best.peak_flops if best else peaks.flops["fp32"])  # every table entry has fp32
     bw = peak_bandwidth or peaks.bandwidth
@@ -362,7 +515,15 @@ def make_roofline(
     tol = path_tolerance(dtype, atol, rtol)
     measured_any = measured is not None and bool(measured.errors)
     reason = path_choice(paths, best, tol, measured_any) if best else f"{dtype}: no path in the {peaks.name} table"
-    flop_ms, byte_ms = flops / pf * 1e3, nbytes / bw * 1e3
+    by_peak = fastest(feasible)
+    if best and by_peak and by_peak.path != best.path:
+        reason += (
+            f"; {by_peak.path}'s higher peak loses to the convolutions' MMA padding on it "
+            f"({compute_flops(flops, convs, *mma_granules(peaks, by_peak.path)):.4g} FLOPs there)"
+        )
+    granules = mma_granules(peaks, path)
+    paid = compute_flops(flops, convs, *granules)
+    flop_ms, byte_ms = paid / pf * 1e3, nbytes / bw * 1e3
     sol = max(flop_ms, byte_ms)
     r = Roofline(
         flops=flops,
@@ -383,8 +544,13 @@ def make_roofline(
         flop_ms=flop_ms,
         byte_ms=byte_ms,
         bound="compute" if flop_ms > byte_ms else "memory",
+        kind=problem_kind(flops_by_op or {}, convs),
+        flops_by_op=flops_by_op or {},
+        convs=[conv_gemm(c, *granules) for c in convs],
+        compute_flops=paid,
         notes=notes,
     )
+    r.bound_reason = bound_text(r)
     if flops == 0:
         r.notes.append("FlopCounterMode counted 0 FLOPs (it counts matmul/conv/attention only): the bound is memory")
     return with_measured(r, measured_ms)
@@ -397,38 +563,59 @@ def from_measured(
     peak_flops: float | None = None,
     peak_bandwidth: float | None = None,
 ) -> Roofline:
-    """The roofline of a problem whose paths were measured, for one device and time."""
+    """The roofline of a problem whose paths were measured, for one device and time (structure.measured_roofline
+    adds the levers read in the same worker)."""
     return make_roofline(
         m.flops, m.bytes, m.dtype, device_name, measured_ms, peak_flops, peak_bandwidth, m.atol, m.rtol, m
     )
 
 
+def lever_sol_ms(r: Roofline, flops_after: float, bytes_after: float) -> float:
+    """T_SOL of the forward after a lever, on ``r``'s path and peaks: its compute term scales with the FLOPs left
+    (a convolution's padding stays in proportion)."""
+    compute = r.flop_ms * flops_after / r.flops if r.flops > 0 else 0.0
+    return max(compute, bytes_after / r.peak_bandwidth * 1e3)
+
+
 def corrected_bound(r: Roofline, measured_ms: float) -> tuple[float, str]:
-    """A time below the bound shows which assumption failed. The bound steps down, in order, to the next
-    faster path (the kernel runs a path the model judged too coarse, or a faster one than it knew), to the
-    memory floor (FLOPs free), and to the output write alone (inputs served from a cache); the first step
-    at or under the measured time is the corrected bound."""
+    """A time below the bound shows which assumption failed. The bound steps down to the next faster path (the
+    kernel runs a path the model judged too coarse, or a faster one than it knew) or to a lever of the
+    reference's structure the kernel takes (less work than the reference does), the tightest of them first;
+    then to the memory floor (FLOPs free), and to the output write alone (inputs served from a cache). The first
+    step at or under the measured time is the corrected bound."""
     steps = []
+    peaks, _ = lookup_peaks(r.device)
     for p in sorted(r.paths, key=lambda p: -p.peak_flops):
-        if p.peak_flops > r.peak_flops:
+        ms = compute_flops(r.flops, r.convs, *mma_granules(peaks, p.path)) / p.peak_flops * 1e3
+        if ms < r.flop_ms:
             steps.append(
                 (
-                    max(r.flops / p.peak_flops * 1e3, r.byte_ms),
+                    max(ms, r.byte_ms),
                     (
                         f"the kernel's math is faster than the {r.path} path allows: bound taken on the {p.path} "
                         f"path ({p.peak_flops / 1e12:.4g} TFLOP/s; {p.why})"
                     ),
                 )
             )
-    steps.append((r.byte_ms, "bound taken as the memory floor: the minimum bytes at peak bandwidth, FLOPs free"))
+    for lv in r.levers:
+        if lv.sol_ms_after < r.sol_ms:
+            saves = f"{lv.flops_saved:.4g} FLOPs and {lv.bytes_saved:.4g} bytes fewer a forward"
+            steps.append(
+                (
+                    lv.sol_ms_after,
+                    f"the kernel takes the lever '{lv.title}': {saves}; bound taken as the lever's "
+                    f"{lv.sol_ms_after:.4g} ms",
+                )
+            )
+    last = [(r.byte_ms, "bound taken as the memory floor: the minimum bytes at peak bandwidth, FLOPs free")]
     if r.out_bytes:
-        steps.append(
+        last.append(
             (
                 r.out_bytes / r.peak_bandwidth * 1e3,
                 "the inputs did not all come from DRAM: bound taken as the output write alone at peak bandwidth",
             )
         )
-    for sol, why in sorted(steps, key=lambda x: -x[0]):
+    for sol, why in sorted(steps, key=lambda x: -x[0]) + last:
         if sol <= measured_ms:
             return sol, why
     return measured_ms, (
@@ -464,8 +651,10 @@ def set_verify_bound(report, roof: Roofline, candidate_ms: float) -> None:
 
     report.sol_ms = roof.corrected_sol_ms if roof.below_bound else roof.sol_ms
     report.fraction_of_sol = roof.fraction_of_sol
-    report.sol_path = f"{roof.path} ({roof.bound}-bound on {roof.device}): {roof.path_reason}" + (
-        f"; corrected: {roof.correction}" if roof.below_bound else ""
+    report.sol_path = (
+        f"{roof.path} ({roof.bound}-bound on {roof.device}): {roof.path_reason}"
+        + (f"; {roof.kind}: {roof.bound_reason}" if roof.convs else "")
+        + (f"; corrected: {roof.correction}" if roof.below_bound else "")
     )
     report.compute_paths = roof.paths
     report.findings = [f for f in report.findings if f.code != "below_speed_of_light_model"]
@@ -507,18 +696,85 @@ class Counts:
     bytes: float  # inputs and parameters read once, outputs written once
     dtype: str
     out_bytes: float  # the outputs alone
+    convs: tuple[Convolution, ...] = ()
+    flops_by_op: dict[str, float] = field(default_factory=dict)
+
+
+def _op_family(op) -> str:
+    name = str(op)
+    if "conv" in name:
+        return "convolution"
+    if "attention" in name or "sdpa" in name:
+        return "attention"
+    return "matmul"  # FlopCounterMode's other ops are mm, addmm, bmm, baddbmm, _scaled_mm, ...
+
+
+def _conv_recorder():
+    """A dispatch mode that records each convolution's geometry (what FlopCounterMode's total does not keep)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    ops = {aten.convolution, aten._convolution}
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.convs: list[Convolution] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket in ops:
+                names = [a.name for a in func._schema.arguments]
+                self.convs.append(convolution({**dict(zip(names, args, strict=False)), **(kwargs or {})}, out))
+            return out
+
+    return Recorder()
+
+
+def convolution(a: dict, out) -> Convolution:
+    """A Convolution from aten.convolution's arguments and output; FLOPs as FlopCounterMode counts them."""
+    x, w, transposed = a["input"], a["weight"], bool(a["transposed"])
+    dims = w.dim() - 2
+
+    def per_dim(v) -> list[int]:
+        v = [int(i) for i in v]
+        return v * dims if len(v) == 1 else v
+
+    counted_on = x.shape[2:] if transposed else out.shape[2:]
+    return Convolution(
+        op=f"conv{'_transpose' if transposed else ''}{dims}d",
+        transposed=transposed,
+        batch=int(x.shape[0]),
+        c_in=int(x.shape[1]),
+        c_out=int(out.shape[1]),
+        groups=int(a["groups"]),
+        kernel=[int(k) for k in w.shape[2:]],
+        stride=per_dim(a["stride"]),
+        padding=per_dim(a["padding"]),
+        dilation=per_dim(a["dilation"]),
+        in_spatial=[int(i) for i in x.shape[2:]],
+        out_spatial=[int(o) for o in out.shape[2:]],
+        flops=2.0 * x.shape[0] * math.prod(w.shape) * math.prod(counted_on),
+    )
 
 
 def count_reference(model, inputs: list) -> Counts:
-    """FLOPs, minimum bytes, dominant dtype key and output bytes of one forward of ``model`` on ``inputs``."""
+    """FLOPs (by op, and each convolution's geometry), minimum bytes, dominant dtype key and output bytes of one
+    forward of ``model`` on ``inputs``."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    recorder = _conv_recorder()
     with torch.no_grad():
         counter = FlopCounterMode(display=False)
-        with counter:
+        with counter, recorder:
             out = model(*inputs)
     flops = float(counter.get_total_flops())
+    by_op: dict[str, float] = {}
+    for op, n in counter.get_flop_counts().get("Global", {}).items():
+        if n:
+            by_op[_op_family(op)] = by_op.get(_op_family(op), 0.0) + float(n)
     read = list(_tensors(inputs)) + list(model.parameters()) + list(model.buffers())
     outputs = list(_tensors(out))
     seen, nbytes, out_bytes = set(), 0.0, 0.0
@@ -535,7 +791,7 @@ def count_reference(model, inputs: list) -> Counts:
         if t.is_floating_point():
             by_dtype[t.dtype] = by_dtype.get(t.dtype, 0.0) + size
     dtype = dtype_key(max(by_dtype, key=lambda d: by_dtype[d])) if by_dtype else "fp32"
-    return Counts(flops, nbytes, dtype, out_bytes)
+    return Counts(flops, nbytes, dtype, out_bytes, tuple(recorder.convs), by_op)
 
 
 def meta_reference(problem) -> tuple:
@@ -588,4 +844,6 @@ def reference_roofline(
         atol,
         rtol,
         out_bytes=c.out_bytes,
+        convs=list(c.convs),
+        flops_by_op=c.flops_by_op,
     )

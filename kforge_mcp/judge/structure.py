@@ -23,6 +23,8 @@ import operator
 from typing import Any
 
 from kforge_mcp.core.schemas import Lever, Roofline
+from kforge_mcp.judge.precision_paths import MeasuredPaths
+from kforge_mcp.judge.roofline import from_measured, lever_sol_ms, with_measured
 
 # The constant check runs the reference twice for real; on a CPU worker only when a forward is estimated
 # (FLOPs and intermediate bytes at rates a shared 2-core worker sustains, conservatively) under this.
@@ -374,7 +376,7 @@ def node_names(nodes) -> str:
 
 def _lever(roof: Roofline, kind, title, detail, action, nodes, flops_saved, bytes_saved, evidence) -> Lever:
     flops_after, bytes_after = max(roof.flops - flops_saved, 0.0), max(roof.bytes - bytes_saved, 0.0)
-    sol = max(flops_after / roof.peak_flops, bytes_after / roof.peak_bandwidth) * 1e3
+    sol = lever_sol_ms(roof, flops_after, bytes_after)
     return Lever(
         kind=kind,
         title=title,
@@ -594,8 +596,10 @@ def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[lis
 def carry_levers(roof: Roofline, earlier: Roofline | None, source: str | None = None) -> Roofline:
     """Levers an earlier roofline of the same problem found and this one lacks (one counted before the paths
     were measured, or a profile's, whose worker checked outputs on its device that are too costly to run
-    twice on a CPU), repriced on this roofline's path and peaks; ``source`` says where they came from."""
+    twice on a CPU), repriced on this roofline's path and peaks; ``source`` says where they came from. A measured
+    time is set against the bound again: a kernel that takes a lever is judged against the lever's bound."""
     have = {(lv.kind, tuple(lv.nodes)) for lv in roof.levers}
+    added = False
     for lv in earlier.levers if earlier is not None else []:
         if (lv.kind, tuple(lv.nodes)) in have:
             continue
@@ -605,14 +609,28 @@ def carry_levers(roof: Roofline, earlier: Roofline | None, source: str | None = 
             if converted is None:
                 continue
             lv = converted
-        sol = max(lv.flops_after / roof.peak_flops, lv.bytes_after / roof.peak_bandwidth) * 1e3
-        roof.levers.append(lv.model_copy(update={"sol_ms_after": sol}))
+        roof.levers.append(lv.model_copy(update={"sol_ms_after": lever_sol_ms(roof, lv.flops_after, lv.bytes_after)}))
+        added = True
         if source:
             roof.notes.append(f"lever '{lv.title}' {source}")
     for n in earlier.notes if earlier is not None else []:
         if ("not checked" in n or "levers" in n) and n not in roof.notes:
             roof.notes.append(n)
-    return roof
+    return with_measured(roof, roof.measured_ms) if added and roof.measured_ms else roof
+
+
+def measured_roofline(
+    m: MeasuredPaths,
+    device_name: str | None,
+    measured_ms: float | None = None,
+    peak_flops: float | None = None,
+    peak_bandwidth: float | None = None,
+) -> Roofline:
+    """The roofline of measured paths (roofline.from_measured) with the levers read in the same worker, priced on
+    its path and peaks: a kernel that takes one is judged against the lever's bound."""
+    roof = from_measured(m, device_name, None, peak_flops, peak_bandwidth)
+    roof = carry_levers(roof, roof.model_copy(update={"levers": m.levers, "notes": []}))
+    return with_measured(roof, measured_ms)
 
 
 def reference_levers(problem, device: str, roof: Roofline) -> Roofline:

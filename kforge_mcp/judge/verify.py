@@ -445,8 +445,10 @@ class Verifier:
 
     def speed_of_light(self, candidate_ms: float) -> None:
         """Faster than physics is a bug: the floor is the minimum bytes at peak bandwidth and the
-        FLOPs at the device's fastest (lowest-precision) tensor rate."""
-        from kforge_mcp.judge.roofline import lookup_peaks, reference_roofline, set_verify_bound
+        FLOPs at the device's fastest (lowest-precision) tensor rate, for the reference's work or for the least
+        work a lever of its structure leaves (a kernel that folds a sum into its GEMM is honest)."""
+        from kforge_mcp.judge.roofline import lookup_peaks, reference_roofline, set_verify_bound, with_measured
+        from kforge_mcp.judge.structure import reference_levers
 
         try:
             roof = reference_roofline(
@@ -457,12 +459,15 @@ class Verifier:
                 atol=self.judge.atol,
                 rtol=self.judge.rtol,
             )
+            if roof.below_bound:  # the levers say how much less work than the reference a kernel may do
+                roof = with_measured(reference_levers(self.problem, self.device, roof), candidate_ms)
         except Exception as e:  # noqa: BLE001  (a reference the counter cannot run gets no bound, and says so)
             self.finding(Finding(code="no_speed_of_light", message=f"no speed-of-light bound: {type(e).__name__}: {e}"))
             return
         set_verify_bound(self.report, roof, candidate_ms)
         peaks, _ = lookup_peaks(self.report.device_state.get("name"))
-        floor_ms = max(roof.bytes / peaks.bandwidth, roof.flops / max(peaks.flops.values())) * 1e3
+        work = [(roof.flops, roof.bytes)] + [(lv.flops_after, lv.bytes_after) for lv in roof.levers]
+        floor_ms = min(max(b / peaks.bandwidth, f / max(peaks.flops.values())) for f, b in work) * 1e3
         if candidate_ms < floor_ms * SOL_MARGIN:
             self.finding(
                 Finding(

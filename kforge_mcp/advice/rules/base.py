@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kforge_mcp.advice.kinds import TENSOR_PIPES, classify
+from kforge_mcp.advice.kinds import TENSOR_PIPES, classify_all
 from kforge_mcp.profiling.report import Evidence, KernelProfile, Priority, ProfileReport, Recommendation
 
 Rule = Callable[[ProfileReport], list[Recommendation]]
@@ -84,9 +84,10 @@ def remaining(report: ProfileReport) -> float | None:
 def run_rules(report: ProfileReport, rules: list[Rule] | None = None) -> tuple[list[Recommendation], list[str]]:
     """Every rule's recommendations, the biggest lever first (a stop at the limit leads when it covers
     most of the time, Nsight Compute's own rule results come last); errors of a broken rule become notes."""
-    flops_known = bool(report.roofline and report.roofline.flops > 0)
-    for k in report.device_kernels():
-        classify(k, flops_known)
+    roof = report.roofline
+    flops_known = bool(roof and roof.flops > 0)
+    conv = bool(roof and roof.kind and roof.kind.startswith("convolution"))
+    classify_all(report.device_kernels(), flops_known, conv)
     recs, notes = [], []
     for fn in rules if rules is not None else RULES:
         try:

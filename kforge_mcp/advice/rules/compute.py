@@ -142,7 +142,7 @@ def use_tensor_cores(report: ProfileReport) -> list[Recommendation]:
     effs = MULTI_TERM_EFFICIENCY if multi_term(best.path) else (TENSOR_EFFICIENCY, TENSOR_EFFICIENCY)
     for k, share in gemms:
         hits.append(k.name)
-        if r is not None and r.flops > 0 and total_ms > 0:
+        if r is not None and r.flops > 0 and total_ms > 0 and not is_latency_bound(k):
             # the problem's FLOPs (split by time among its GEMMs) at the faster path's peak x a first tensor-core
             # kernel's efficiency, on the SMs the grid can use, against the time the kernel takes now
             sms = report.sm_count or DEFAULT_SM_COUNT
@@ -155,7 +155,7 @@ def use_tensor_cores(report: ProfileReport) -> list[Recommendation]:
             gain, high = gain + low_g, high + high_g
             bases.add(f"1 - FLOPs / ({best.path} peak x {effs[0]:g}) / measured time")
             continue
-        if k.fma_pipe_pct is not None:  # only the time the FMA pipe is busy shrinks
+        if k.fma_pipe_pct is not None:  # only the time the FMA pipe is busy shrinks (a latency-bound kernel waits)
             math_share, how = min(k.fma_pipe_pct / 100, 1.0), "FMA pipe busy fraction"
         else:
             math_share, how = 0.5, "assumed half (no pipe metrics or FLOPs)"

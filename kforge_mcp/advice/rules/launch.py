@@ -10,6 +10,7 @@ from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_latency_bound
 from kforge_mcp.advice.rules.base import DEFAULT_SM_COUNT, ev, hot_kernels, recommendation, rule, shares
 from kforge_mcp.advice.rules.base import pct as _pct
 from kforge_mcp.advice.rules.memory import memory_pathology
+from kforge_mcp.judge.roofline import output_floor
 from kforge_mcp.profiling.report import Evidence, NcuRule, ProfileReport, Recommendation
 
 LATENCY_ISSUE_PCT = 60.0  # issue slots busy below this, with warps stalled: latency-bound
@@ -169,18 +170,29 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
         "stages, recompute cheap values) or use __launch_bounds__; check spills after the change.",
         "ilp": "Put more bytes in flight per thread: 16-byte vector loads, several independent loads before their "
         "first use (unroll, num_stages 2-3), and one pass over the data instead of several.",
-        "tiles": "The tensor pipe idles because the warps wait on scattered global loads, not because it is starved "
+        "tiles": "The math pipe idles because the warps wait on scattered global loads, not because it is starved "
         "of a streamed tile: give each program more independent work (more output pixels or rows per program, wider "
         "channel chunks per dot, so more bytes are in flight per SM), use async copies (cp.async / TMA) only for "
         "tiles that are reused, and make the stores coalesced (the output's contiguous axis along the lanes). "
         "Lower-precision operands the tolerance allows halve the bytes each load waits for.",
     }
+    action = " ".join(actions[c] for c in dict.fromkeys(causes))
+    r = report.roofline
+    if r is not None and r.convs and output_floor(r) and "tiles" in causes:
+        # the problem's floor is its output: the stores are what a finished kernel spends its time on
+        evidence.append(ev("the problem's bound", r.bound_reason))
+        action += (
+            f" The problem's own floor is the output write ({(r.out_bytes or 0.0) / 1e6:.3g} MB, "
+            f"{(r.out_bytes or 0.0) / r.peak_bandwidth * 1e3:.3g} ms at peak bandwidth): write each output element "
+            "once, from registers, in full coalesced 16-byte stores along its contiguous axis (fused epilogues such "
+            "as a softmax over channels included), and nothing else to global memory."
+        )
     return [
         recommendation(
             rule="latency_bound",
             title="Hide memory latency: more bytes in flight and more work per program",
             evidence=evidence,
-            action=" ".join(actions[c] for c in dict.fromkeys(causes)),
+            action=action,
             expected_gain=gain,
             gain_basis=f"time share x (1 - busiest unit / {TARGET_PCT:g}%): a latency-bound kernel speeds up until its "
             "busiest unit saturates (from the launch shape alone: share x (1 - warps/4) x (1 - memory throughput)); "
