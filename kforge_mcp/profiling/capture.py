@@ -28,6 +28,7 @@ from kforge_mcp.profiling.ncu_metrics import CORE_METRICS, DEFAULT_METRICS, SECT
 from kforge_mcp.profiling.proton import report_from_hatchet
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport
 from kforge_mcp.profiling.torch_trace import FORWARD_MARK, report_from_trace
+from kforge_mcp.profiling.weight_work import attach_weight_work
 from kforge_mcp.targets import get_target
 
 INPUT_SEED = 7
@@ -115,6 +116,10 @@ def run_profile(req: ProfileRequest, progress: Callable[[str], None], workdir: P
         )
     if module is not None:
         target.profile_details(report, module, device)
+        counter = target.launch_counter()
+        if counter is not None:
+            progress("following the weights through one forward")
+            attach_weight_work(report, model, inputs, counter)
     profilers = get_device(device).profilers
     if "mps events" in profilers:
         with torch.no_grad():

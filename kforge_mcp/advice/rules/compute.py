@@ -224,9 +224,11 @@ def feed_tensor_pipe(report: ProfileReport) -> list[Recommendation]:
         if pipe is not None and k.pipes and busy < LIMIT_UNIT_PCT:
             g = 1 - busy / FED_TENSOR_PCT
             basis = f"share x (1 - tensor pipe {busy:.0f}% / {FED_TENSOR_PCT:g}%)"
-        elif frac is not None and frac < LIMIT_FRACTION:  # busy pipe, yet far from the bound: small MMA shapes
-            g = 1 - frac / LIMIT_FRACTION
-            basis = f"share x (1 - fraction of SOL / {LIMIT_FRACTION})"
+        elif frac is not None and min(1.0, frac / share) < LIMIT_FRACTION:  # busy pipe, far from the bound
+            # the kernel's own fraction: the bound set against this kernel's time, not the whole forward's (time
+            # in other kernels, e.g. a conversion pass, is theirs to win back)
+            g = 1 - frac / share / LIMIT_FRACTION
+            basis = f"share x (1 - the kernel's fraction of SOL (the forward's / its share) / {LIMIT_FRACTION})"
         else:
             continue
         if k.top_stalls and k.top_stalls[0].reason in SHARED_STALLS:

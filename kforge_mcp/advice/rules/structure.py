@@ -5,7 +5,7 @@ the inputs. Each comes priced in the roofline's terms; its gain is the drop of t
 
 from __future__ import annotations
 
-from kforge_mcp.advice.rules.base import ev, recommendation, rule
+from kforge_mcp.advice.rules.base import ev, hot_kernels, recommendation, rule
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
 
@@ -44,3 +44,40 @@ def reference_structure(report: ProfileReport) -> list[Recommendation]:
             )
         )
     return recs
+
+
+@rule
+def weights_once(report: ProfileReport) -> list[Recommendation]:
+    """Kernels whose launches read the weights alone (profiling/weight_work.py: data followed through one
+    forward) redo the same work every forward."""
+    hits = [(k, share) for k, share in hot_kernels(report, min_share=0.01) if k.weight_work]
+    if not hits:
+        return []
+    gain = sum(share * (k.weight_work or 0.0) for k, share in hits)
+    names = ", ".join(k.name for k, _ in hits)
+    params = sorted({p for k, _ in hits for p in k.weights_read})
+    evidence = [
+        ev(
+            "launches on weights alone",
+            f"{k.weight_work:.0%} of the kernel's bytes; the kernel takes {share:.0%} of the forward",
+            kernel=k.name,
+        )
+        for k, share in hits
+    ]
+    evidence.append(ev("weights they read", ", ".join(params)))
+    return [
+        recommendation(
+            rule="weights_once",
+            title="Do the work on weights once per weight version, not every forward",
+            evidence=evidence,
+            action=(
+                f"{names} read only the weights ({', '.join(params)}) in some launches, every forward, and what "
+                "those launches make changes only when a weight does. Make it once per weight version: keep the "
+                "result on the module with the version it was made from (each parameter's _version and data_ptr()) "
+                "and remake it when either changes. verify accepts such a cache, and catches one keyed on the inputs."
+            ),
+            expected_gain=gain,
+            gain_basis="the kernels' share of the forward (timeline) x the share of their bytes moved by launches on "
+            "weights alone: that work leaves the forward, a version check stays",
+        )
+    ]

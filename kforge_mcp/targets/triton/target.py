@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kforge_mcp.core.problem import Source
@@ -26,6 +26,8 @@ from kforge_mcp.targets.triton.launches import jit_functions
 @dataclass
 class LaunchCount:
     count: int = 0
+    # each launch's kernel name and arguments, for following data through a forward (profiling/weight_work)
+    launches: list[tuple[str, tuple]] = field(default_factory=list)
 
 
 class TritonTarget(Target):
@@ -115,6 +117,7 @@ class TritonTarget(Target):
             def run(self, *args, **kwargs):
                 if not kwargs.get("warmup"):
                     counter.count += 1
+                    counter.launches.append((getattr(self, "__name__", "kernel"), args + tuple(kwargs.values())))
                 with torch._C.DisableTorchFunction():
                     return real[cls](self, *args, **kwargs)
 

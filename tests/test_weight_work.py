@@ -1,0 +1,74 @@
+"""Work on weights alone, found by following the data through one forward, and the advice to do it once per
+weight version (advice/rules/structure.py weights_once)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kforge_mcp.advice import agent
+from kforge_mcp.judge.roofline import make_roofline
+from kforge_mcp.profiling.report import KernelProfile, ProfileReport
+
+PROBLEM = "tests/problems/linear_relu_small.py"
+H200 = "NVIDIA H200"
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory):
+    from kforge_mcp.api import Engine
+
+    engine = Engine(home=tmp_path_factory.mktemp("home"))
+    try:
+        yield {
+            c: engine.profile(PROBLEM, f"tests/candidates/{c}.py", target="triton", device="cpu")
+            for c in ("weight_transpose_every_forward", "weight_transpose_cached")
+        }
+    finally:
+        engine.close()
+
+
+def test_a_kernel_that_transposes_the_weight_every_forward_is_weight_work(profiles):
+    r = profiles["weight_transpose_every_forward"]
+    assert not r.errors
+    # the transpose reads only linear.weight; the GEMM reads the input too, so it is not weight work
+    assert r.weight_work == {"transpose_kernel": 1.0}
+
+
+def test_a_transpose_kept_per_weight_version_leaves_no_weight_work(profiles):
+    assert profiles["weight_transpose_cached"].weight_work == {}
+
+
+def gemm_after_split(frac_of_sol: float) -> ProfileReport:
+    """A bf16x3 GEMM whose tensor pipe is 97% busy, after a split pass whose bytes are 83% the weight's."""
+    gemm = KernelProfile(
+        name="gemm_epilogue_kernel", device_ms=0.51, launches=1, pipes={"tensor_op_gmma": 97.4, "shared": 97.4}
+    )
+    split = KernelProfile(name="split3_kernel", device_ms=0.18, launches=2, dram_throughput_pct=70.0, weight_work=0.83)
+    split.weights_read = ["gemm.weight"]
+    roof = make_roofline(1.374e11, 3.4e8, "fp32", H200, 0.69, atol=1e-4, rtol=1e-4)
+    roof.fraction_of_sol = frac_of_sol
+    return ProfileReport(
+        source="ncu",
+        kernels=[split, gemm],  # in launch order: the split runs before the GEMM
+        forwards=1,
+        launches_per_forward=3,
+        device_ms_per_forward=0.69,
+        device_name=H200,
+        roofline=roof,
+    )
+
+
+def test_weight_work_is_the_top_advice_when_the_gemm_is_at_its_pipe_limit():
+    a = agent.analyze(gemm_after_split(0.6))
+    top = a.recommendations[0]
+    assert top.rule == "weights_once", [r.rule for r in a.recommendations]
+    # its gain: the split's share of the forward times the share of its bytes that are the weight's
+    assert top.expected_gain == pytest.approx(0.18 / 0.69 * 0.83, abs=0.002)
+    assert "gemm.weight" in top.action and "_version" in top.action
+    # the GEMM's own fraction (0.6 of the forward over its 74% share) is past the limit: nothing to feed
+    assert "feed_tensor_pipe" not in [r.rule for r in a.recommendations]
+
+
+def test_a_gemm_far_from_its_own_bound_is_still_told_to_feed_its_pipe():
+    rules = [r.rule for r in agent.analyze(gemm_after_split(0.3)).recommendations]
+    assert "feed_tensor_pipe" in rules
