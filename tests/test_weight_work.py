@@ -21,7 +21,7 @@ def profiles(tmp_path_factory):
     try:
         yield {
             c: engine.profile(PROBLEM, f"tests/candidates/{c}.py", target="triton", device="cpu")
-            for c in ("weight_transpose_every_forward", "weight_transpose_cached")
+            for c in ("weight_transpose_every_forward", "weight_transpose_cached", "weight_scale_shared_buffer")
         }
     finally:
         engine.close()
@@ -36,6 +36,15 @@ def test_a_kernel_that_transposes_the_weight_every_forward_is_weight_work(profil
 
 def test_a_transpose_kept_per_weight_version_leaves_no_weight_work(profiles):
     assert profiles["weight_transpose_cached"].weight_work == {}
+
+
+def test_launches_on_the_weight_that_share_a_buffer_with_the_inputs_are_still_weight_work(profiles):
+    """x's maximum goes to amax[0] and W's to amax[1]: the launches on W never touch the bytes x reached."""
+    work = profiles["weight_scale_shared_buffer"].weight_work
+    assert set(work) == {"absmax_kernel", "scaled_copy_kernel"}  # the GEMM reads the input: not weight work
+    w_share = (64 * 48) / (64 * 48 + 32 * 64)  # by bytes: W's launches over both
+    assert work["absmax_kernel"] == pytest.approx(w_share, abs=0.01)
+    assert work["scaled_copy_kernel"] == pytest.approx(w_share, abs=0.01)
 
 
 def gemm_after_split(frac_of_sol: float) -> ProfileReport:

@@ -2,12 +2,13 @@
 transposing a weight) gives the same result until a weight changes, so it can be done once per weight
 version instead of every forward: a lever the kernels' metrics cannot show.
 
-One forward runs with its torch calls and its kernel launches recorded in order, and data is followed
-from the inputs: a call that touches anything the inputs reached may write every tensor it touches, so
-all of them are then input data. A launch that touches no input data but reads a parameter (or a buffer
-only weights reached) works on the weights alone. Tensors are compared by the storage they live in, so a
-view or a slice counts as its whole buffer: a launch that shares a buffer with input data is never
-counted as weight work. Launches the target cannot record (a CUDA extension's own) are not judged.
+One forward runs with its torch calls and its kernel launches followed as they happen, and data is followed
+from the inputs. A launch whose arguments overlap input data works on the inputs, and the bytes it changed
+(compared before and after it) are input data from then on; a launch that touches no input data but reads a
+parameter, or bytes only weights reached, works on the weights alone, and the bytes it changed are weight
+data. A torch call passes its arguments' kind on to what it returns. Arguments are compared by the bytes they
+span, so an argument that shares bytes with input data is never counted as weight work. Launches the target
+cannot follow (a CUDA extension's own) are not judged.
 """
 
 from __future__ import annotations
@@ -48,67 +49,107 @@ def _tensors(value) -> list:
 
 
 def _span(t) -> tuple[int, int]:
+    """The bytes a tensor argument can reach: its own extent when contiguous, else the rest of its storage."""
+    start = t.data_ptr()
+    if t.is_contiguous():
+        return start, start + max(t.numel() * t.element_size(), 1)
     s = t.untyped_storage()
-    return s.data_ptr(), s.data_ptr() + max(s.nbytes(), 1)
+    return start, s.data_ptr() + max(s.nbytes(), 1)
 
 
 def _touches(spans: list[tuple[int, int]], marked: list[tuple[int, int]]) -> bool:
     return any(a < d and c < b for a, b in spans for c, d in marked)
 
 
-def weight_work(model, inputs, launch_counter) -> dict[str, WeightWork]:
-    """Per kernel name, its launches in one forward of ``model`` and those that worked on weights alone.
-    ``launch_counter``: the target's context that records each launch (Target.launch_counter)."""
+def _changed(before, after) -> tuple[int, int] | None:
+    """The byte range a launch changed in a contiguous tensor (first to last differing element), or None."""
     import torch
-    from torch.overrides import TorchFunctionMode
 
-    params = [(n, _span(p)) for n, p in [*model.named_parameters(), *model.named_buffers()] if p.numel()]
-    tainted = [_span(t) for t in _tensors(list(inputs)) if t.numel()]
-    weighty = [s for _, s in params]
-    order: list[tuple[str | None, list]] = []  # (kernel name, or None for a torch call; its tensors)
-    seen = 0
+    diff = (before.reshape(-1).view(torch.uint8) != after.reshape(-1).view(torch.uint8)).nonzero()
+    if not diff.numel():
+        return None
+    start = after.data_ptr()
+    return start + int(diff[0]), start + int(diff[-1]) + 1
 
-    def flush(counter) -> None:  # launches recorded since the last torch call go before the next one
-        nonlocal seen
-        order.extend((name, _tensors(list(args))) for name, args in counter.launches[seen:])
-        seen = len(counter.launches)
 
-    with torch.no_grad(), launch_counter as counter:
+# torch functions that make memory without reading their arguments' values
+ALLOCATORS = {"empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones", "new_full"}
 
-        class Calls(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                flush(counter)
-                out = func(*args, **(kwargs or {}))
-                order.append((None, _tensors([args, kwargs or {}, out])))
-                return out
 
-        with Calls():
-            model(*inputs)
-        flush(counter)
-    work: dict[str, WeightWork] = {}
-    for name, tensors in order:
-        spans = [_span(t) for t in tensors if t.numel()]
-        if not spans:
-            continue
-        if _touches(spans, tainted):
-            tainted += spans
-            kind = "input"
-        elif _touches(spans, weighty):
-            weighty += spans
-            kind = "weight"
-        else:
-            kind = "other"  # fresh buffers only (a fill): neither
-        if name is None:
-            continue
-        w = work.setdefault(name, WeightWork())
+class Follower:
+    """Keeps the byte ranges the inputs reached (tainted) and those only weights reached (weighty)."""
+
+    def __init__(self, params: list[tuple[str, tuple[int, int]]], inputs: list):
+        self.params = params
+        self.tainted = [_span(t) for t in inputs if t.numel()]
+        self.weighty = [s for _, s in params]
+        self.work: dict[str, WeightWork] = {}
+        self.pending: tuple[str, list, list] | None = None
+
+    def kind(self, spans: list[tuple[int, int]]) -> str:
+        if _touches(spans, self.tainted):
+            return "input"
+        return "weight" if _touches(spans, self.weighty) else "other"
+
+    def before(self, name: str, args: tuple) -> None:
+        tensors = [t for t in _tensors(list(args)) if t.numel()]
+        self.pending = (name, tensors, [t.clone() if t.is_contiguous() else None for t in tensors])
+
+    def after(self) -> None:
+        if self.pending is None:
+            return
+        name, tensors, copies = self.pending
+        self.pending = None
+        spans = [_span(t) for t in tensors]
+        kind = self.kind(spans)
+        wrote = [_changed(c, t) if c is not None else _span(t) for t, c in zip(tensors, copies)]
+        self.mark(kind, [w for w in wrote if w is not None])
+        w = self.work.setdefault(name, WeightWork())
         nbytes = float(sum(t.numel() * t.element_size() for t in tensors))
         w.launches += 1
         w.bytes += nbytes
         if kind == "weight":
             w.weight_launches += 1
             w.weight_bytes += nbytes
-            w.params |= {n for n, s in params if _touches(spans, [s])}
-    return work
+            w.params |= {n for n, s in self.params if _touches(spans, [s])}
+
+    def call(self, name: str, args: list, out) -> None:
+        """A torch call: the new memory it returns is of its arguments' kind. A view's bytes are already known,
+        and an allocation (empty_like and kin) copies no values."""
+        if name.strip("_") in ALLOCATORS:
+            return
+        spans = [_span(t) for t in _tensors(args) if t.numel()]
+        made = [s for s in (_span(t) for t in _tensors([out]) if t.numel()) if not _touches([s], spans)]
+        if spans and made:
+            self.mark(self.kind(spans), made)
+
+    def mark(self, kind: str, spans: list[tuple[int, int]]) -> None:
+        if kind == "input":
+            self.tainted += spans
+        elif kind == "weight":
+            self.weighty += spans
+
+
+def weight_work(model, inputs, launch_counter) -> dict[str, WeightWork]:
+    """Per kernel name, its launches in one forward of ``model`` and those that worked on weights alone.
+    ``launch_counter``: the target's context that follows each launch (Target.launch_counter)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    params = [(n, _span(p)) for n, p in [*model.named_parameters(), *model.named_buffers()] if p.numel()]
+    follower = Follower(params, _tensors(list(inputs)))
+
+    class Calls(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            follower.call(getattr(func, "__name__", ""), [args, kwargs or {}], out)
+            return out
+
+    with torch.no_grad(), launch_counter as counter:
+        counter.observer = follower
+        with Calls():
+            model(*inputs)
+    return follower.work
 
 
 def attach_weight_work(report, model, inputs, launch_counter) -> None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import CompileReport, Finding, TargetStatus
@@ -26,8 +27,8 @@ from kforge_mcp.targets.triton.launches import jit_functions
 @dataclass
 class LaunchCount:
     count: int = 0
-    # each launch's kernel name and arguments, for following data through a forward (profiling/weight_work)
-    launches: list[tuple[str, tuple]] = field(default_factory=list)
+    # told before and after each launch (its kernel name and arguments): profiling/weight_work follows the data
+    observer: Any = None
 
 
 class TritonTarget(Target):
@@ -115,11 +116,17 @@ class TritonTarget(Target):
 
         def counting(cls):
             def run(self, *args, **kwargs):
-                if not kwargs.get("warmup"):
+                launch = not kwargs.get("warmup")
+                observer = counter.observer if launch else None
+                if launch:
                     counter.count += 1
-                    counter.launches.append((getattr(self, "__name__", "kernel"), args + tuple(kwargs.values())))
+                if observer is not None:
+                    observer.before(getattr(self, "__name__", "kernel"), args + tuple(kwargs.values()))
                 with torch._C.DisableTorchFunction():
-                    return real[cls](self, *args, **kwargs)
+                    result = real[cls](self, *args, **kwargs)
+                    if observer is not None:
+                        observer.after()
+                return result
 
             return run
 
