@@ -116,10 +116,10 @@ def run_profile(req: ProfileRequest, progress: Callable[[str], None], workdir: P
         )
     if module is not None:
         target.profile_details(report, module, device)
-        counter = target.launch_counter()
-        if counter is not None:
-            progress("following the weights through one forward")
-            attach_weight_work(report, model, inputs, counter)
+        if target.launch_counter() is not None:
+            progress("following the weights through two forwards")
+            other = problem.make_inputs(INPUT_SEED + 1, device)
+            attach_weight_work(report, model, inputs, other, target.launch_counter)
     profilers = get_device(device).profilers
     if "mps events" in profilers:
         with torch.no_grad():

@@ -2,13 +2,12 @@
 transposing a weight) gives the same result until a weight changes, so it can be done once per weight
 version instead of every forward: a lever the kernels' metrics cannot show.
 
-One forward runs with its torch calls and its kernel launches followed as they happen, and data is followed
-from the inputs. A launch whose arguments overlap input data works on the inputs, and the bytes it changed
-(compared before and after it) are input data from then on; a launch that touches no input data but reads a
-parameter, or bytes only weights reached, works on the weights alone, and the bytes it changed are weight
-data. A torch call passes its arguments' kind on to what it returns. Arguments are compared by the bytes they
-span, so an argument that shares bytes with input data is never counted as weight work. Launches the target
-cannot follow (a CUDA extension's own) are not judged.
+The forward runs twice, on two different input sets, with every kernel launch followed, and the launches
+are compared in order. A launch whose arguments (after it ran) hold the same bytes in both forwards computed
+nothing from the inputs; when it also reads a parameter, or a buffer such launches made, it works on the
+weights alone. Comparing two forwards, rather than a buffer before and after a launch, is immune to the
+caching allocator handing a launch the same memory, holding the same values, as last time. Launches the
+target cannot follow (a CUDA extension's own) are not judged.
 """
 
 from __future__ import annotations
@@ -61,103 +60,74 @@ def _touches(spans: list[tuple[int, int]], marked: list[tuple[int, int]]) -> boo
     return any(a < d and c < b for a, b in spans for c, d in marked)
 
 
-def _changed(before, after) -> tuple[int, int] | None:
-    """The byte range a launch changed in a contiguous tensor (first to last differing element), or None."""
+def _fingerprint(t) -> tuple[int, int]:
+    """Two sums over a tensor's bytes (as int32 words where they fit): equal contents give equal sums, and
+    contents computed from different inputs almost never do. Reductions only: no copy of the tensor."""
     import torch
 
-    diff = (before.reshape(-1).view(torch.uint8) != after.reshape(-1).view(torch.uint8)).nonzero()
-    if not diff.numel():
-        return None
-    start = after.data_ptr()
-    return start + int(diff[0]), start + int(diff[-1]) + 1
+    flat = t.detach().reshape(-1) if t.is_contiguous() else t.detach().contiguous().reshape(-1)
+    raw = flat.view(torch.uint8)
+    words = raw.view(torch.int32) if raw.numel() % 4 == 0 and raw.data_ptr() % 4 == 0 else raw
+    return int(words.sum(dtype=torch.int64)), int(words[::7].sum(dtype=torch.int64))
 
 
-# torch functions that make memory without reading their arguments' values
-ALLOCATORS = {"empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones", "new_full"}
+class Recorder:
+    """Each launch's kernel name, argument spans and argument fingerprints after it ran."""
 
-
-class Follower:
-    """Keeps the byte ranges the inputs reached (tainted) and those only weights reached (weighty)."""
-
-    def __init__(self, params: list[tuple[str, tuple[int, int]]], inputs: list):
-        self.params = params
-        self.tainted = [_span(t) for t in inputs if t.numel()]
-        self.weighty = [s for _, s in params]
-        self.work: dict[str, WeightWork] = {}
-        self.pending: tuple[str, list, list] | None = None
-
-    def kind(self, spans: list[tuple[int, int]]) -> str:
-        if _touches(spans, self.tainted):
-            return "input"
-        return "weight" if _touches(spans, self.weighty) else "other"
+    def __init__(self):
+        self.launches: list[tuple[str, list, list]] = []
+        self.pending: tuple[str, list] | None = None
 
     def before(self, name: str, args: tuple) -> None:
-        tensors = [t for t in _tensors(list(args)) if t.numel()]
-        self.pending = (name, tensors, [t.clone() if t.is_contiguous() else None for t in tensors])
+        self.pending = (name, [t for t in _tensors(list(args)) if t.numel()])
 
     def after(self) -> None:
-        if self.pending is None:
-            return
-        name, tensors, copies = self.pending
-        self.pending = None
-        spans = [_span(t) for t in tensors]
-        kind = self.kind(spans)
-        wrote = [_changed(c, t) if c is not None else _span(t) for t, c in zip(tensors, copies)]
-        self.mark(kind, [w for w in wrote if w is not None])
-        w = self.work.setdefault(name, WeightWork())
-        nbytes = float(sum(t.numel() * t.element_size() for t in tensors))
-        w.launches += 1
-        w.bytes += nbytes
-        if kind == "weight":
-            w.weight_launches += 1
-            w.weight_bytes += nbytes
-            w.params |= {n for n, s in self.params if _touches(spans, [s])}
-
-    def call(self, name: str, args: list, out) -> None:
-        """A torch call: the new memory it returns is of its arguments' kind. A view's bytes are already known,
-        and an allocation (empty_like and kin) copies no values."""
-        if name.strip("_") in ALLOCATORS:
-            return
-        spans = [_span(t) for t in _tensors(args) if t.numel()]
-        made = [s for s in (_span(t) for t in _tensors([out]) if t.numel()) if not _touches([s], spans)]
-        if spans and made:
-            self.mark(self.kind(spans), made)
-
-    def mark(self, kind: str, spans: list[tuple[int, int]]) -> None:
-        if kind == "input":
-            self.tainted += spans
-        elif kind == "weight":
-            self.weighty += spans
+        if self.pending is not None:
+            name, tensors = self.pending
+            self.launches.append((name, [_span(t) for t in tensors], [_fingerprint(t) for t in tensors]))
+            self.pending = None
 
 
-def weight_work(model, inputs, launch_counter) -> dict[str, WeightWork]:
-    """Per kernel name, its launches in one forward of ``model`` and those that worked on weights alone.
-    ``launch_counter``: the target's context that follows each launch (Target.launch_counter)."""
+def weight_work(model, inputs_a, inputs_b, launch_counter) -> dict[str, WeightWork] | None:
+    """Per kernel name, its launches in a forward of ``model`` and those that worked on weights alone; None when
+    the two forwards launched different kernels. ``launch_counter``: makes the target's context that follows
+    each launch (Target.launch_counter)."""
     import torch
-    from torch.overrides import TorchFunctionMode
 
     params = [(n, _span(p)) for n, p in [*model.named_parameters(), *model.named_buffers()] if p.numel()]
-    follower = Follower(params, _tensors(list(inputs)))
-
-    class Calls(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            follower.call(getattr(func, "__name__", ""), [args, kwargs or {}], out)
-            return out
-
-    with torch.no_grad(), launch_counter as counter:
-        counter.observer = follower
-        with Calls():
+    runs = []
+    for inputs in (inputs_a, inputs_b):
+        recorder = Recorder()
+        with torch.no_grad(), launch_counter() as counter:
+            counter.observer = recorder
             model(*inputs)
-    return follower.work
+        runs.append(recorder.launches)
+    if [n for n, _, _ in runs[0]] != [n for n, _, _ in runs[1]]:
+        return None
+    weighty = [s for _, s in params]
+    work: dict[str, WeightWork] = {}
+    for (name, spans, prints_a), (_, _, prints_b) in zip(*runs):
+        w = work.setdefault(name, WeightWork())
+        nbytes = float(sum(b - a for a, b in spans))
+        w.launches += 1
+        w.bytes += nbytes
+        if prints_a == prints_b and _touches(spans, weighty):
+            weighty += spans
+            w.weight_launches += 1
+            w.weight_bytes += nbytes
+            w.params |= {n for n, s in params if _touches(spans, [s])}
+    return work
 
 
-def attach_weight_work(report, model, inputs, launch_counter) -> None:
+def attach_weight_work(report, model, inputs_a, inputs_b, launch_counter) -> None:
     """Mark the report's kernels with the share of their bytes moved by launches on weights alone."""
     try:
-        work = weight_work(model, inputs, launch_counter)
+        work = weight_work(model, inputs_a, inputs_b, launch_counter)
     except Exception as e:  # noqa: BLE001  (candidate code runs here; the profile stands without this)
         report.notes.append(f"weight work not traced: {type(e).__name__}: {e}")
+        return
+    if work is None:
+        report.notes.append("weight work not judged: two forwards on different inputs launched different kernels")
         return
     report.weight_work = {name: round(w.fraction, 4) for name, w in work.items() if w.weight_launches}
     for k in report.device_kernels():

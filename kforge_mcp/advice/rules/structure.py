@@ -48,8 +48,8 @@ def reference_structure(report: ProfileReport) -> list[Recommendation]:
 
 @rule
 def weights_once(report: ProfileReport) -> list[Recommendation]:
-    """Kernels whose launches read the weights alone (profiling/weight_work.py: data followed through one
-    forward) redo the same work every forward."""
+    """Kernels whose launches read the weights alone (profiling/weight_work.py: two forwards on different inputs
+    compared launch by launch) redo the same work every forward."""
     hits = [(k, share) for k, share in hot_kernels(report, min_share=0.01) if k.weight_work]
     if not hits:
         return []
