@@ -99,12 +99,6 @@ class KernelProfile(BaseModel):
         "type when the name says it: tf32, bf16, fp16, fp8)",
     )
     kind_basis: str | None = Field(None, description="how category and compute_path were told: kernel name or metrics")
-    weight_work: float | None = Field(
-        None,
-        description="share of the kernel's bytes (over its launches in a forward) moved by launches that read the "
-        "weights alone: work that can be done once per weight version",
-    )
-    weights_read: list[str] = Field(default_factory=list, description="the parameters those launches read")
     top_stalls: list[StallReason] = Field(default_factory=list)
     metrics: dict[str, float] = Field(default_factory=dict, description="other raw profiler metrics kept as is")
 
@@ -148,6 +142,9 @@ class ProfileReport(JobAware):
         default_factory=dict,
         description="per kernel launched on the weights alone in some launch: the share of its bytes those "
         "launches moved (work that can be done once per weight version)",
+    )
+    weights_read: dict[str, list[str]] = Field(
+        default_factory=dict, description="per kernel of weight_work: the parameters its launches on weights read"
     )
     timeline: dict[str, float] = Field(
         default_factory=dict,

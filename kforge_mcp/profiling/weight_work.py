@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kforge_mcp.judge.correctness import flatten_outputs
+
 
 @dataclass
 class WeightWork:
@@ -30,21 +32,16 @@ class WeightWork:
         return self.weight_bytes / self.bytes if self.bytes else 0.0
 
 
-def _tensors(value) -> list:
-    """The tensors in a launch argument or a torch call's argument: tensors, tensor descriptors (their
-    base), and lists or tuples of them."""
+def _tensors(args) -> list:
+    """The tensors among a launch's arguments, a tensor descriptor standing for its base."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return [value]
-    base = getattr(value, "base", None)  # triton's TensorDescriptor
-    if isinstance(base, torch.Tensor):
-        return [base]
-    if isinstance(value, list | tuple):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
+    found = []
+    for v in flatten_outputs(list(args)):
+        v = v if isinstance(v, torch.Tensor) else getattr(v, "base", None)  # triton's TensorDescriptor
+        if isinstance(v, torch.Tensor) and v.numel():
+            found.append(v)
+    return found
 
 
 def _span(t) -> tuple[int, int]:
@@ -62,7 +59,7 @@ def _touches(spans: list[tuple[int, int]], marked: list[tuple[int, int]]) -> boo
 
 def _fingerprint(t) -> tuple[int, int]:
     """Two sums over a tensor's bytes (as int32 words where they fit): equal contents give equal sums, and
-    contents computed from different inputs almost never do. Reductions only: no copy of the tensor."""
+    contents computed from different inputs almost never do. Reductions only: a contiguous tensor is not copied."""
     import torch
 
     flat = t.detach().reshape(-1) if t.is_contiguous() else t.detach().contiguous().reshape(-1)
@@ -76,16 +73,10 @@ class Recorder:
 
     def __init__(self):
         self.launches: list[tuple[str, list, list]] = []
-        self.pending: tuple[str, list] | None = None
 
-    def before(self, name: str, args: tuple) -> None:
-        self.pending = (name, [t for t in _tensors(list(args)) if t.numel()])
-
-    def after(self) -> None:
-        if self.pending is not None:
-            name, tensors = self.pending
-            self.launches.append((name, [_span(t) for t in tensors], [_fingerprint(t) for t in tensors]))
-            self.pending = None
+    def launched(self, name: str, args: tuple) -> None:
+        tensors = _tensors(args)
+        self.launches.append((name, [_span(t) for t in tensors], [_fingerprint(t) for t in tensors]))
 
 
 def weight_work(model, inputs_a, inputs_b, launch_counter) -> dict[str, WeightWork] | None:
@@ -120,7 +111,8 @@ def weight_work(model, inputs_a, inputs_b, launch_counter) -> dict[str, WeightWo
 
 
 def attach_weight_work(report, model, inputs_a, inputs_b, launch_counter) -> None:
-    """Mark the report's kernels with the share of their bytes moved by launches on weights alone."""
+    """Put on the report, per kernel launched on weights alone, the share of its bytes those launches moved and
+    the parameters they read."""
     try:
         work = weight_work(model, inputs_a, inputs_b, launch_counter)
     except Exception as e:  # noqa: BLE001  (candidate code runs here; the profile stands without this)
@@ -129,9 +121,6 @@ def attach_weight_work(report, model, inputs_a, inputs_b, launch_counter) -> Non
     if work is None:
         report.notes.append("weight work not judged: two forwards on different inputs launched different kernels")
         return
-    report.weight_work = {name: round(w.fraction, 4) for name, w in work.items() if w.weight_launches}
-    for k in report.device_kernels():
-        w = work.get(k.name)
-        if w is not None and w.weight_launches:
-            k.weight_work = round(w.fraction, 4)
-            k.weights_read = sorted(w.params)
+    weighed = {name: w for name, w in work.items() if w.weight_launches}
+    report.weight_work = {name: round(w.fraction, 4) for name, w in weighed.items()}
+    report.weights_read = {name: sorted(w.params) for name, w in weighed.items()}

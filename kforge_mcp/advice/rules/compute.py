@@ -224,10 +224,10 @@ def feed_tensor_pipe(report: ProfileReport) -> list[Recommendation]:
         if pipe is not None and k.pipes and busy < LIMIT_UNIT_PCT:
             g = 1 - busy / FED_TENSOR_PCT
             basis = f"share x (1 - tensor pipe {busy:.0f}% / {FED_TENSOR_PCT:g}%)"
-        elif frac is not None and min(1.0, frac / share) < LIMIT_FRACTION:  # busy pipe, far from the bound
+        elif frac is not None and (own := min(1.0, frac / share)) < LIMIT_FRACTION:  # busy, far from its bound
             # the kernel's own fraction: the bound set against this kernel's time, not the whole forward's (time
             # in other kernels, e.g. a conversion pass, is theirs to win back)
-            g = 1 - frac / share / LIMIT_FRACTION
+            g = 1 - own / LIMIT_FRACTION
             basis = f"share x (1 - the kernel's fraction of SOL (the forward's / its share) / {LIMIT_FRACTION})"
         else:
             continue

@@ -50,19 +50,21 @@ def reference_structure(report: ProfileReport) -> list[Recommendation]:
 def weights_once(report: ProfileReport) -> list[Recommendation]:
     """Kernels whose launches read the weights alone (profiling/weight_work.py: two forwards on different inputs
     compared launch by launch) redo the same work every forward."""
-    hits = [(k, share) for k, share in hot_kernels(report, min_share=0.01) if k.weight_work]
+    hits = [
+        (k, share, report.weight_work[k.name]) for k, share in hot_kernels(report, 0.01) if k.name in report.weight_work
+    ]
     if not hits:
         return []
-    gain = sum(share * (k.weight_work or 0.0) for k, share in hits)
-    names = ", ".join(k.name for k, _ in hits)
-    params = sorted({p for k, _ in hits for p in k.weights_read})
+    gain = sum(share * fraction for _, share, fraction in hits)
+    names = ", ".join(k.name for k, _, _ in hits)
+    params = sorted({p for k, _, _ in hits for p in report.weights_read.get(k.name, [])})
     evidence = [
         ev(
             "launches on weights alone",
-            f"{k.weight_work:.0%} of the kernel's bytes; the kernel takes {share:.0%} of the forward",
+            f"{fraction:.0%} of the kernel's bytes; the kernel takes {share:.0%} of the forward",
             kernel=k.name,
         )
-        for k, share in hits
+        for k, share, fraction in hits
     ]
     evidence.append(ev("weights they read", ", ".join(params)))
     return [

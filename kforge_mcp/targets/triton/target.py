@@ -27,7 +27,7 @@ from kforge_mcp.targets.triton.launches import jit_functions
 @dataclass
 class LaunchCount:
     count: int = 0
-    # told before and after each launch (its kernel name and arguments): profiling/weight_work follows the data
+    # told of each launch once it ran (its kernel name and arguments): profiling/weight_work follows the data
     observer: Any = None
 
 
@@ -120,12 +120,10 @@ class TritonTarget(Target):
                 observer = counter.observer if launch else None
                 if launch:
                     counter.count += 1
-                if observer is not None:
-                    observer.before(getattr(self, "__name__", "kernel"), args + tuple(kwargs.values()))
                 with torch._C.DisableTorchFunction():
                     result = real[cls](self, *args, **kwargs)
                     if observer is not None:
-                        observer.after()
+                        observer.launched(getattr(self, "__name__", "kernel"), args + tuple(kwargs.values()))
                 return result
 
             return run
