@@ -14,7 +14,7 @@ from kforge_mcp.core.errors import InputError
 BASELINES: tuple[Literal["eager", "compiled"], ...] = ("eager", "compiled")
 DEFAULT_TARGET = "triton"  # the target a call names none of: runs everywhere (the interpreter on a CPU)
 # KernelBench's fp32 tolerance; half precision gets the looser one harnesses use for it. The verdict
-# (engine/correctness.py) and the roofline's choice of compute path (analysis/roofline.py) both read it.
+# (judge/correctness.py) and the roofline's choice of compute path (judge/roofline/paths.py) both read it.
 DEFAULT_TOLERANCE = {"float32": 1e-4, "float64": 1e-6, "float16": 1e-2, "bfloat16": 1e-2}
 FALLBACK_TOLERANCE = 1e-4
 

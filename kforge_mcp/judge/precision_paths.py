@@ -3,7 +3,7 @@ convolutions done the way each path does them (operands rounded to the path's fo
 parts whose products are summed in fp32, as a tensor core accumulates), on the problem's own inputs.
 Each path's max error, as a fraction of the tolerance verify applies (|a - b| <= atol + rtol |b|),
 says whether a kernel on that path can pass. This measures numerics, not speed: the rate of a path is
-its format's peak over its number of products (roofline.py). The bound uses the fastest path whose
+its format's peak over its number of products (roofline/paths.py). The bound uses the fastest path whose
 max error stays within MARGIN of the tolerance.
 
 Splits: x = hi + lo with hi = round(x), lo = round(x - hi) (and a third part for bf16x6).
@@ -102,8 +102,8 @@ def code_digest() -> str:
     """This module's, the roofline's and the levers' code: a change to any makes earlier measurements stale."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for name in ("precision_paths.py", "roofline.py", "structure.py"):
-        digest.update((here / name).read_bytes())
+    for path in [here / "precision_paths.py", here / "structure.py", *sorted((here / "roofline").glob("*.py"))]:
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
