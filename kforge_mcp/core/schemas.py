@@ -238,6 +238,14 @@ class VerifyReport(JobAware):
     )
     atol: float | None = Field(None, description="the absolute tolerance that judged it")
     rtol: float | None = Field(None, description="the relative tolerance that judged it")
+    reference_math: str | None = Field(
+        None,
+        description="the math the judging reference ran at: TF32 and reduced-precision reductions off for fp32 "
+        "(e.g. 'matmul ieee, conv ieee, rnn ieee'), TF32 on for precision tf32",
+    )
+    baseline_math: str | None = Field(
+        None, description="the math eager and torch.compile were timed at: torch's defaults, as users run them"
+    )
     seconds: float | None = None
     phases: dict[str, float] = Field(
         default_factory=dict,

@@ -163,7 +163,7 @@ class Verifier:
 
     def run_reference(self, inputs: list, model=None):
         try:
-            with self.flags.pinned():
+            with self.flags.judged():
                 started = _perf_counter()
                 out = (model or self.reference)(*_clone(inputs))
                 sync_device(self.device)
@@ -207,7 +207,7 @@ class Verifier:
         self.load_problem()
         self.guard = DeviceGuard(self.device)  # before any of the candidate's code, its import included
         timers = guards.timer_snapshot()
-        self.flags = precision.MathFlags()
+        self.flags = precision.MathFlags(self.judge.precision, self.device)
         self.progress("loading candidate")
         try:
             with self.phase("load"):
@@ -233,7 +233,8 @@ class Verifier:
                 with self.phase("correctness"):
                     self.check_correctness()
                 if not self.report.mismatches and not self.failed():
-                    self.report.timing = self.time_all()
+                    with self.flags.defaults():  # the baselines as users run them (the candidate too, while timed)
+                        self.report.timing = self.time_all()
                     with self.phase("checks"):
                         self.recheck_after_timing()
         except CandidateFailed:
@@ -255,13 +256,54 @@ class Verifier:
 
     def time_reference(self) -> None:
         """One forward of a copy of the reference (the trials' models stay untouched), so that even the
-        first trial's limit follows from the reference's own time."""
+        first trial's limit follows from the reference's own time; then the same at torch's defaults, where they
+        differ from the math that judges (check_default_math)."""
         try:
             model = copy.deepcopy(self.reference)
         except Exception:  # noqa: BLE001  (a model that cannot be copied: the first trial gets the floor)
             return
-        self.run_reference(self.inputs(REFERENCE_TIME_SEED), model)
-        del model
+        inputs = self.inputs(REFERENCE_TIME_SEED)
+        truth = self.run_reference(inputs, model)
+        self.check_default_math(model, inputs, truth)
+        del model, truth
+
+    def check_default_math(self, model, inputs: list, truth) -> None:
+        """The reference at torch's defaults against the reference that judges: where the defaults (cuDNN's TF32
+        convolutions on a GPU) move it past the tolerance, a harness that runs them fails exact kernels; say so."""
+        from kforge_mcp.judge.precision_paths import error_fraction
+
+        if not self.flags.defaults_differ:
+            return
+        self.progress("the reference at torch's default math")
+        with self.flags.defaults():
+            at_defaults = model(*_clone(inputs))
+            sync_device(self.device)
+        first = next(iter(guards._tensors(truth)), None)
+        if first is not None and (self.judge.atol is None or self.judge.rtol is None):
+            self.judge.settle(first.dtype)
+        fraction = error_fraction(truth, at_defaults, self.judge.atol, self.judge.rtol)
+        if fraction is not None and fraction <= 1.0:
+            return
+        diff = compare_outputs(truth, at_defaults, 0, self.judge.atol, self.judge.rtol)
+        defaults, judged = self.flags.describe(self.flags.before), self.flags.describe(self.flags.judging)
+        self.finding(
+            Finding(
+                code="reference_moved_by_default_math",
+                evidence={
+                    "error_fraction_of_tolerance": fraction,
+                    "max_abs_error": diff.max_abs_error if diff else None,
+                    "mismatched_fraction": diff.mismatched_fraction if diff else None,
+                    "default_math": defaults,
+                    "judged_math": judged,
+                },
+                message=f"at torch's default math ({defaults}) the reference itself sits "
+                + (f"{fraction:.3g}x the tolerance" if fraction is not None else "non-finite")
+                + f" from the reference at {judged}"
+                + (f" (max abs error {diff.max_abs_error:.3g})" if diff and diff.max_abs_error is not None else "")
+                + ": a harness that runs it at the defaults fails exact kernels; this verdict is judged at "
+                + judged,
+            )
+        )
 
     def check_correctness(self) -> None:
         self.time_reference()
@@ -492,6 +534,8 @@ class Verifier:
         r = self.report
         r.precision, r.atol, r.rtol = self.judge.precision, self.judge.atol, self.judge.rtol
         if hasattr(self, "flags"):
+            r.reference_math = self.flags.describe(self.flags.judging)
+            r.baseline_math = self.flags.describe(self.flags.before)
             self.flags.restore()  # the next job in this worker starts with torch's switches as they were
         if hasattr(self, "guard"):
             self.guard.settle()
