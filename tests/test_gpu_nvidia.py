@@ -227,3 +227,21 @@ def summary(candidate: str, r) -> dict:
         "findings": {f.code: f.severity for f in r.findings},
         "device_state_changed": next((f.evidence for f in r.findings if f.code == "device_state_changed"), None),
     }
+
+
+def test_an_exact_fp32_convolution_passes_against_the_fp32_reference(engine):
+    """torch runs the reference's ConvTranspose3d through cuDNN in TF32 by default, and BatchNorm magnifies that
+    rounding past 1e-4: the reference that judges runs with TF32 off, so the exact kernel passes, and the
+    finding says how far torch's defaults would have moved the reference."""
+    tests = Path(__file__).resolve().parent
+    report = engine.verify(
+        str(tests / "problems" / "conv_transpose3d_bn_subtract.py"),
+        str(tests / "candidates" / "conv_transpose3d_bn_subtract.py"),
+        target="triton",
+        timeout_s=900,
+    )
+    assert report.verdict == "pass", (report.mismatches, report.errors, report.findings)
+    assert report.precision == "fp32" and report.atol == 1e-4
+    assert "conv ieee" in report.reference_math and "conv tf32" in report.baseline_math
+    moved = next(f for f in report.findings if f.code == "reference_moved_by_default_math")
+    assert moved.evidence["error_fraction_of_tolerance"] > 1, moved
