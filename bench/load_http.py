@@ -10,7 +10,7 @@ CPU Triton interpreter, analyze_profile of captured profiles in tests/data/profi
 of a verify job started just before the burst. Counts errors (a tool error or an exception is an
 error), reports p50/p95/max latency per tool and the wall time, and the resident memory of the
 server and its workers (sum of RSS over the process tree): at baseline (after a warm-up that starts
-both workers), peak during each round, and some seconds after. Writes load-http-cpu.json and .md.
+both workers), peak during each round, and some seconds after. Writes cpu.json and cpu.md under --out.
 
 The server subprocess and its memory sampler are tests/http_server.py's.
 """
@@ -373,7 +373,7 @@ def main() -> None:
         "bound": bound(result),
     }
     write_report(Path(args.out), data)
-    print((Path(args.out) / "load-http-cpu.md").read_text())
+    print((Path(args.out) / "cpu.md").read_text())
     errors = sum(rd["errors"] for rd in result["rounds"])
     sys.exit(0 if errors == 0 and data["bound"]["within"] and result["still_serving"] else 1)
 
