@@ -1,21 +1,42 @@
-"""The shape of the package in figures: import circles, imports that climb back up the floors,
-the longest files, ``# fmt: skip`` comments, and where KFORGE_* settings are named and read.
+"""The shape of the repository in figures, and the limits CI holds it to: import circles, imports that
+climb back up the floors, the longest files and functions, ``# fmt: skip`` comments, where KFORGE_*
+settings are named and read, the size of bench/, and the tests that would read bench/.
 
-    python bench/structure.py            # prints a markdown summary
+    python bench/structure.py               # prints a markdown summary; exits 1 when a failing limit is broken
+    python bench/structure.py --root DIR    # the same for another checkout
 
 Every import counts, including the ones inside functions (a lazy import is still a dependency).
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
+import importlib.util
 import re
+import subprocess
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PKG = ROOT / "kforge_mcp"
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Limits:
+    file_lines: int = 450  # lines of one product file (kforge_mcp/, less the prompts' one-shot examples)
+    function_lines: int = 80  # lines of one product function, from its def
+    long_functions: int = 5  # product functions longer than function_lines
+    bench_mb: float = 6.0  # everything under bench/: scripts and the records docs cite; raw captures packed
+
+
+LIMITS = Limits()
+# The line and function limits are printed as a report while the long files are split; True makes them
+# fail the check like the others (bench's size, tests reading bench/, stale test digests).
+LINE_LIMITS_FAIL = False
+SKIP_DIRS = {".git", ".venv", "__pycache__", ".kforge", ".mypy_cache", ".ruff_cache", ".pytest_cache", "node_modules"}
+
 
 # The floors, bottom (0) to top. A module may import its own floor or any floor below it.
 # The first matching prefix wins (so "kforge_mcp.cli" matches before "kforge_mcp").
@@ -68,16 +89,16 @@ def floor(module: str) -> int:
     return best[1] if best else 5
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+def modules(root: Path) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted((root / "kforge_mcp").rglob("*.py"))}
 
 
 def imports(name: str, path: Path, known: set[str]) -> set[str]:
@@ -143,21 +164,125 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def main() -> None:
-    mods = modules()
+def product(mods: dict[str, Path]) -> dict[str, Path]:
+    """The package less the prompts' one-shot examples (data shown to a model, as mypy and ruff treat them)."""
+    return {m: p for m, p in mods.items() if not m.startswith("kforge_mcp.prompts")}
+
+
+def long_functions(mods: dict[str, Path], root: Path) -> list[tuple[int, str]]:
+    """(lines, where) of every product function over the limit, longest first."""
+    found = []
+    for p in product(mods).values():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > LIMITS.function_lines:
+                    found.append((n, f"{p.relative_to(root)}:{node.lineno} {node.name}"))
+    return sorted(found, reverse=True)
+
+
+def repository_files(root: Path, under: str = "") -> list[Path]:
+    """The files a checkout holds (git's tracked and untracked-but-not-ignored ones), else every file less caches."""
+    try:
+        out = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(root),
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+                "--",
+                under or ".",
+            ],
+            capture_output=True,
+            check=True,
+        ).stdout
+        files = [root / f for f in out.decode().split("\0") if f]
+    except (OSError, subprocess.CalledProcessError):
+        files = [f for f in (root / under).rglob("*") if not SKIP_DIRS & set(f.relative_to(root).parts)]
+    return [f for f in files if f.is_symlink() or f.is_file()]
+
+
+def megabytes(files: list[Path]) -> float:
+    return sum(f.lstat().st_size for f in files) / 1e6  # a link counts as itself, not as what it points to
+
+
+def is_doc(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def bench_reads(path: Path, bench_modules: set[str]) -> list[str]:
+    """Where a test file imports a bench/ module or names a path under bench/ (docstrings and comments aside)."""
+    try:
+        tree = ast.parse(path.read_text())
+    except SyntaxError:  # a candidate that must not compile (tests/candidates/syntax_error.py)
+        return []
+    docs = {id(n.value) for n in ast.walk(tree) if is_doc(n)}
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        found += [(node.lineno, f"imports {n}") for n in names if n.split(".")[0] in bench_modules]
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            if node.value.startswith("bench/") or "/bench/" in node.value:
+                found.append((node.lineno, f"names {node.value!r}"))
+        parts: list[ast.expr] = []
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            parts = [node.left, node.right]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in PATH_CALLS:
+            parts = list(node.args)
+        if any(isinstance(a, ast.Constant) and a.value == "bench" for a in parts):
+            found.append((node.lineno, "a path through bench/"))
+    return [f"line {line}: {what}" for line, what in sorted(set(found))]
+
+
+PATH_CALLS = {"Path", "PurePath", "join", "joinpath"}
+BENCH_DATA = {"candidates", "problems", "results"}  # kernel sources and records, loaded by path, never imported
+
+
+def tests_reading_bench(root: Path) -> dict[str, list[str]]:
+    tests = root / "tests"
+    own = {p.stem for p in tests.rglob("*.py")}
+    scripts = [p for p in (root / "bench").rglob("*.py") if not BENCH_DATA & set(p.relative_to(root).parts)]
+    bench_modules = {"bench"} | {p.stem for p in scripts} - own
+    out = {}
+    for p in sorted(tests.rglob("*.py")):
+        if found := bench_reads(p, bench_modules):
+            out[str(p.relative_to(root))] = found
+    return out
+
+
+def stale_digests(root: Path) -> list[str] | None:
+    """The tests' digests that differ from what bench/digests.py derives; None where the checkout has none."""
+    script = root / "bench" / "digests.py"
+    if not script.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("digests", script)
+    assert spec and spec.loader
+    digests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(digests)
+    return digests.stale(digests.derive())
+
+
+def figures(root: Path) -> None:
+    mods = modules(root)
     known = set(mods)
     # the package __init__ is imported by every submodule anyway; its lazy re-exports are not a dependency
     graph = {m: (imports(m, p, known) - {"kforge_mcp"}) for m, p in mods.items()}
     upward = sorted((m, d) for m, ds in graph.items() for d in ds if floor(d) > floor(m))
     lines = {m: len(p.read_text().splitlines()) for m, p in mods.items()}
     longest = sorted(lines.items(), key=lambda kv: -kv[1])
-    fmt_skip = defaultdict(int)
-    for p in list(PKG.rglob("*.py")) + list((ROOT / "tests").rglob("*.py")) + list((ROOT / "bench").rglob("*.py")):
-        if p == Path(__file__).resolve():
-            continue
-        parts = p.relative_to(ROOT).parts
-        where = parts[0]
-        fmt_skip[where] += p.read_text().count("# fmt: " + "skip")
+    fmt_skip: dict[str, int] = defaultdict(int)
+    for where in ("kforge_mcp", "tests", "bench"):
+        for p in (root / where).rglob("*.py"):
+            if p.resolve() != Path(__file__).resolve():
+                fmt_skip[where] += p.read_text().count("# fmt: " + "skip")
     env_named, env_read, kforge_read = set(), set(), set()
     names: set[str] = set()
     for m, p in mods.items():
@@ -173,7 +298,6 @@ def main() -> None:
         ):
             kforge_read.add(m)
 
-    print("# Package structure\n")
     print(f"- modules: {len(mods)}; lines: {sum(lines.values())}")
     cs = circles(graph)
     print(f"- import circles: {len(cs)}")
@@ -182,10 +306,9 @@ def main() -> None:
     print(f"- upward imports (a floor importing one above it): {len(upward)}")
     for m, d in upward:
         print(f"  - {m} (floor {floor(m)}) -> {d} (floor {floor(d)})")
-    over = [(m, n) for m, n in longest if n > 450]
-    print(f"- files over 450 lines: {len(over)}")
+    print("- the longest files:")
     for m, n in longest[:10]:
-        print(f"  - {n:4d} {mods[m].relative_to(ROOT)}")
+        print(f"  - {n:4d} {mods[m].relative_to(root)}")
     print(f"- `# fmt: skip` comments: {dict(fmt_skip)} (total {sum(fmt_skip.values())})")
     print(
         f"- KFORGE_* names: {len(names)}; modules naming one: {len(env_named)}; "
@@ -198,5 +321,83 @@ def main() -> None:
     print("\nFloors (bottom first): " + "; ".join(f"{i} {n}" for i, n in enumerate(FLOOR_NAMES)))
 
 
+def limits(root: Path) -> bool:
+    """Print each limit and what breaks it; whether a failing one is broken."""
+    mods = modules(root)
+    repo, bench = repository_files(root), repository_files(root, "bench")
+    print(f"- repository: {megabytes(repo):.1f} MB in {len(repo)} files")
+    rules: list[tuple[str, bool, bool, list[str]]] = []  # name, broken, fails the check, what breaks it
+    over = sorted(
+        ((n, p) for p in product(mods).values() if (n := len(p.read_text().splitlines())) > LIMITS.file_lines),
+        reverse=True,
+    )
+    rules.append(
+        (
+            f"product files over {LIMITS.file_lines} lines: {len(over)} (limit 0)",
+            bool(over),
+            LINE_LIMITS_FAIL,
+            [f"{n:4d} {p.relative_to(root)}" for n, p in over],
+        )
+    )
+    long = long_functions(mods, root)
+    rules.append(
+        (
+            f"product functions over {LIMITS.function_lines} lines: {len(long)} (limit {LIMITS.long_functions})",
+            len(long) > LIMITS.long_functions,
+            LINE_LIMITS_FAIL,
+            [f"{n:4d} {where}" for n, where in long],
+        )
+    )
+    bench_mb = megabytes(bench)
+    biggest = sorted(bench, key=lambda f: -f.lstat().st_size)[:5]
+    rules.append(
+        (
+            f"bench/: {bench_mb:.2f} MB in {len(bench)} files (limit {LIMITS.bench_mb:g} MB)",
+            bench_mb > LIMITS.bench_mb,
+            True,
+            [f"{f.lstat().st_size / 1e6:.2f} MB {f.relative_to(root)} (largest)" for f in biggest],
+        )
+    )
+    reading = tests_reading_bench(root)
+    rules.append(
+        (
+            f"test files that import or read bench/: {len(reading)} (limit 0)",
+            bool(reading),
+            True,
+            [f"{f}: {'; '.join(found)}" for f, found in reading.items()],
+        )
+    )
+    stale = stale_digests(root)
+    if stale is not None:
+        rules.append(
+            (
+                f"tests/data digests that differ from bench/ (`python bench/digests.py` derives them): {len(stale)}",
+                bool(stale),
+                True,
+                stale,
+            )
+        )
+    failed = False
+    for name, broken, fails, details in rules:
+        verdict = ("FAIL" if fails else "over (reported)") if broken else "ok"
+        failed |= broken and fails
+        print(f"- {verdict}: {name}")
+        for d in details:
+            print(f"  - {d}")
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=HERE.parent, help="the checkout to measure (this one)")
+    root = ap.parse_args(argv).root.resolve()
+    print("# Repository structure\n")
+    figures(root)
+    print("\n## Limits\n")
+    failed = limits(root)
+    print(f"\n{'FAIL' if failed else 'PASS'}")
+    return 1 if failed else 0
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,17 +1,17 @@
-"""The rules' expected gains against gains measured on the H200 (bench/results/advice-calibration, captured by
-bench/analysis/pair_capture.py), and the behaviour the calibration asks of the rules: latency-bound kernels get
-latency advice and never tensor-pipe advice, nothing is folded into a busy GEMM's main loop, feed_tensor_pipe
-counts its gain once, and every gain says how it was estimated."""
+"""The rules' expected gains against gains measured on the H200 (tests/data/advice-calibration: the before/after
+pairs bench/analysis/pair_capture.py captured, digested by bench/digests.py), and the behaviour the calibration
+asks of the rules: latency-bound kernels get latency advice and never tensor-pipe advice, nothing is folded into a
+busy GEMM's main loop, feed_tensor_pipe counts its gain once, and every gain says how it was estimated."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from kforge_mcp.advice import agent
+from kforge_mcp.advice.calibration import Pair, analyze_measured, calibrate
 from kforge_mcp.advice.kinds import classify, is_latency_bound
 from kforge_mcp.advice.rules import feed_tensor_pipe, fuse_launches
 from kforge_mcp.advice.rules.compute import LIMIT_FRACTION
@@ -20,50 +20,40 @@ from kforge_mcp.judge.roofline import make_roofline, with_measured
 from kforge_mcp.profiling.ncu import report_from_csv
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, StallReason
 
-ROOT = Path(__file__).resolve().parents[1]
+PAIRS = Path(__file__).resolve().parent / "data" / "advice-calibration"
 H200 = "NVIDIA H200"
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-calibration = _load(ROOT / "bench" / "advice_calibration.py", "advice_calibration")
-CAPTURES = calibration.CAPTURES
-
-
 @pytest.fixture(scope="module")
-def captured():
-    data = json.loads((CAPTURES / "pairs.json").read_text())
-    raw = calibration.split_raw(sorted(CAPTURES.glob("ncu-raw-*.csv")), data["order"])
-    return data, raw
+def captured() -> tuple[str, dict[str, Pair]]:
+    """The device and every pair, its before kernel's raw page parsed."""
+    data = json.loads((PAIRS / "pairs.json").read_text())
+    pairs = {
+        p["name"]: Pair(**p, before=report_from_csv((PAIRS / f"{p['name']}.ncu-raw.csv").read_text(), forwards=1))
+        for p in data["pairs"]
+    }
+    return data["device"], pairs
 
 
 def analyze_pair(captured, name: str):
-    data, raw = captured
-    p = data["pairs"][name]
-    report = report_from_csv(raw[name], name, forwards=1)
-    m = p["meta"]
-    roof = make_roofline(m["flops"], m["bytes"], m["dtype"], data["env"]["device"], atol=m["atol"], rtol=m["rtol"])
-    report.roofline = with_measured(roof, p["before"]["median_ms"])
-    return report, agent.analyze(report)
+    device, pairs = captured
+    pair = pairs[name]
+    report = pair.before.model_copy(deep=True)
+    return report, analyze_measured(report, pair.workload, device, pair.before_ms)
 
 
-def test_the_committed_h200_pairs_meet_the_targets():
-    rows, summary = calibration.evaluate(CAPTURES)
-    assert summary["pairs"] >= 25 and summary["rules"] >= 8
-    assert summary["sign_right"] >= 0.9 and not summary["harmful"] and summary["median_gap_points"] <= 10
-    assert not [r for r in rows if "skipped" in r]
+def test_the_committed_h200_pairs_meet_the_targets(captured):
+    device, pairs = captured
+    assert not json.loads((PAIRS / "pairs.json").read_text())["skipped"]
+    cal = calibrate(list(pairs.values()), device)
+    assert len(cal.scores) >= 25 and cal.rules >= 8
+    assert cal.sign_right >= 0.9 and not cal.harmful and cal.median_gap_points <= 10
+    assert cal.ok
 
 
-def test_the_marker_launches_split_the_raw_pages_per_pair(captured):
-    data, raw = captured
-    assert set(raw) == set(data["order"])
+def test_each_pair_holds_its_own_before_kernels(captured):
     for name in ("fuse_elementwise", "fuse_split_into_gemm"):
-        report = report_from_csv(raw[name], name, forwards=1)
+        report, _ = analyze_pair(captured, name)
         assert len(report.kernels) >= 2 and not any("marker" in k.name for k in report.kernels)
 
 
@@ -128,7 +118,7 @@ def test_a_gather_conv_whose_tensor_pipe_idles_is_latency_bound_not_unfed():
     assert "feed_tensor_pipe" in [r.rule for r in agent.analyze(one_kernel(fed, roof)).recommendations]
 
 
-# KernelBench L2 49_ConvTranspose3d_Softmax_Sigmoid (bench/problems/convtranspose3d_softmax_sigmoid_l2.py) as counted
+# KernelBench L2 49_ConvTranspose3d_Softmax_Sigmoid (tests/problems/convtranspose3d_softmax_sigmoid_l2.py) as counted
 CONV_T3D = Convolution(
     op="conv_transpose3d",
     transposed=True,
@@ -246,9 +236,9 @@ def test_feed_tensor_pipe_counts_its_gain_once():
 
 
 def test_every_gain_says_how_it_was_estimated(captured):
-    data, _ = captured
+    _, pairs = captured
     seen = set()
-    for name in data["order"]:
+    for name in pairs:
         _, a = analyze_pair(captured, name)
         for r in a.recommendations:
             assert len(r.gain_basis) > 30, (name, r.rule, r.gain_basis)

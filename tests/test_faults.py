@@ -12,20 +12,17 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, processes_with_env
-
-sys.path.insert(0, str(ROOT / "bench"))
-from load_http import ServerProcess
+from http_server import ServerProcess
 
 pytestmark = pytest.mark.anyio
 
-VECTOR_ADD = str(ROOT / "bench/problems/vector_add.py")
-VECTOR_ADD_TRITON = str(ROOT / "bench/candidates/vector_add/triton.py")
+VECTOR_ADD = str(ROOT / "tests/problems/vector_add.py")
+VECTOR_ADD_TRITON = str(ROOT / "tests/candidates/vector_add.py")
 LOOP_OPTIONS = {"trials": 1, "baselines": ["eager"], "profile": False, "max_iterations": 4}
 
 

@@ -71,7 +71,7 @@ def test_faster_than_light_is_flagged(engine):
     from conftest import ROOT
     from test_guards import codes, verify
 
-    report = verify(engine, "wrong_after_timing", prob=str(ROOT / "bench" / "problems" / "row_softmax_large.py"))
+    report = verify(engine, "wrong_after_timing", prob=str(ROOT / "tests" / "problems" / "row_softmax_large.py"))
     assert report.verdict == "fail"
     assert {"faster_than_light", "wrong_after_timing"} <= codes(report)
 
@@ -80,7 +80,7 @@ def test_honest_large_kernel_gets_a_fraction_of_sol(engine):
     from conftest import ROOT
 
     report = engine.verify(
-        str(ROOT / "bench" / "problems" / "row_softmax_large.py"),
+        str(ROOT / "tests" / "problems" / "row_softmax_large.py"),
         example("row_softmax", "triton"),
         target="triton",
         baselines=["eager"],

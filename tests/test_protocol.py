@@ -18,6 +18,7 @@ import anyio
 import httpx
 import pytest
 from conftest import ROOT, example, problem
+from http_server import ServerProcess
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -32,9 +33,6 @@ from mcp_types import (
 
 from kforge_mcp.store import RunStore
 from kforge_mcp.targets import TARGETS
-
-sys.path.insert(0, str(ROOT / "bench"))
-from load_http import ServerProcess
 
 # the 2025-11-25 subscribe verbs are tested on purpose
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore:resources/(un)?subscribe is removed")]

@@ -75,7 +75,7 @@ def convs_of(tmp_path, text: str):
 
 
 def test_a_transposed_convolution_problem_names_its_kind_and_implicit_gemm(tmp_path):
-    problem = load(tmp_path, path=ROOT / "bench/problems/convtranspose3d_softmax_sigmoid_l2.py")
+    problem = load(tmp_path, path=ROOT / "tests/problems/convtranspose3d_softmax_sigmoid_l2.py")
     r = reference_roofline(problem, "cpu", H200, atol=1e-2, rtol=1e-2)
     (c,) = r.convs
     flops = 2 * 16 * (16 * 32 * 32) * 32 * 64 * 27  # every input pixel times every tap: FlopCounterMode's count
@@ -133,7 +133,7 @@ def test_a_depthwise_conv_is_bound_on_the_fma_pipe_when_padding_costs_more(tmp_p
 
 
 def test_a_plain_gemm_roofline_is_unchanged(tmp_path):
-    problem = load(tmp_path, path=ROOT / "bench/problems/matmul_small.py")
+    problem = load(tmp_path, path=ROOT / "tests/problems/matmul_small.py")
     r = reference_roofline(problem, "cpu", H200)
     flops, nbytes = 2 * 128 * 512 * 192, 4 * (128 * 512 + 512 * 192 + 128 * 192)
     assert (r.flops, r.bytes, r.kind, r.convs, r.compute_flops) == (flops, nbytes, "matmul", [], flops)

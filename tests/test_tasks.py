@@ -17,6 +17,7 @@ from typing import Any, Literal
 import anyio
 import pytest
 from conftest import ROOT, example, hostile, problem
+from http_server import ServerProcess
 from mcp import Client, StdioServerParameters
 from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
 from mcp.shared.exceptions import MCPError
@@ -40,9 +41,6 @@ from mcp_types import (
 from pydantic import TypeAdapter
 
 from kforge_mcp.tools.tasks import IDENTIFIER, RELATED_TASK, TASK_TOOLS
-
-sys.path.insert(0, str(ROOT / "bench"))
-from load_http import ServerProcess
 
 pytestmark = pytest.mark.anyio
 

@@ -18,10 +18,11 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]
 
-from kforge_mcp.advice import agent  # noqa: E402
-from kforge_mcp.judge.roofline import make_roofline, with_measured  # noqa: E402
+from packed_captures import unpacked  # noqa: E402
+
+from kforge_mcp.advice.calibration import Workload, analyze_measured  # noqa: E402
 from kforge_mcp.profiling.loader import load_profile  # noqa: E402
 from kforge_mcp.profiling.ncu import ProfileParseError  # noqa: E402
 from kforge_mcp.profiling.ncu_rep import import_ncu_report  # noqa: E402
@@ -37,17 +38,10 @@ FORMATS = {
 
 def analyze_case(meta: dict, path: Path):
     report = load_profile(path)
-    roof = make_roofline(
-        meta["flops"],
-        meta["bytes"],
-        meta.get("dtype", "fp32"),
-        meta.get("device") or report.device_name,
-        atol=meta.get("atol"),
-        rtol=meta.get("rtol"),
-    )
+    workload = Workload(**{k: meta[k] for k in ("flops", "bytes", "dtype", "atol", "rtol") if k in meta})
     # the time measured outside ncu (ncu locks clocks); the profile's own when none was recorded
-    report.roofline = with_measured(roof, meta.get("measured_ms") or report.device_ms_per_forward)
-    return agent.analyze(report)
+    measured = meta.get("measured_ms") or report.device_ms_per_forward
+    return analyze_measured(report, workload, meta.get("device") or report.device_name, measured)
 
 
 def evaluate(captures: Path) -> tuple[list[str], list[dict], dict[str, list[int]], list[str], bool]:
@@ -117,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the table as markdown here")
     ap.add_argument("--json", help="write every case's result here")
     args = ap.parse_args(argv)
-    rows, results, score, over_one, have_rep = evaluate(Path(args.captures))
+    with unpacked(Path(args.captures)) as captures:
+        rows, results, score, over_one, have_rep = evaluate(captures)
     lines = (
         [
             "| case | label (fixed before capture) | agent's top 3 | top-1 / top-3 | first gain | fraction of SOL |",

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from packed_captures import unpacked  # noqa: E402
 
 from kforge_mcp.api import Engine  # noqa: E402
 from kforge_mcp.profiling.loader import load_profile  # noqa: E402
@@ -86,18 +88,18 @@ def main() -> None:
             print(label, json.dumps(result[label], indent=1)[:4000], flush=True)
     finally:
         engine.close()
-    reps = sorted((ROOT / "bench" / "analysis" / "captures").glob("*.ncu-rep"))
     result["ncu_rep"] = {}
-    for rep in reps:
-        try:
-            r = load_profile(rep)
-            result["ncu_rep"][rep.name] = {
-                "kernels": [k.name[:80] for k in r.kernels],
-                "device": r.device_name,
-                "pipes": r.kernels[0].pipes if r.kernels else None,
-            }
-        except Exception as e:  # noqa: BLE001  (recorded: this is what the check is for)
-            result["ncu_rep"][rep.name] = {"error": f"{type(e).__name__}: {e}"}
+    with unpacked(ROOT / "bench" / "analysis" / "captures") as captures:
+        for rep in sorted(captures.glob("*.ncu-rep")):
+            try:
+                r = load_profile(rep)
+                result["ncu_rep"][rep.name] = {
+                    "kernels": [k.name[:80] for k in r.kernels],
+                    "device": r.device_name,
+                    "pipes": r.kernels[0].pipes if r.kernels else None,
+                }
+            except Exception as e:  # noqa: BLE001  (recorded: this is what the check is for)
+                result["ncu_rep"][rep.name] = {"error": f"{type(e).__name__}: {e}"}
     print("ncu-rep:", json.dumps(result["ncu_rep"], indent=1)[:2000])
     (out / "h100-checks.json").write_text(json.dumps(result, indent=1, default=str))
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from packed_captures import unpacked  # noqa: E402
 
 COLS = {
     "dur_us": "gpu__time_duration.sum",
@@ -100,7 +104,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--captures", default=str(HERE / "captures"))
     args = ap.parse_args()
-    cap = Path(args.captures)
+    with unpacked(Path(args.captures)) as cap:
+        summarize(cap)
+
+
+def summarize(cap: Path) -> None:
     manifest = json.loads((HERE / "manifest.json").read_text())["cases"]
     for case in manifest:
         name = case["name"]

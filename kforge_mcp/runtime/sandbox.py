@@ -42,9 +42,9 @@ from kforge_mcp.runtime.landlock import _landlock, _libc, writable_dirs
 
 PROTECTIONS = ("landlock", "network", "limits", "cgroup")
 
-# The NVIDIA driver's cuInit fails under our Landlock ruleset (CUDA error 304, seen on the lent
-# H100 even with /dev/nvidia* writable), so on a machine with NVIDIA devices the filesystem
-# rule is off and says why; the network namespace and the limits still apply there.
+# The NVIDIA driver's cuInit fails under this Landlock ruleset (CUDA error 304, even with
+# /dev/nvidia* writable), so on a machine with NVIDIA devices the filesystem rule is off and
+# says why; the network namespace and the limits still apply there.
 NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"
 LANDLOCK_OFF_WITH_NVIDIA = "off (the NVIDIA driver fails under Landlock here: CUDA error 304)"
 
