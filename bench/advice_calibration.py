@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from kforge_mcp.advice import agent  # noqa: E402
 from kforge_mcp.judge.roofline import make_roofline, with_measured  # noqa: E402
-from kforge_mcp.profiling.ncu import report_from_csv  # noqa: E402
+from kforge_mcp.platforms.nvidia.ncu import report_from_csv  # noqa: E402
 
 CAPTURES = HERE / "results" / "advice-calibration"
 MARKER = "pair_marker_kernel"
