@@ -93,6 +93,20 @@ def device_models() -> list[str]:
     return list(_devices())
 
 
+def profiled_on(device: str | None, device_name: str | None) -> Platform:
+    """The platform a profile came from (what the analysis rules ask for its ``vocabulary``): the one whose
+    table names its device ('NVIDIA H100 80GB HBM3', or 'sm_90' from an ncu file), else the one that serves its
+    device kind on this torch build's terms ('xpu:0'), else UNKNOWN."""
+    for name in filter(None, (device_name, device)):
+        lowered = name.lower()
+        for p in PLATFORMS.values():
+            if any(k.lower() == lowered for k in p.peaks.devices) or any(
+                all(n in lowered for n in needles) for needles, _ in p.peaks.aliases
+            ):
+                return p
+    return identify((device or "").split(":")[0], {})
+
+
 def default_peaks() -> Peaks:
     """The figures used for a device no table knows: the first platform's table that names a default."""
     table = next((p.peaks for p in PLATFORMS.values() if p.peaks.default), None)
