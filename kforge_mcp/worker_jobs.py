@@ -24,7 +24,7 @@ from kforge_mcp.runtime import worker
 
 def handle_probe(req: ProbeRequest, progress, workdir: Path, state: dict) -> dict:
     from kforge_mcp.core.schemas import TargetsReport
-    from kforge_mcp.devices.driver_probe import discover_without_torch, sm_arch
+    from kforge_mcp.devices.driver_probe import discover_without_torch
     from kforge_mcp.runtime import sandbox
     from kforge_mcp.targets import TARGETS
 
@@ -32,12 +32,17 @@ def handle_probe(req: ProbeRequest, progress, workdir: Path, state: dict) -> dic
     if found is None:
         import torch
 
-        from kforge_mcp.devices.device import discover
+        from kforge_mcp.devices.device import discover, get_device
 
         devices, names = discover()
         facts: dict[str, str] = {"torch": torch.__version__}
-        if torch.cuda.is_available():
-            facts["arch"] = sm_arch(*torch.cuda.get_device_capability(0))
+        arch = (
+            get_device("cuda:0").platform.arch(*torch.cuda.get_device_capability(0))
+            if torch.cuda.is_available()
+            else None
+        )
+        if arch:
+            facts["arch"] = arch
     else:
         devices, names, facts = found
     host = {"python": platform.python_version(), "torch": facts["torch"], "platform": platform.platform()}

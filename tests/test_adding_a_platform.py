@@ -73,7 +73,7 @@ def engine(tmp_path_factory):
 def test_the_example_implements_the_contract_and_claims_the_cpu(engine):
     found = platforms.discover(str(EXAMPLE))
     assert isinstance(found["hostcpu"], Platform)
-    assert list(found) == ["hostcpu", "nvidia", "intel", "apple", "cpu"]  # by order: it comes before the CPU's
+    assert list(found)[0] == "hostcpu" and list(found)[-1] == "cpu"  # by order: it comes before the CPU's
     cpu = get_device("cpu")
     assert cpu.platform.name == "hostcpu" and cpu.display_name().startswith("Host CPU: ")
     assert platforms.lookup_peaks(cpu.display_name())[0].name == "Host CPU (example)"

@@ -260,9 +260,11 @@ def discover() -> tuple[list[str], dict[str, str]]:
     devices, names = [], {}
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
-            major, minor = torch.cuda.get_device_capability(i)
             devices.append(f"cuda:{i}")
-            names[f"cuda:{i}"] = f"{torch.cuda.get_device_name(i)} (sm_{major}{minor})"
+            names[f"cuda:{i}"] = torch.cuda.get_device_name(i)
+            arch = get_device(f"cuda:{i}").platform.arch(*torch.cuda.get_device_capability(i))
+            if arch:  # where the vendor names archs by torch's compute capability (sm_90a)
+                names[f"cuda:{i}"] += f" ({arch})"
     xpu = getattr(torch, "xpu", None)
     if xpu is not None and xpu.is_available():
         for i in range(xpu.device_count()):

@@ -161,6 +161,11 @@ class Platform:
     def metrics_profiler(self) -> Profiler | None:
         return next((p for p in self.profilers if p.name == self.metrics), None)
 
+    def arch(self, major: int, minor: int) -> str | None:
+        """The arch a compile for a device of torch's compute capability (major, minor) targets ('sm_90a');
+        None where the vendor's archs are not named by it."""
+        return None
+
     def device_name(self, index: int) -> str | None:
         """The device's product name where the vendor knows it better than torch does; None: torch's."""
         return None

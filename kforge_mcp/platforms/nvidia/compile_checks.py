@@ -1,5 +1,5 @@
-"""What NVIDIA's limits say of a compile, without a GPU: arch names, and the shared memory one block of an
-arch may use (a kernel past it fails to launch)."""
+"""What NVIDIA's limits say of a compile, without a GPU: arch names (a user's, a device's), and the shared
+memory one block of an arch may use (a kernel past it fails to launch)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,12 @@ def normalize_arch(arch: str | None) -> str:
     if not m:
         raise InputError(f"arch '{arch}' is not an NVIDIA arch such as sm_80, sm_90a or sm_100a")
     return f"sm_{m.group(1)}{m.group(2)}" if "." not in text else f"sm_{m.group(1)}{m.group(2)}{m.group(3)}"
+
+
+def sm_arch(major: int, minor: int) -> str:
+    """The arch a probe reports for a compute capability: sm_90a on Hopper and later (their wgmma and TMA
+    need the arch-specific target), sm_86 before."""
+    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
 
 
 # Shared memory one block may use, with the opt-in for dynamic shared memory

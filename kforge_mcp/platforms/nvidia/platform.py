@@ -16,7 +16,7 @@ from kforge_mcp.core.schemas import CompileReport, Diagnostic
 from kforge_mcp.platforms.base import Platform, ProfiledRun, Profiler, Vocabulary
 from kforge_mcp.platforms.formats import ProfileFormat
 from kforge_mcp.platforms.nvidia import device_state, ncu, ncu_rep
-from kforge_mcp.platforms.nvidia.compile_checks import shared_memory_diagnostics
+from kforge_mcp.platforms.nvidia.compile_checks import shared_memory_diagnostics, sm_arch
 from kforge_mcp.platforms.nvidia.ncu_metrics import CORE_METRICS, DEFAULT_METRICS, SECTIONS, ncu_args
 
 NCU_NOISE = re.compile(r"^==(PROF|WARNING|ERROR|INFO)==", re.MULTILINE)
@@ -124,6 +124,9 @@ class Nvidia(Platform):
 
     def identifies(self, kind: str, build: Mapping[str, Any]) -> bool:
         return kind == "cuda" and not build.get("hip")  # a ROCm build of torch names AMD GPUs 'cuda' too
+
+    def arch(self, major: int, minor: int) -> str | None:
+        return sm_arch(major, minor)
 
     def compiles_for(self, arch: str | None) -> bool:
         return arch is not None and re.fullmatch(r"(?:sm_|compute_)\d{2,3}[af]?", arch.strip().lower()) is not None
