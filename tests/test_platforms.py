@@ -73,6 +73,9 @@ def test_a_table_that_names_a_device_it_lacks_is_refused(tmp_path):
     bad.write_text('aliases = [{ match = ["x"], device = "X 1" }]\n[[device]]\nname = "X 2"\nbandwidth = 1e9\n')
     with pytest.raises(ValueError, match="name devices the table lacks: X 1"):
         load_peak_table(bad)
+    bad.write_text('[[device]]\nname = "X 2"\nbandwidth = -1e9\n')
+    with pytest.raises(ValueError, match="(?s)peaks.toml: not a readable peaks table: .*device.0.bandwidth"):
+        load_peak_table(bad)
 
 
 def test_mma_shapes_are_the_platforms():

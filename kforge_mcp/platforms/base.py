@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, PositiveFloat, PositiveInt, ValidationError
+
 from kforge_mcp.core.profile import ProfileReport
 from kforge_mcp.core.schemas import CompileReport, Diagnostic
 from kforge_mcp.platforms.formats import ProfileFormat
@@ -48,33 +50,47 @@ class PeakTable:
     default: str | None = None
 
 
+class _Device(BaseModel, extra="forbid"):
+    name: str
+    bandwidth: PositiveFloat  # bytes/s
+    flops: dict[str, PositiveFloat] = {}  # FLOP/s per compute format
+    source: str = ""
+    note: str = ""
+
+
+class _Alias(BaseModel, extra="forbid"):
+    match: list[str]
+    device: str
+
+
+class _Mma(BaseModel, extra="forbid"):
+    k: dict[str, PositiveInt] = {}
+    n: PositiveInt = 1
+
+
+class _PeaksFile(BaseModel, extra="forbid"):
+    default: str | None = None
+    aliases: list[_Alias] = []
+    mma: _Mma = _Mma()
+    device: list[_Device] = []
+
+
 def load_peak_table(path: Path) -> PeakTable:
     """A ``peaks.toml``: ``[[device]]`` entries (name, bandwidth, flops, source, note), ``aliases`` ({match,
     device}), ``default``, and ``[mma]`` (k per format, n) that every device of the file shares."""
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
+        data = _PeaksFile.model_validate(tomllib.loads(path.read_text()))
+    except (OSError, tomllib.TOMLDecodeError, ValidationError) as e:
         raise ValueError(f"{path}: not a readable peaks table: {e}") from None
-    mma = data.get("mma", {})
     devices = {
-        d["name"]: Peaks(
-            name=d["name"],
-            bandwidth=float(d["bandwidth"]),
-            flops={k: float(v) for k, v in d.get("flops", {}).items()},
-            source=d.get("source", ""),
-            note=d.get("note", ""),
-            mma_k=dict(mma.get("k", {})),
-            mma_n=int(mma.get("n", 1)),
-        )
-        for d in data.get("device", [])
+        d.name: Peaks(d.name, d.bandwidth, d.flops, d.source, d.note, data.mma.k, data.mma.n) for d in data.device
     }
-    aliases = tuple((tuple(a["match"]), a["device"]) for a in data.get("aliases", []))
-    named = {key for _, key in aliases} | ({data["default"]} if "default" in data else set())
+    named = {a.device for a in data.aliases} | ({data.default} if data.default else set())
     if named - set(devices):
         raise ValueError(
             f"{path}: aliases or default name devices the table lacks: {', '.join(sorted(named - set(devices)))}"
         )
-    return PeakTable(devices, aliases, data.get("default"))
+    return PeakTable(devices, tuple((tuple(a.match), a.device) for a in data.aliases), data.default)
 
 
 @dataclass(frozen=True)
