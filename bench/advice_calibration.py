@@ -39,7 +39,7 @@ from kforge_mcp.advice.calibration import (  # noqa: E402
     Workload,
     calibrate,
 )
-from kforge_mcp.profiling.ncu import report_from_csv  # noqa: E402
+from kforge_mcp.platforms.nvidia.ncu import report_from_csv  # noqa: E402
 
 CAPTURES = HERE / "results" / "advice-calibration"
 MARKER = "pair_marker_kernel"

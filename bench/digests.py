@@ -33,8 +33,8 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 import advice_calibration  # noqa: E402
 from packed_captures import unpacked  # noqa: E402
 
-from kforge_mcp.profiling.ncu import report_from_csv  # noqa: E402
-from kforge_mcp.profiling.ncu_metrics import DEFAULT_METRICS  # noqa: E402
+from kforge_mcp.platforms.nvidia.ncu import report_from_csv  # noqa: E402
+from kforge_mcp.platforms.nvidia.ncu_metrics import DEFAULT_METRICS  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 SETS = ("analysis-corpus", "advice-calibration", "advice-trajectories")

@@ -505,10 +505,10 @@ class Engine:
         """Recommendations from a ProfileReport (dict), a captured file, or a screenshot: an AnalysisReport.
         Parsing runs here (it runs no submitted code); a problem's roofline is computed in a worker."""
         from kforge_mcp.advice import agent
+        from kforge_mcp.core.profile import ProfileParseError
         from kforge_mcp.judge.roofline import with_measured
         from kforge_mcp.judge.structure import carry_levers
         from kforge_mcp.profiling import loader
-        from kforge_mcp.profiling.ncu import ProfileParseError
         from kforge_mcp.profiling.report import ProfileReport
 
         given = [n for n, v in (("profile", profile), ("path", path), ("image", image)) if v]

@@ -24,7 +24,7 @@ from kforge_mcp.runtime import worker
 
 def handle_probe(req: ProbeRequest, progress, workdir: Path, state: dict) -> dict:
     from kforge_mcp.core.schemas import TargetsReport
-    from kforge_mcp.devices.driver_probe import discover_without_torch, sm_arch
+    from kforge_mcp.devices.driver_probe import discover_without_torch
     from kforge_mcp.runtime import sandbox
     from kforge_mcp.targets import TARGETS
 
@@ -32,12 +32,17 @@ def handle_probe(req: ProbeRequest, progress, workdir: Path, state: dict) -> dic
     if found is None:
         import torch
 
-        from kforge_mcp.devices.device import discover
+        from kforge_mcp.devices.device import discover, get_device
 
         devices, names = discover()
         facts: dict[str, str] = {"torch": torch.__version__}
-        if torch.cuda.is_available():
-            facts["arch"] = sm_arch(*torch.cuda.get_device_capability(0))
+        arch = (
+            get_device("cuda:0").platform.arch(*torch.cuda.get_device_capability(0))
+            if torch.cuda.is_available()
+            else None
+        )
+        if arch:
+            facts["arch"] = arch
     else:
         devices, names, facts = found
     host = {"python": platform.python_version(), "torch": facts["torch"], "platform": platform.platform()}
@@ -49,19 +54,19 @@ def handle_probe(req: ProbeRequest, progress, workdir: Path, state: dict) -> dic
 
 
 def handle_compile(req: CompileRequest, progress, workdir: Path, state: dict) -> dict:
+    from kforge_mcp.platforms import compile_diagnostics
     from kforge_mcp.targets import get_target
-    from kforge_mcp.targets.nvidia import shared_memory_diagnostics
 
     target = get_target(req.target)
     progress(f"compiling for {req.arch or 'the default arch'}")
     report = target.compile(req.source, req.arch, req.problem, workdir)
     if not report.toolchain:
         report.toolchain = {k: v for k, v in target.cache_versions().items() if v != "-" and k != "compile"}
-    oversized = shared_memory_diagnostics(report)
-    for d in oversized:
+    limits = compile_diagnostics(report)  # what the limits of the platform the arch builds for say of it
+    for d in limits:
         d.file = req.source.name
-    report.diagnostics = oversized + report.diagnostics  # errors first: they are what to fix
-    report.ok = report.ok and not any(d.severity == "error" for d in oversized)
+    report.diagnostics = limits + report.diagnostics  # errors first: they are what to fix
+    report.ok = report.ok and not any(d.severity == "error" for d in limits)
     if not req.emit_ptx:
         report.ptx = None
         report.sass = None

@@ -17,7 +17,7 @@ from kforge_mcp.advice.rules import feed_tensor_pipe, fuse_launches
 from kforge_mcp.advice.rules.compute import LIMIT_FRACTION
 from kforge_mcp.core.schemas import Convolution
 from kforge_mcp.judge.roofline import make_roofline, with_measured
-from kforge_mcp.profiling.ncu import report_from_csv
+from kforge_mcp.platforms.nvidia.ncu import report_from_csv
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, StallReason
 
 PAIRS = Path(__file__).resolve().parent / "data" / "advice-calibration"

@@ -10,10 +10,10 @@ import pytest
 
 from kforge_mcp.advice import agent, rules
 from kforge_mcp.advice.rules.compute import MULTI_TERM_EFFICIENCY
+from kforge_mcp.core.profile import ProfileParseError
 from kforge_mcp.judge.roofline import lookup_peaks, make_roofline
-from kforge_mcp.profiling import ncu
+from kforge_mcp.platforms.nvidia import ncu
 from kforge_mcp.profiling.loader import load_profile
-from kforge_mcp.profiling.ncu import ProfileParseError
 from kforge_mcp.profiling.report import Evidence, KernelProfile, ProfileReport, Recommendation
 
 DATA = Path(__file__).resolve().parent / "data" / "profiles"

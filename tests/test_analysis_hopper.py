@@ -9,10 +9,10 @@ import pytest
 from kforge_mcp.advice import agent
 from kforge_mcp.advice.kinds import classify, name_path
 from kforge_mcp.advice.rules.compute import MULTI_TERM_EFFICIENCY
+from kforge_mcp.core.profile import ProfileParseError
 from kforge_mcp.judge.roofline import make_roofline
-from kforge_mcp.profiling import ncu_rep
+from kforge_mcp.platforms.nvidia import ncu_rep
 from kforge_mcp.profiling.loader import load_profile
-from kforge_mcp.profiling.ncu import ProfileParseError
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, StallReason
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -10,7 +10,7 @@ from mcp import Client
 
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import looks_like_path, resolve_source
-from kforge_mcp.targets.nvidia import shared_memory_limit
+from kforge_mcp.platforms.nvidia.compile_checks import shared_memory_limit
 
 pytestmark = pytest.mark.anyio
 

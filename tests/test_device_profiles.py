@@ -12,9 +12,10 @@ import pytest
 from mcp import Client
 
 from kforge_mcp.advice import agent
+from kforge_mcp.core.profile import ProfileParseError
+from kforge_mcp.platforms.formats import busy_timeline
+from kforge_mcp.platforms.intel.unitrace import split_name
 from kforge_mcp.profiling.loader import detect, load_profile, parse_text
-from kforge_mcp.profiling.ncu import ProfileParseError
-from kforge_mcp.profiling.unitrace import busy_timeline, split_name
 
 DATA = Path(__file__).resolve().parent / "data" / "profiles"
 UNITRACE_JSON = DATA / "fused_bias_gelu-triton_naive.unitrace.json"
@@ -108,7 +109,7 @@ def test_xctrace_export_resolves_interned_values_and_keeps_one_process():
 
 
 def test_xctrace_process_can_be_chosen():
-    from kforge_mcp.profiling.xctrace import report_from_xml
+    from kforge_mcp.platforms.apple.xctrace import report_from_xml
 
     r = report_from_xml(XCTRACE_XML.read_text(), process="WindowServer")
     assert [k.name for k in r.kernels] == ["Fragment Encoder"] and r.kernels[0].launches == 3

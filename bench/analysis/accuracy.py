@@ -23,9 +23,9 @@ sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]
 from packed_captures import unpacked  # noqa: E402
 
 from kforge_mcp.advice.calibration import Workload, analyze_measured  # noqa: E402
+from kforge_mcp.core.profile import ProfileParseError  # noqa: E402
+from kforge_mcp.platforms.nvidia.ncu_rep import import_ncu_report  # noqa: E402
 from kforge_mcp.profiling.loader import load_profile  # noqa: E402
-from kforge_mcp.profiling.ncu import ProfileParseError  # noqa: E402
-from kforge_mcp.profiling.ncu_rep import import_ncu_report  # noqa: E402
 
 TARGET_TOP1 = 0.9  # on the ncu raw page: the format `profile --depth metrics` produces
 FORMATS = {

@@ -9,7 +9,7 @@ Per case, each step in its own process (one CUPTI user per process):
     each wrapped in ``record_function("kforge::forward")``;
   * ``ncu --profile-from-start off ... --child ncu CASE``: warms up, then cudaProfilerStart, one
     call, synchronize, cudaProfilerStop. The sections and metrics come from
-    kforge_mcp/profiling/ncu_metrics.py (loaded alone; it is dependency-free), pruned once per run
+    kforge_mcp/platforms/nvidia/ncu_metrics.py (loaded alone; it is dependency-free), pruned once per run
     of names the installed ncu does not report.
 Then ``ncu --import`` exports the raw and details pages, and ``X.meta.json`` records the case's
 meta, the timing, the versions and the ncu command line.
@@ -39,7 +39,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-NCU_METRICS = ROOT / "kforge_mcp" / "profiling" / "ncu_metrics.py"
+NCU_METRICS = ROOT / "kforge_mcp" / "platforms" / "nvidia" / "ncu_metrics.py"
 sys.path.insert(0, str(HERE))
 
 # torch/triton-only cases first (they need no build), the CUDA-extension cases after the build

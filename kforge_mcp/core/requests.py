@@ -68,7 +68,7 @@ class ProfileRequest(ProfileOptions, JobRequest):
     device: str
     peaks: dict[str, Any] | None = None
     warmup: int | None = None  # default: 1 on the CPU (the interpreter is slow), else 2
-    metrics: list[str] | None = None  # ncu metrics; default: profiling.ncu.DEFAULT_METRICS
+    metrics: list[str] | None = None  # the metrics profiler's; default: its own (ncu: platforms/nvidia/ncu_metrics.py)
     ncu_timeout_s: float | None = None
 
 

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     model: str | None = Field(None, description="the LLM provider's model")
     prompts_dir: Path | None = Field(None, description="prompt templates instead of the shipped ones")
     targets: str | None = Field(None, description="more target packages outside kforge_mcp (comma-separated folders)")
+    platforms: str | None = Field(
+        None, description="more platform (vendor) packages outside kforge_mcp (comma-separated folders)"
+    )
     http_token: str | None = Field(None, description="bearer token HTTP clients must send")
     sandbox: str = Field("on", description="'off' turns every protection off")
     sandbox_disable: str = Field("", description="protections to turn off: landlock,network,limits,cgroup")

@@ -1,7 +1,8 @@
 """One torch device kind (cuda, xpu, mps, cpu) and everything the engine needs to know of it:
 waiting for its work, its timing events and clock, poisoning freed memory, flushing its cache,
-which profiler sees its kernels, its name and state, what a machine needs to run it, and the
-device-wide state a candidate can change (a snapshot, and putting it back).
+its name and state, what a machine needs to run it, and its platform (the vendor behind it, told
+apart by torch's build: ROCm builds name AMD GPUs 'cuda' too), which says which profilers see its
+kernels and what device-wide state a candidate can change (a snapshot, and putting it back).
 Timing, verify, profile, guards and the executors ask a Device instead of branching on names.
 
 torch is imported only when a device is used. The event class and synchronize of a kind are
@@ -12,13 +13,23 @@ candidate that patches ``torch.cuda.Event.record`` or ``synchronize`` cannot cha
 from __future__ import annotations
 
 import contextlib
+import functools
 import platform
 from typing import Any, ClassVar
+
+from kforge_mcp import platforms
+from kforge_mcp.devices.driver_probe import torch_build
+from kforge_mcp.platforms.base import Platform
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 _bound: dict[str, tuple] = {}  # kind -> (torch module, Event class, synchronize), bound once
 _flush_buffers: dict[str, Any] = {}
-_xpu_streams: dict[int, Any] = {}  # stream_id -> the stream a snapshot found current (to make it current again)
+
+
+@functools.cache
+def _build() -> dict:
+    """torch's build (torch/version.py's constants), read once: what tells a ROCm build's 'cuda' from NVIDIA's."""
+    return torch_build() or {}
 
 
 class Device:
@@ -26,9 +37,6 @@ class Device:
 
     kind: ClassVar[str] = "cpu"
     resource: ClassVar[str | None] = None  # what a machine must have to run jobs here ('cuda', 'xpu', 'metal')
-    # the profilers that see this device's kernels: the timeline's, then depth 'metrics' ('ncu',
-    # 'xctrace'), then 'proton' (Triton's, on NVIDIA and Intel GPUs)
-    profilers: ClassVar[tuple[str, ...]] = ("torch.profiler",)
     is_gpu: ClassVar[bool] = False
 
     def __init__(self, name: str):
@@ -36,6 +44,15 @@ class Device:
 
     def __repr__(self) -> str:
         return f"Device({self.name!r})"
+
+    @property
+    def platform(self) -> Platform:
+        """The vendor behind this device: its profilers, peaks, compile checks and device-wide state."""
+        return platforms.identify(self.kind, _build())
+
+    @property
+    def index(self) -> int:
+        return int(self.name.split(":")[1]) if ":" in self.name else 0
 
     # ---- waiting and timing ----
 
@@ -91,7 +108,7 @@ class Device:
         return [ProfilerActivity.CPU]
 
     def display_name(self) -> str:
-        return self.name
+        return self.platform.device_name(self.index) or self.name
 
     def sm_count(self) -> int | None:
         return None
@@ -100,13 +117,15 @@ class Device:
         """What is known of the device's clocks while we timed."""
         return {}
 
-    # ---- device-wide state a candidate can leave changed for what runs after it ----
+    # ---- device-wide state a candidate can leave changed for what runs after it: the platform's ----
 
-    guarded_state: ClassVar[str] = "nothing: the CPU has no device-wide state a candidate could leave changed"
+    @property
+    def guarded_state(self) -> str:
+        return self.platform.guarded_state
 
     def snapshot(self) -> dict[str, Any]:
         """That state now, as plain values (name -> value; compared with ==, reported as evidence)."""
-        return {}
+        return self.platform.snapshot(self.index)
 
     def restore(self, before: dict[str, Any]) -> list[str]:
         """Put back what differs from ``before``; return the names that stay changed (empty: all went back)."""
@@ -118,7 +137,7 @@ class Device:
         return [name for name, value in before.items() if now.get(name) != value]
 
     def _put_back(self, before: dict[str, Any], changed: set[str]) -> None:
-        pass
+        self.platform.put_back(self.index, before, changed)
 
 
 class _EventDevice(Device):
@@ -137,38 +156,16 @@ class _EventDevice(Device):
     def state(self) -> dict:
         return {"name": self.display_name()}
 
-    def _index(self) -> int:
-        import torch
-
-        return torch.device(self.name).index or 0
-
 
 class CudaDevice(_EventDevice):
     kind = "cuda"
     resource = "cuda"
-    profilers = ("torch.profiler", "ncu", "proton")
 
     def spin(self, seconds: float) -> None:
         import torch
 
         # cycles at a 2 GHz clock: a slower clock only spins longer
         torch.cuda._sleep(int(min(seconds, 0.005) * 2e9))
-
-    guarded_state = (
-        "the persisting-L2 set-aside and the L2 fetch granularity, the stack, malloc heap and printf FIFO limits, "
-        "the timed stream's access policy window and priority, the cache and shared-memory configuration "
-        "(where the runtime still has it), the current device and stream; persisting L2 lines are reset"
-    )
-
-    def snapshot(self) -> dict[str, Any]:
-        from kforge_mcp.devices import cuda_state
-
-        return cuda_state.snapshot(self._index())
-
-    def _put_back(self, before: dict[str, Any], changed: set[str]) -> None:
-        from kforge_mcp.devices import cuda_state
-
-        cuda_state.restore(self._index(), before, changed)
 
     def poison_free_memory(self) -> None:
         """Best effort: the candidate running before the reference in each trial is the main defence."""
@@ -197,7 +194,7 @@ class CudaDevice(_EventDevice):
     def display_name(self) -> str:
         import torch
 
-        return torch.cuda.get_device_name(torch.device(self.name))
+        return self.platform.device_name(self.index) or torch.cuda.get_device_name(torch.device(self.name))
 
     def sm_count(self) -> int | None:
         import torch
@@ -208,8 +205,8 @@ class CudaDevice(_EventDevice):
         """NVML through torch when present."""
         import torch
 
-        index = self._index()
-        state: dict = {"name": torch.cuda.get_device_name(index)}
+        index = self.index
+        state: dict = {"name": self.display_name()}
         with contextlib.suppress(Exception):
             state["sm_clock_mhz"] = torch.cuda.clock_rate(index)
         with contextlib.suppress(Exception):
@@ -220,26 +217,6 @@ class CudaDevice(_EventDevice):
 class XpuDevice(_EventDevice):
     kind = "xpu"
     resource = "xpu"
-    profilers = ("torch.profiler", "proton")
-    guarded_state = (
-        "the current device and stream; torch.xpu and SYCL expose no persisting-L2 set-aside, access policy "
-        "window, device limits or cache configuration to read or put back"
-    )
-
-    def snapshot(self) -> dict[str, Any]:
-        import torch
-
-        stream = torch.xpu.current_stream(self._index())
-        _xpu_streams[stream.stream_id] = stream
-        return {"current_device": torch.xpu.current_device(), "current_stream": stream.stream_id}
-
-    def _put_back(self, before: dict[str, Any], changed: set[str]) -> None:
-        import torch
-
-        with contextlib.suppress(Exception):  # what stays changed is seen by the snapshot after
-            torch.xpu.set_stream(_xpu_streams[before["current_stream"]])
-        with contextlib.suppress(Exception):
-            torch.xpu.set_device(before["current_device"])
 
     def profiler_activities(self) -> list:
         from torch.profiler import ProfilerActivity
@@ -250,28 +227,21 @@ class XpuDevice(_EventDevice):
     def display_name(self) -> str:
         import torch
 
-        return torch.xpu.get_device_name(torch.device(self.name))
+        return self.platform.device_name(self.index) or torch.xpu.get_device_name(torch.device(self.name))
 
     def state(self) -> dict:
-        import torch
-
         state: dict = {}
         with contextlib.suppress(Exception):
-            state["name"] = torch.xpu.get_device_name(torch.device(self.name).index or 0)
+            state["name"] = self.display_name()
         return state
 
 
 class MpsDevice(_EventDevice):
     kind = "mps"
     resource = "metal"
-    profilers = ("mps events", "xctrace")  # torch.profiler does not see Metal kernels
-    guarded_state = (
-        "nothing: torch.mps and Metal expose no device-wide state a candidate could change and leave "
-        "(no limits, streams, cache configuration or L2 residency control)"
-    )
 
     def display_name(self) -> str:
-        return "Apple GPU (MPS)"
+        return self.platform.device_name(self.index) or "Apple GPU (MPS)"
 
 
 KINDS: dict[str, type[Device]] = {d.kind: d for d in (CudaDevice, XpuDevice, MpsDevice, Device)}
@@ -290,9 +260,11 @@ def discover() -> tuple[list[str], dict[str, str]]:
     devices, names = [], {}
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
-            major, minor = torch.cuda.get_device_capability(i)
             devices.append(f"cuda:{i}")
-            names[f"cuda:{i}"] = f"{torch.cuda.get_device_name(i)} (sm_{major}{minor})"
+            names[f"cuda:{i}"] = torch.cuda.get_device_name(i)
+            arch = get_device(f"cuda:{i}").platform.arch(*torch.cuda.get_device_capability(i))
+            if arch:  # where the vendor names archs by torch's compute capability (sm_90a)
+                names[f"cuda:{i}"] += f" ({arch})"
     xpu = getattr(torch, "xpu", None)
     if xpu is not None and xpu.is_available():
         for i in range(xpu.device_count()):

@@ -16,15 +16,11 @@ import platform
 import sys
 from pathlib import Path
 
+from kforge_mcp.platforms.nvidia.compile_checks import sm_arch
+
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 DRIVER_LIBRARIES = ("libcuda.so.1", "libcuda.so", "nvcuda.dll")
-
-
-def sm_arch(major: int, minor: int) -> str:
-    """The arch a probe reports for a compute capability: sm_90a on Hopper and later (their wgmma and TMA
-    need the arch-specific target), sm_86 before."""
-    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
 
 
 def torch_build() -> dict | None:
@@ -105,7 +101,7 @@ def discover_without_torch() -> tuple[list[str], dict[str, str], dict[str, str]]
             return None
         for i, (name, major, minor) in enumerate(gpus):
             devices.append(f"cuda:{i}")
-            names[f"cuda:{i}"] = f"{name} (sm_{major}{minor})"
+            names[f"cuda:{i}"] = f"{name} ({sm_arch(major, minor)})"
         if gpus:
             facts["arch"] = sm_arch(*gpus[0][1:])
     devices.append("cpu")

@@ -1,1 +1,2 @@
-"""Profile capture (torch.profiler, ncu, proton) and the parsers of every profile format into one ProfileReport."""
+"""Profile capture (torch.profiler, the device platform's profiler, proton), the shared parsers (torch.profiler
+traces, proton) and the loader that reads a captured file in any platform's formats into one ProfileReport."""

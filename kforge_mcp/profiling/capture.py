@@ -1,7 +1,8 @@
 """One profile, inside a worker: run the candidate (or the reference) under torch.profiler for
-a few warm forwards, compute the reference's roofline, attach Triton compile metadata, and
-(depth "metrics", ncu on PATH, a CUDA device) re-run one forward under Nsight Compute in a
-subprocess and merge its metrics. Proton, on request, also runs in its own process: one CUPTI
+a few warm forwards (or the device's own timeline where torch.profiler does not see its kernels),
+compute the reference's roofline, attach Triton compile metadata, and at depth "metrics" re-run the
+forwards under the device platform's metrics profiler (Nsight Compute on NVIDIA, xctrace on Apple)
+in a subprocess and merge what it saw. Proton, on request, also runs in its own process: one CUPTI
 user per process.
 """
 
@@ -9,30 +10,29 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kforge_mcp import platforms
 from kforge_mcp.core.problem import build_models, load_problem, seed_everything
+from kforge_mcp.core.profile import ProfileReport
 from kforge_mcp.core.requests import ProfileRequest
 from kforge_mcp.core.source import SourceRuntimeError
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge.roofline import reference_roofline
 from kforge_mcp.judge.structure import reference_levers
 from kforge_mcp.judge.timing import sync_device
-from kforge_mcp.profiling import ncu as ncu_parse
-from kforge_mcp.profiling.ncu_metrics import CORE_METRICS, DEFAULT_METRICS, SECTIONS, ncu_args
+from kforge_mcp.platforms.base import Platform, ProfiledRun
 from kforge_mcp.profiling.proton import report_from_hatchet
-from kforge_mcp.profiling.report import KernelProfile, ProfileReport
 from kforge_mcp.profiling.torch_trace import FORWARD_MARK, report_from_trace
 from kforge_mcp.profiling.weight_work import attach_weight_work
 from kforge_mcp.targets import get_target
 
 INPUT_SEED = 7
-NCU_TIMEOUT_S = 300
+PROFILER_TIMEOUT_S = 300
 RAW_MAX_BYTES = 16 * 1024 * 1024  # a raw profile kept as a resource: the worker's reply carries it once
 
 
@@ -77,6 +77,7 @@ def run_profile(req: ProfileRequest, progress: Callable[[str], None], workdir: P
         return report
     inputs = problem.make_inputs(INPUT_SEED, device)
 
+    platform = get_device(device).platform
     activities = get_device(device).profiler_activities()
     with torch.no_grad():
         progress(f"warming up ({warmup} forwards)")
@@ -120,10 +121,8 @@ def run_profile(req: ProfileRequest, progress: Callable[[str], None], workdir: P
             progress("following the weights through two forwards")
             other = problem.make_inputs(INPUT_SEED + 1, device)
             attach_weight_work(report, model, inputs, other, target.launch_counter)
-    profilers = get_device(device).profilers
-    if "mps events" in profilers:
-        with torch.no_grad():
-            _mps_timeline(report, model, inputs, iters)
+    with torch.no_grad():
+        platform.device_timeline(report, lambda: model(*inputs), iters)
 
     measured = report.device_ms_per_forward if report.device_kernels() else wall_ms
     progress("computing the roofline")
@@ -136,107 +135,56 @@ def run_profile(req: ProfileRequest, progress: Callable[[str], None], workdir: P
     except Exception as e:  # noqa: BLE001
         report.notes.append(f"roofline unavailable: {type(e).__name__}: {e}")
 
-    if depth == "metrics" and "xctrace" in profilers:
-        if shutil.which("xcrun") is None:
-            report.notes.append("depth 'metrics' on mps needs Xcode's xctrace (xcrun); only the timeline was captured")
-        else:
-            progress("re-running under Instruments' Metal System Trace (xctrace)")
-            _merge_xctrace(report, req, workdir)
-    elif depth == "metrics":
-        if "ncu" not in profilers:
-            report.notes.append(
-                f"depth 'metrics' needs Nsight Compute on a CUDA device; {device} has only the timeline"
-            )
-        elif shutil.which("ncu") is None:
-            report.notes.append(
-                "depth 'metrics': ncu is not on PATH here; only the torch.profiler timeline was captured"
-            )
-        else:
-            progress("re-running one forward under Nsight Compute")
-            _merge_ncu(report, req, workdir)
+    if depth == "metrics":
+        _merge_metrics(report, req, workdir, platform, progress)
     if req.proton:
-        if "proton" in profilers:
+        if platform.proton:
             progress("re-running under proton")
             _merge_proton(report, req, workdir)
         else:
-            report.notes.append("proton needs a GPU device")
+            report.notes.append(f"proton does not see the kernels of {platform.title} ({device})")
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _mps_timeline(report: ProfileReport, model, inputs, iters: int) -> None:
-    """torch.profiler sees no Metal GPU work: time each forward with MPS events instead, inside
-    torch.mps.profiler's signposts (so an Instruments recording shows each forward)."""
-    import torch
-
-    starts = [torch.mps.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.mps.Event(enable_timing=True) for _ in range(iters)]
-    with torch.mps.profiler.profile(mode="interval", wait_until_completed=False):
-        for s, e in zip(starts, ends):
-            s.record()
-            model(*inputs)
-            e.record()
-    torch.mps.synchronize()
-    report.device_ms_per_forward = sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / iters
-    report.notes.append(
-        "mps: device time per forward from MPS events (torch.profiler does not see Metal kernels); "
-        "per-kernel times need depth 'metrics' (xctrace)"
-    )
-
-
-XCTRACE_XPATH = '/trace-toc/run[@number="1"]/data/table[@schema="metal-gpu-intervals"]'
-
-
-def _merge_xctrace(report: ProfileReport, req: ProfileRequest, workdir: Path) -> None:
-    """Record the forwards under Instruments' Metal System Trace, export the GPU intervals and
-    take per-kernel device times and the busy/idle timeline from them."""
-    from kforge_mcp.profiling.xctrace import report_from_xml
-
-    iters = req.iterations
-    spec = _runner_spec(req, workdir, "xctrace", {"iterations": iters})
-    trace = workdir / "metal.trace"
-    record = [
-        "xcrun",
-        "xctrace",
-        "record",
-        "--template",
-        "Metal System Trace",
-        "--output",
-        str(trace),
-        "--no-prompt",
-        "--launch",
-        "--",
-        sys.executable,
-        "-m",
-        "kforge_mcp.profiling.runner",
-        str(spec),
-    ]
-    try:
-        proc = _run(record, workdir, NCU_TIMEOUT_S)
-        if proc.returncode != 0 or not trace.exists():
-            report.notes.append(f"xctrace record failed (exit {proc.returncode}): {(proc.stderr or '')[-400:].strip()}")
-            return
-        proc = _run(
-            ["xcrun", "xctrace", "export", "--input", str(trace), "--xpath", XCTRACE_XPATH], workdir, NCU_TIMEOUT_S
+def _merge_metrics(report: ProfileReport, req: ProfileRequest, workdir: Path, platform: Platform, progress) -> None:
+    """Depth 'metrics': the forwards again under the platform's metrics profiler, merged into the timeline."""
+    profiler = platform.metrics_profiler()
+    if profiler is None:
+        report.notes.append(
+            f"depth 'metrics' needs a metrics profiler ({platforms.metrics_profilers()}); {req.device} "
+            f"({platform.title}) has only the timeline"
         )
-    except subprocess.TimeoutExpired:
-        report.notes.append("xctrace did not finish in time; metrics skipped")
         return
-    try:
-        # the recording holds the runner's warm-up forwards too
-        xr = report_from_xml(proc.stdout, "<xctrace export>", forwards=iters + warmup_forwards(req))
-    except ncu_parse.ProfileParseError as e:
-        report.notes.append(f"xctrace export gave no GPU intervals: {e}")
+    missing = profiler.missing()
+    if missing:
+        report.notes.append(f"depth 'metrics': {missing}; only the timeline was captured")
         return
-    report.kernels = [k for k in report.kernels if k.kind != "device"] + xr.kernels
-    report.timeline, report.launches_per_forward = xr.timeline, xr.launches_per_forward
-    report.source += "+xctrace"
-    report.notes += xr.notes
+    progress(f"re-running under {profiler.title}")
+    run = ProfiledRun(
+        workdir=workdir,
+        iterations=req.iterations,
+        warmup=warmup_forwards(req),
+        metrics=req.metrics,
+        timeout_s=req.ncu_timeout_s or PROFILER_TIMEOUT_S,
+        runner=lambda mode, extra: _runner(req, workdir, mode, extra),
+        run=lambda cmd, timeout: _run(cmd, workdir, timeout),
+        keep_raw=lambda name, text: keep_raw(report, name, text),
+    )
+    captured = profiler.capture(run)
+    report.notes += run.notes
+    if captured is not None:
+        profiler.merge(report, captured)
 
 
 def warmup_forwards(req: ProfileRequest) -> int:
     """Forwards before the profiled ones: one on the CPU (the interpreter is slow), else two."""
     return req.warmup if req.warmup is not None else (1 if req.device == "cpu" else 2)
+
+
+def _runner(req: ProfileRequest, workdir: Path, mode: str, extra: dict) -> list[str]:
+    """The profiled program's command line: the runner in ``mode`` (a profiler's name) with its spec."""
+    return [sys.executable, "-m", "kforge_mcp.profiling.runner", str(_runner_spec(req, workdir, mode, extra))]
 
 
 def _runner_spec(req: ProfileRequest, workdir: Path, mode: str, extra: dict) -> Path:
@@ -260,47 +208,6 @@ def _run(cmd: list[str], workdir: Path, timeout: float) -> subprocess.CompletedP
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def ncu_command(spec: Path, metrics: list[str], sections: tuple[str, ...] = ()) -> list[str]:
-    """ncu over the runner: the guided-analysis sections the rules read plus their raw metrics, one raw CSV page."""
-    return [
-        "ncu",
-        "--csv",
-        "--page",
-        "raw",
-        "--profile-from-start",
-        "off",
-        *ncu_args(metrics, sections),
-        sys.executable,
-        "-m",
-        "kforge_mcp.profiling.runner",
-        str(spec),
-    ]
-
-
-def _merge_ncu(report: ProfileReport, req: ProfileRequest, workdir: Path) -> None:
-    spec = _runner_spec(req, workdir, "ncu", {})
-    timeout = req.ncu_timeout_s or NCU_TIMEOUT_S
-    # sections + every metric the rules read; if this ncu rejects a name, the core metrics alone
-    attempts = [(req.metrics or DEFAULT_METRICS, SECTIONS), (CORE_METRICS, ())]
-    for metrics, sections in attempts:
-        try:
-            proc = _run(ncu_command(spec, metrics, sections), workdir, timeout)
-        except subprocess.TimeoutExpired:
-            report.notes.append(f"ncu did not finish within {timeout:.0f} s; metrics skipped")
-            return
-        try:
-            ncu_report = ncu_parse.report_from_raw(proc.stdout, "<ncu stdout>", forwards=1)
-            keep_raw(report, "ncu.csv", proc.stdout)
-            break
-        except ncu_parse.ProfileParseError as e:
-            tail = (proc.stderr or "")[-600:]
-            failure = f"ncu (exit {proc.returncode}) gave no metrics: {e}; {tail.strip()}"
-    else:
-        report.notes.append(failure)
-        return
-    merge_ncu(report, ncu_report)
-
-
 def keep_raw(report: ProfileReport, name: str, text: str) -> None:
     """The profiler's own file, for the tool to keep as a resource; past RAW_MAX_BYTES only a note."""
     if len(text) > RAW_MAX_BYTES:
@@ -309,40 +216,14 @@ def keep_raw(report: ProfileReport, name: str, text: str) -> None:
         report.raw[name] = text
 
 
-def merge_ncu(report: ProfileReport, ncu_report: ProfileReport) -> None:
-    """Put ncu's per-kernel metrics on the timeline's kernels: by exact name, then by launch order."""
-    fields = [
-        f
-        for f in KernelProfile.model_fields
-        if f not in ("name", "kind", "launches", "device_ms", "mean_ms", "launches_per_forward", "metrics")
-    ]
-    timeline = report.device_kernels()
-    unmatched = [k for k in timeline]
-    for nk in ncu_report.kernels:
-        target = next((k for k in unmatched if k.name == nk.name), None) or (unmatched[0] if unmatched else None)
-        if target is None:
-            nk.launches_per_forward = nk.launches
-            report.kernels.append(nk)
-            continue
-        unmatched.remove(target)
-        for f in fields:
-            v = getattr(nk, f)
-            if v not in (None, [], {}):
-                setattr(target, f, v)
-        target.metrics["ncu_mean_ms"] = nk.mean_ms
-        target.metrics.update(nk.metrics)
-    report.sm_count = ncu_report.sm_count or report.sm_count
-    report.source = "torch.profiler+ncu"
-    report.notes.append(
-        "ncu metrics are from one forward under ncu (clocks locked by ncu's default); device times are torch.profiler's"
-    )
-
-
 def _merge_proton(report: ProfileReport, req: ProfileRequest, workdir: Path) -> None:
     name = str(workdir / "proton")
-    spec = _runner_spec(req, workdir, "proton", {"proton_name": name, "iterations": req.iterations})
     try:
-        proc = _run([sys.executable, "-m", "kforge_mcp.profiling.runner", str(spec)], workdir, NCU_TIMEOUT_S)
+        proc = _run(
+            _runner(req, workdir, "proton", {"proton_name": name, "iterations": req.iterations}),
+            workdir,
+            PROFILER_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         report.notes.append("proton run timed out")
         return

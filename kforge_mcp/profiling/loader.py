@@ -1,37 +1,53 @@
-"""Open a captured profile of any supported format, detected from its content."""
+"""Open a captured profile of any supported format, detected from its content: a report kforge saved, the formats
+of every platform's profilers (kforge_mcp/platforms/<vendor>/), then the profilers every vendor shares
+(proton, torch.profiler)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kforge_mcp.profiling import ncu, ncu_rep, proton, torch_trace, unitrace, xctrace
-from kforge_mcp.profiling.ncu import ProfileParseError
-from kforge_mcp.profiling.report import ProfileReport
+from kforge_mcp import platforms
+from kforge_mcp.core.profile import ProfileParseError, ProfileReport
+from kforge_mcp.platforms.formats import ProfileFormat, load_json
+from kforge_mcp.profiling import proton, torch_trace
 
 MAX_BYTES = 64 * 1024 * 1024
-FORMATS = (
-    "Nsight Compute CSV (--csv --page raw or details), .ncu-rep, torch.profiler chrome trace JSON, proton .hatchet, "
-    "unitrace chrome trace JSON or --metric-query CSV, xctrace export XML (metal-gpu-intervals), "
-    "a profile report saved by `kforge profile --json`"
+SAVED = "a profile report saved by `kforge profile --json`"
+# every vendor's: after the platforms' formats, so a vendor's chrome trace is read as its own
+SHARED = (
+    ProfileFormat(
+        "proton",
+        "proton .hatchet",
+        detect=lambda text, data: isinstance(data, list),
+        parse=lambda text, data, name, forwards: proton.report_from_hatchet(data, name, forwards),
+    ),
+    ProfileFormat(
+        "torch-trace",
+        "torch.profiler chrome trace JSON",
+        detect=lambda text, data: isinstance(data, dict),
+        parse=lambda text, data, name, forwards: torch_trace.report_from_trace(data, name, forwards),
+    ),
 )
 
 
+def formats() -> list[ProfileFormat]:
+    return platforms.profile_formats() + list(SHARED)
+
+
+def readable() -> str:
+    """The formats analyze_profile reads, for messages and tool descriptions."""
+    return ", ".join([f.description for f in formats()] + [SAVED])
+
+
+def _json(text: str, name: str):
+    """The text's JSON when it is JSON (None otherwise); invalid JSON is an error that says where."""
+    return load_json(text, name) if text.lstrip()[:1] in ("{", "[") else None
+
+
 def detect(text: str) -> str:
-    head = text.lstrip()[:4096]
-    if head.startswith("{"):
-        return "torch-trace"
-    if head.startswith("["):
-        return "proton"
-    if xctrace.looks_like_xctrace(head):
-        return "xctrace"
-    if unitrace.looks_like_metrics_csv(head):
-        return "unitrace-csv"
-    body, _ = ncu.strip_noise(text[:1_000_000])
-    if body.startswith('"ID"'):
-        return "ncu-csv"
-    if any(line.startswith("==") for line in head.splitlines()[:20]):
-        return "ncu-csv"  # ncu output without a table: ncu's own error explains it
-    return "unknown"
+    """The key of the format the text is in ('ncu-csv', 'unitrace-csv', 'torch-trace', ...), or 'unknown'."""
+    data = _json(text, "<profile>")
+    return next((f.key for f in formats() if f.detect and f.detect(text, data)), "unknown")
 
 
 def saved_report(data) -> dict | None:
@@ -65,41 +81,27 @@ def load_profile(path: str | Path, forwards: int | None = None, max_bytes: int =
             f"{name}: {size / 1e6:.1f} MB is over the {max_bytes / 1e6:.0f} MB limit for a captured "
             "profile; export fewer kernels or a CSV page"
         )
-    if p.suffix == ".ncu-rep":
-        return ncu_rep.report_from_ncu_rep(p, forwards)
+    binary = next((f for f in formats() if f.suffix and f.read and p.suffix == f.suffix), None)
+    if binary is not None and binary.read is not None:
+        return binary.read(p, forwards)
     raw = p.read_bytes()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ProfileParseError(f"{name}: binary file, not a text profile; supported: {FORMATS}") from None
+        raise ProfileParseError(f"{name}: binary file, not a text profile; supported: {readable()}") from None
     if not text.strip():
         raise ProfileParseError(f"{name}: the file holds only whitespace")
     return parse_text(text, name, forwards)
 
 
 def parse_text(text: str, name: str = "<profile>", forwards: int | None = None) -> ProfileReport:
-    kind = detect(text)
-    if kind == "torch-trace":
-        data = torch_trace.load_json(text, name)
-        saved = saved_report(data)
-        if saved is not None:
-            return report_from_saved(saved, name)
-        if proton.is_hatchet(data):
-            return proton.report_from_hatchet(data, name, forwards)
-        if unitrace.is_unitrace_trace(data):
-            return unitrace.report_from_chrome(data, name, forwards)
-        return torch_trace.report_from_trace(data, name, forwards)
-    if kind == "proton":
-        data = torch_trace.load_json(text, name)
-        if isinstance(data, dict):
-            return torch_trace.report_from_trace(data, name, forwards)
-        return proton.report_from_hatchet(data, name, forwards)
-    if kind == "ncu-csv":
-        return ncu.report_from_csv(text, name, forwards)
-    if kind == "unitrace-csv":
-        return unitrace.report_from_metrics_csv(text, name, forwards)
-    if kind == "xctrace":
-        return xctrace.report_from_xml(text, name, forwards)
+    data = _json(text, name)
+    saved = saved_report(data)
+    if saved is not None:
+        return report_from_saved(saved, name)
+    for f in formats():
+        if f.detect and f.parse and f.detect(text, data):
+            return f.parse(text, data, name, forwards)
     raise ProfileParseError(
-        f"{name}: unrecognized profile format (first line: {text.lstrip()[:80]!r}); supported: {FORMATS}"
+        f"{name}: unrecognized profile format (first line: {text.lstrip()[:80]!r}); supported: {readable()}"
     )

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TypeGuard
 
-from kforge_mcp.profiling.ncu import ProfileParseError, set_forwards
-from kforge_mcp.profiling.report import KernelProfile, ProfileReport
-from kforge_mcp.profiling.torch_trace import load_json
+from kforge_mcp.core.profile import KernelProfile, ProfileParseError, ProfileReport
+from kforge_mcp.platforms.formats import load_json, set_forwards
 
 
 def is_hatchet(data) -> TypeGuard[list]:

@@ -1,5 +1,5 @@
-"""The program a worker wraps in ncu or proton: build the model the way a worker does, warm it
-up, then run the profiled forward(s).
+"""The program a worker wraps in a profiler (a platform's, named by the spec's mode, or proton): build the
+model the way a worker does, warm it up, then run the profiled forward(s) as that profiler wants them.
 
     python -m kforge_mcp.profiling.runner SPEC.json
 
@@ -17,6 +17,7 @@ from pathlib import Path
 def main(spec_path: str) -> None:
     import torch
 
+    from kforge_mcp import platforms
     from kforge_mcp.core.problem import Source, build_models, load_problem, seed_everything
     from kforge_mcp.judge.timing import sync_device
     from kforge_mcp.targets import get_target
@@ -36,12 +37,7 @@ def main(spec_path: str) -> None:
         for _ in range(int(spec.get("warmup", 2))):
             model(*inputs)
         sync_device(device)
-        if spec["mode"] == "ncu":
-            torch.cuda.profiler.start()  # ncu --profile-from-start off captures only this forward
-            model(*inputs)
-            torch.cuda.synchronize()
-            torch.cuda.profiler.stop()
-        elif spec["mode"] == "proton":
+        if spec["mode"] == "proton":  # Triton's own profiler, every vendor's
             import triton.profiler as proton
 
             proton.start(spec["proton_name"], hook="triton")
@@ -49,11 +45,11 @@ def main(spec_path: str) -> None:
                 model(*inputs)
             sync_device(device)
             proton.finalize()
-        elif spec["mode"] == "xctrace":  # under `xctrace record`: signposts mark each forward
-            with torch.mps.profiler.profile(mode="interval", wait_until_completed=True):
-                for _ in range(int(spec.get("iterations", 5))):
-                    model(*inputs)
-            torch.mps.synchronize()
+            return
+        profiler = platforms.profiler(spec["mode"])
+        if profiler is None:
+            raise SystemExit(f"no platform has a profiler named {spec['mode']!r}")
+        profiler.in_runner(lambda: model(*inputs), lambda: sync_device(device), spec)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,10 @@ per forward, and the host time spent launching; CPU ops when the trace holds no 
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 
-from kforge_mcp.profiling.ncu import ProfileParseError, infer_forwards
-from kforge_mcp.profiling.report import KernelProfile, ProfileReport
+from kforge_mcp.core.profile import KernelProfile, ProfileParseError, ProfileReport
+from kforge_mcp.platforms.formats import infer_forwards, load_json
 
 FORWARD_MARK = "kforge::forward"
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -27,15 +26,6 @@ LAUNCH_CALLS = (
     "cuLaunchCooperativeKernel",
 )
 HOST_CATS = ("cuda_runtime", "cuda_driver", "runtime", "driver")
-
-
-def load_json(text: str, path: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ProfileParseError(
-            f"{path}: invalid or truncated JSON at line {e.lineno}, column {e.colno}: {e.msg}"
-        ) from None
 
 
 def report_from_trace(

@@ -32,8 +32,9 @@ def worker_environment(lane: str, home: Path, tmp: Path, base: dict[str, str] | 
     # sandbox and CUDA build settings reach the worker; with the sandbox on, temp files and tool caches go to
     # dirs the worker may write (Landlock leaves it only those: see landlock.py)
     env.update({k: v for k, v in base.items() if k.startswith(("KFORGE_SANDBOX", "KFORGE_CUDA_"))})
-    if base.get("KFORGE_TARGETS"):  # target files outside the package: the worker's registry loads them too
-        env["KFORGE_TARGETS"] = base["KFORGE_TARGETS"]
+    for packages in ("KFORGE_TARGETS", "KFORGE_PLATFORMS"):  # packages outside kforge_mcp: the worker's registries
+        if base.get(packages):  # load them too
+            env[packages] = base[packages]
     from kforge_mcp.runtime.sandbox import enabled
 
     if enabled("landlock", base):

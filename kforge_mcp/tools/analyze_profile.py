@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
+from kforge_mcp.profiling import loader
 from kforge_mcp.profiling.report import AnalysisReport
 from kforge_mcp.tools.common import DEFAULT_WAIT_S, READ_ONLY, App, run_tool_job
 
@@ -18,11 +19,7 @@ def register(mcp: MCPServer, app: App) -> None:
         profile: Annotated[dict[str, Any] | None, Field(description="a report returned by the profile tool")] = None,
         path: Annotated[
             str | None,
-            Field(
-                description="a captured file: Nsight Compute CSV (--csv --page raw or details), .ncu-rep, "
-                "torch.profiler chrome trace JSON, proton .hatchet, Intel unitrace chrome trace JSON or "
-                "--metric-query CSV, or an xctrace export of metal-gpu-intervals (64 MB at most)"
-            ),
+            Field(description=f"a captured file: {loader.readable()} ({loader.MAX_BYTES // 2**20} MB at most)"),
         ] = None,
         image: Annotated[
             str | None, Field(description="path to a screenshot of a GUI profiler (needs an LLM that reads images)")

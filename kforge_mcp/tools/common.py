@@ -45,11 +45,17 @@ def hints(read_only: bool, idempotent: bool = True, destructive: bool = False, o
     )
 
 
-def target_field(description: str = "cuda, cute, triton or metal", optional: bool = False):
+def target_names() -> str:
+    """The targets found at start, as a description names them: 'cuda, cute, triton or metal'."""
+    names = list(TARGETS)
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def target_field(description: str | None = None, optional: bool = False):
     """``target`` is a closed set: the targets found at start, as an enum hosts can offer. Pydantic
     still takes any string, so an unknown one gets the engine's error naming the known ones."""
     names: list[JsonValue] = list(TARGETS) + ([None] if optional else [])
-    return Field(description=description, json_schema_extra={"enum": names})
+    return Field(description=description or target_names(), json_schema_extra={"enum": names})
 
 
 # reports only: compile builds in a sandboxed worker and changes nothing the user sees but caches

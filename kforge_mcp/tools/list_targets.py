@@ -6,12 +6,15 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 
 from kforge_mcp.core.schemas import TargetsReport
+from kforge_mcp.targets import TARGETS
 from kforge_mcp.tools.common import READ_ONLY, App
 
 
 def register(mcp: MCPServer, app: App) -> None:
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(
+        annotations=READ_ONLY,
+        description=f"List the kernel targets ({', '.join(TARGETS)}): which are available on this machine, why "
+        "not when they are not, the devices each can run on and toolchain versions.",
+    )
     async def list_targets(refresh: bool = False) -> TargetsReport:
-        """List the kernel targets (cuda, cute, triton, metal): which are available on this
-        machine, why not when they are not, the devices each can run on and toolchain versions."""
         return await anyio.to_thread.run_sync(lambda: app.engine.list_targets(refresh=refresh))

@@ -22,7 +22,7 @@ from kforge_mcp.agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, 
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.options import VERIFY, Baselines, Trials
 from kforge_mcp.tools.app_view import TOOL_META
-from kforge_mcp.tools.common import DEFAULT_WAIT_S, App, hints, run_tool_job, target_field
+from kforge_mcp.tools.common import DEFAULT_WAIT_S, App, hints, run_tool_job, target_field, target_names
 from kforge_mcp.tools.links import run_links
 
 SAMPLING_TIMEOUT_S = 600.0
@@ -90,7 +90,7 @@ def register(mcp: MCPServer, app: App) -> None:
     @mcp.tool(annotations=hints(read_only=False, idempotent=False, open_world=True), meta=TOOL_META)
     async def run_loop(
         problem: Annotated[str, Field(description="reference in KernelBench form: text or a .py path")],
-        target: Annotated[str, target_field("cuda, cute, triton or metal (with prompt templates: see prompts/)")],
+        target: Annotated[str, target_field(f"{target_names()} (with prompt templates: see prompts/)")],
         ctx: Context,
         provider: Annotated[
             Literal["sampling", "anthropic", "openai"],

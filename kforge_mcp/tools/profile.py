@@ -8,6 +8,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
+from kforge_mcp import platforms
 from kforge_mcp.core.options import PROFILE, Depth, Iterations, TimeoutS
 from kforge_mcp.profiling.report import ProfileReport
 from kforge_mcp.tools.artifacts import keep
@@ -31,8 +32,9 @@ def register(mcp: MCPServer, app: App) -> None:
         depth: Annotated[
             Depth,
             Field(
-                description="timeline: torch.profiler kernels and launches; metrics: also Nsight Compute metrics "
-                "(occupancy, throughput, coalescing, stalls) when ncu is on PATH"
+                description="timeline: torch.profiler kernels and launches; metrics: also the device's metrics "
+                f"profiler ({platforms.metrics_profilers()}: occupancy, throughput, coalescing, stalls) when it is "
+                "installed"
             ),
         ] = PROFILE.depth,
         iterations: Annotated[

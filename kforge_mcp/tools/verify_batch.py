@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from kforge_mcp.core.options import TRIAL_LIMIT_TEXT, VERIFY, Baselines, TimeoutS, Tolerance, Trials
 from kforge_mcp.core.schemas import VerifyBatchReport, summarize_batch
-from kforge_mcp.tools.common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field
+from kforge_mcp.tools.common import DEFAULT_WAIT_S, RUNS_CODE, App, run_tool_job, target_field, target_names
 
 MAX_ITEMS = 256
 
@@ -29,7 +29,7 @@ def register(mcp: MCPServer, app: App) -> None:
             list[BatchItem], Field(min_length=1, max_length=MAX_ITEMS, description="the candidates to verify")
         ],
         ctx: Context,
-        target: Annotated[str, target_field("cuda, cute, triton or metal (an item may override it)")] = "triton",
+        target: Annotated[str, target_field(f"{target_names()} (an item may override it)")] = "triton",
         device: Annotated[str | None, Field(description="e.g. cuda:0 or cpu; default: the best one here")] = None,
         trials: Annotated[Trials, Field(description="correctness trials per candidate")] = VERIFY.trials,
         atol: Annotated[Tolerance, Field(description="default per dtype")] = VERIFY.atol,

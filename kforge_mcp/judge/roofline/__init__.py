@@ -1,5 +1,6 @@
 """Speed of light for a reference forward: FLOPs from torch's FlopCounterMode, minimum bytes
-(inputs and parameters read once, outputs written once), and a table of device peaks.
+(inputs and parameters read once, outputs written once), and the device's peaks (each platform's
+table: kforge_mcp/platforms/<vendor>/peaks.toml).
 
 T_SOL = max(flops / peak_flops(path), bytes / peak_bandwidth), where the path is the fastest way
 to do the math that still meets the problem's tolerance. With a problem, each path (fp8, fp16,
@@ -41,11 +42,10 @@ from kforge_mcp.judge.roofline.paths import (
     path_peak,
     path_tolerance,
 )
-from kforge_mcp.judge.roofline.peaks import DEFAULT_DEVICE, DEVICE_PEAKS, Peaks, lookup_peaks, table_device
+from kforge_mcp.platforms import lookup_peaks, table_device
+from kforge_mcp.platforms.base import Peaks
 
 __all__ = [
-    "DEFAULT_DEVICE",
-    "DEVICE_PEAKS",
     "MEASURED_ONLY",
     "UNIT_ROUNDOFF",
     "Counts",

@@ -8,7 +8,7 @@ from kforge_mcp.judge.precision_paths import MeasuredPaths
 from kforge_mcp.judge.roofline.conv import compute_flops, conv_gemm, conv_shape, mma_granules, problem_kind
 from kforge_mcp.judge.roofline.counting import count_problem
 from kforge_mcp.judge.roofline.paths import compute_paths, fastest, path_choice, path_tolerance
-from kforge_mcp.judge.roofline.peaks import lookup_peaks
+from kforge_mcp.platforms import lookup_peaks
 
 
 def output_floor(r: Roofline) -> bool:

@@ -1,5 +1,5 @@
 """Convolutions as the implicit GEMM a tensor-core kernel runs: their N and K padded up to the path's MMA
-shapes, in the form (a row per output or per input pixel) that pads least."""
+shapes (its device's platform says them), in the form (a row per output or per input pixel) that pads least."""
 
 from __future__ import annotations
 
@@ -8,23 +8,17 @@ import math
 
 from kforge_mcp.core.schemas import Convolution
 from kforge_mcp.judge.precision_paths import PATH_SPECS
-from kforge_mcp.judge.roofline.peaks import Peaks
-
-# The smallest K and N of any MMA instruction of a format (PTX ISA: mma.sync m16n8k8 for f16/bf16, m16n8k4 for tf32,
-# m16n8k16 for e4m3/e5m2; wgmma.mma_async's K is twice these, its N a multiple of 8). A tensor-core kernel pads its
-# GEMM's K and N up to them; it may swap M and N, but M's shapes (16, 64) are coarser, so 8 on the channel side is
-# the least it pays. Smaller K shapes than wgmma's keep the bound a lower bound for a kernel that ends K on mma.sync.
-MMA_K = {"fp16": 8, "bf16": 8, "tf32": 4, "fp8": 16}
-MMA_N = 8
+from kforge_mcp.platforms.base import Peaks
 
 
 def mma_granules(peaks: Peaks, path: str) -> tuple[int, int]:
-    """(K, N) a path's products are padded to: 1 on the FMA pipe, and on a device without a faster unit."""
+    """(K, N) a path's products are padded to: its device's MMA shapes (the platform's peaks.toml), 1 on the FMA
+    pipe, and on a device without a faster unit for the format."""
     spec = PATH_SPECS.get(path)
     base = spec.base if spec else path
-    if base not in MMA_K or peaks.flops.get(base, 0.0) <= peaks.flops.get("fp32", 0.0):
+    if base not in peaks.mma_k or peaks.flops.get(base, 0.0) <= peaks.flops.get("fp32", 0.0):
         return 1, 1
-    return MMA_K[base], MMA_N
+    return peaks.mma_k[base], peaks.mma_n
 
 
 def _pad(x: int, g: int) -> int:

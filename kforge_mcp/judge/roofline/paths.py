@@ -7,7 +7,7 @@ from __future__ import annotations
 from kforge_mcp.core.options import default_tolerance
 from kforge_mcp.core.schemas import ComputePath
 from kforge_mcp.judge.precision_paths import MARGIN, PATH_SPECS, PATHS_FOR, MeasuredPaths
-from kforge_mcp.judge.roofline.peaks import Peaks
+from kforge_mcp.platforms.base import Peaks
 
 # Unit roundoff of each path's operands, for a bound without a problem to measure (precision_paths.py
 # measures the paths on the problem's own inputs when there is one): a path can meet a tolerance tol when

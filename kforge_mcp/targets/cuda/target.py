@@ -32,6 +32,7 @@ from kforge_mcp.core.schemas import CompileReport, Diagnostic, Finding, KernelRe
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError
 from kforge_mcp.devices.driver_probe import torch_build
+from kforge_mcp.platforms.nvidia.compile_checks import DEFAULT_ARCH, normalize_arch
 from kforge_mcp.targets.base import Loaded, Target, dist_version
 from kforge_mcp.targets.cuda.build import (
     CUTLASS_HEADER,
@@ -56,7 +57,7 @@ from kforge_mcp.targets.cuda.nvcc import (
     usable_flags,
 )
 from kforge_mcp.targets.cuda.source import top_level_blocks
-from kforge_mcp.targets.nvidia import DEFAULT_ARCH, NEEDS_GPU, find_tool, normalize_arch, tool_version
+from kforge_mcp.targets.nvidia import NEEDS_GPU, find_tool, tool_version
 from kforge_mcp.targets.source_map import Piece, map_pieces
 
 TORCH_HEADER = re.compile(

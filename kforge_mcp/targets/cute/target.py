@@ -28,8 +28,9 @@ from kforge_mcp.core.schemas import CompileReport, Diagnostic, Finding, KernelRe
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError, import_source
 from kforge_mcp.devices.driver_probe import torch_build
+from kforge_mcp.platforms.nvidia.compile_checks import DEFAULT_ARCH, normalize_arch
 from kforge_mcp.targets.base import Loaded, Target, dist_version
-from kforge_mcp.targets.nvidia import DEFAULT_ARCH, NEEDS_GPU, cubin_resources, normalize_arch
+from kforge_mcp.targets.nvidia import NEEDS_GPU, cubin_resources
 
 PIP = "pip install 'kforge-mcp[cute]' (or pip install nvidia-cutlass-dsl nvidia-cutlass)"
 

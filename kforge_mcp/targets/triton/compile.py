@@ -17,7 +17,8 @@ from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import CompileReport, Diagnostic, KernelResources
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception, import_source
-from kforge_mcp.targets.nvidia import DEFAULT_ARCH, cubin_resources, tool_version
+from kforge_mcp.platforms.nvidia.compile_checks import DEFAULT_ARCH
+from kforge_mcp.targets.nvidia import cubin_resources, tool_version
 from kforge_mcp.targets.triton.infer import infer_launches
 from kforge_mcp.targets.triton.launches import Launch, _def_line, autotune_configs, jit_functions, trace_launches
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from kforge_mcp.profiling.ncu import ProfileParseError, finish_report, group_launches, kernel_from_launches, scaled
-from kforge_mcp.profiling.report import ProfileReport
+from kforge_mcp.core.profile import ProfileParseError, ProfileReport
+from kforge_mcp.platforms.nvidia.ncu import finish_report, group_launches, kernel_from_launches, scaled
 
 
 def import_ncu_report():

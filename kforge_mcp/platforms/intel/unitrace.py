@@ -25,9 +25,8 @@ import re
 from collections import OrderedDict
 from typing import TypeGuard
 
-from kforge_mcp.profiling.ncu import ProfileParseError, set_forwards
-from kforge_mcp.profiling.report import KernelProfile, ProfileReport
-from kforge_mcp.profiling.torch_trace import load_json
+from kforge_mcp.core.profile import KernelProfile, ProfileParseError, ProfileReport
+from kforge_mcp.platforms.formats import busy_timeline, load_json, set_forwards
 
 SHAPE = re.compile(r"\[SIMD(\d+)\s*\{\s*(\d+);\s*(\d+);\s*(\d+)\s*\}\s*\{\s*(\d+);\s*(\d+);\s*(\d+)\s*\}\s*\]\s*$")
 TILE = re.compile(r"^Tile #\d+:\s*")
@@ -79,29 +78,6 @@ def split_name(name: str) -> tuple[str, dict[str, float]]:
     groups = int(m.group(2)) * int(m.group(3)) * int(m.group(4))
     size = int(m.group(5)) * int(m.group(6)) * int(m.group(7))
     return name[: m.start()].strip(), {"simd_width": int(m.group(1)), "work_groups": groups, "work_group_size": size}
-
-
-def busy_timeline(intervals: list[tuple[float, float]]) -> dict[str, float]:
-    """Union of (start, end) intervals in ms: span, busy, idle and the gaps between busy runs."""
-    if not intervals:
-        return {}
-    merged: list[list[float]] = []
-    for s, e in sorted(intervals):
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    span = merged[-1][1] - merged[0][0]
-    busy = sum(e - s for s, e in merged)
-    gaps = [merged[i + 1][0] - merged[i][1] for i in range(len(merged) - 1)]
-    return {
-        "span_ms": span,
-        "busy_ms": busy,
-        "idle_ms": span - busy,
-        "gaps": float(len(gaps)),
-        "largest_gap_ms": max(gaps, default=0.0),
-        "intervals": float(len(intervals)),
-    }
 
 
 def _finish(report: ProfileReport, forwards: int | None, path: str, what: str) -> ProfileReport:

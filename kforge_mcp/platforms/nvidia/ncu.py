@@ -14,18 +14,11 @@ import math
 import re
 from collections import OrderedDict
 
+from kforge_mcp.core.profile import KernelProfile, NcuRule, ProfileParseError, ProfileReport, StallReason
+from kforge_mcp.platforms.formats import set_forwards
+
 # What kforge asks ncu for lives in ncu_metrics (dependency-free, so capture scripts share it).
-from kforge_mcp.profiling.ncu_metrics import (
-    INST_PIPES,
-    PIPES,
-    STALL_REASONS,
-)
-from kforge_mcp.profiling.report import KernelProfile, NcuRule, ProfileReport, StallReason
-
-
-class ProfileParseError(ValueError):
-    """A captured file that cannot be read as the format it claims (or any format)."""
-
+from kforge_mcp.platforms.nvidia.ncu_metrics import INST_PIPES, PIPES, STALL_REASONS
 
 _TIME_MS = {
     "ns": 1e-6,
@@ -275,27 +268,6 @@ def group_launches(launches: list[dict]) -> OrderedDict[str, list[dict]]:
     for launch in launches:
         groups.setdefault(launch["name"], []).append(launch)
     return groups
-
-
-def infer_forwards(counts: list[int]) -> int:
-    """Forwards captured, when nothing marks them: the gcd of per-kernel launch counts (every
-    kernel runs a whole number of times per forward)."""
-    g = 0
-    for c in counts:
-        g = math.gcd(g, c)
-    return max(g, 1)
-
-
-def set_forwards(report: ProfileReport, forwards: int | None) -> ProfileReport:
-    """Fill a report's per-forward figures from its kernels: ``forwards`` when the capture marks
-    them, else inferred from the launch counts (the ncu, proton, unitrace and xctrace parsers end here)."""
-    report.forwards_inferred = forwards is None
-    report.forwards = forwards or infer_forwards([k.launches for k in report.kernels])
-    for k in report.kernels:
-        k.launches_per_forward = k.launches / report.forwards
-    report.launches_per_forward = sum(k.launches for k in report.kernels) / report.forwards
-    report.device_ms_per_forward = sum(k.device_ms for k in report.kernels) / report.forwards
-    return report
 
 
 def report_from_raw(text: str, path: str = "<ncu raw csv>", forwards: int | None = None) -> ProfileReport:

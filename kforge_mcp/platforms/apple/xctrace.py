@@ -20,9 +20,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import Counter, OrderedDict
 
-from kforge_mcp.profiling.ncu import ProfileParseError, set_forwards
-from kforge_mcp.profiling.report import KernelProfile, ProfileReport
-from kforge_mcp.profiling.unitrace import busy_timeline
+from kforge_mcp.core.profile import KernelProfile, ProfileParseError, ProfileReport
+from kforge_mcp.platforms.formats import busy_timeline, set_forwards
 
 SCHEMA = "metal-gpu-intervals"
 COLUMNS = {  # our name -> mnemonics seen in exports

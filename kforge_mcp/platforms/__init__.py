@@ -1,0 +1,166 @@
+"""The registry of platforms: one package per vendor (platforms/<vendor>/), whose platform.py defines a concrete
+Platform subclass and whose peaks.toml holds its peaks (adding a vendor is one package here). KFORGE_PLATFORMS
+names more platform packages outside kforge_mcp (folders, comma-separated), importable as
+``kforge_platform_<folder name>``.
+
+What the engine asks of the vendors goes through here: which platform serves a torch device, the peaks of a
+device named in a report or by a user, the profile formats a file may be in, a profiler by name, and the
+compile checks for an arch."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import pkgutil
+import sys
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.schemas import CompileReport, Diagnostic
+from kforge_mcp.core.settings import Settings
+from kforge_mcp.platforms.base import Peaks, Platform, Profiler
+from kforge_mcp.platforms.formats import ProfileFormat
+
+UNKNOWN = Platform()  # serves a device no platform identifies: no vendor profiler, nothing guarded, no peaks
+
+
+def _platforms_in(module: types.ModuleType) -> list[Platform]:
+    return [
+        obj()
+        for obj in vars(module).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, Platform)
+        and obj is not Platform
+        and not inspect.isabstract(obj)
+        and obj.__module__ == module.__name__
+    ]
+
+
+def _import_package(path: str) -> types.ModuleType:
+    """A platform package outside kforge_mcp (a folder with __init__.py and platform.py), importable as
+    ``kforge_platform_<folder name>``; its platform.py defines the Platform."""
+    folder = Path(path)
+    name = f"kforge_platform_{folder.name}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        if spec is None or spec.loader is None or not (folder / "platform.py").is_file():
+            raise ImportError(
+                f"KFORGE_PLATFORMS: {path} is not a platform package (a folder with __init__.py and platform.py)"
+            )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return importlib.import_module(f"{name}.platform")
+
+
+def discover(extra: str | None = None) -> dict[str, Platform]:
+    """Platforms by name, in the order they are asked: this package's vendor packages, then the folders
+    ``extra`` names, sorted by ``order``."""
+    found: list[Platform] = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.ispkg:
+            found += _platforms_in(importlib.import_module(f"{__name__}.{info.name}.platform"))
+    for path in filter(None, (p.strip() for p in (extra or "").split(","))):
+        found += _platforms_in(_import_package(path))
+    return {p.name: p for p in sorted(found, key=lambda p: (p.order, p.name))}
+
+
+PLATFORMS: dict[str, Platform] = discover(Settings.read().platforms)
+
+
+def identify(kind: str, build: Mapping[str, Any]) -> Platform:
+    """The platform that serves a torch device of ``kind`` on this torch ``build`` (torch/version.py's
+    constants); UNKNOWN where none does (e.g. a ROCm build without an AMD platform)."""
+    return next((p for p in PLATFORMS.values() if p.identifies(kind, build)), UNKNOWN)
+
+
+def _devices() -> dict[str, Peaks]:
+    return {key: peaks for p in PLATFORMS.values() for key, peaks in p.peaks.devices.items()}
+
+
+def _aliases() -> list[tuple[tuple[str, ...], str]]:
+    return [alias for p in PLATFORMS.values() for alias in p.peaks.aliases]
+
+
+def device_models() -> list[str]:
+    """Every device of every platform's peaks table."""
+    return list(_devices())
+
+
+def profiled_on(device: str | None, device_name: str | None) -> Platform:
+    """The platform a profile came from (what the analysis rules ask for its ``vocabulary``): the one whose
+    table names its device ('NVIDIA H100 80GB HBM3', or 'sm_90' from an ncu file), else the one that serves its
+    device kind on this torch build's terms ('xpu:0'), else UNKNOWN."""
+    for name in filter(None, (device_name, device)):
+        lowered = name.lower()
+        for p in PLATFORMS.values():
+            if any(k.lower() == lowered for k in p.peaks.devices) or any(
+                all(n in lowered for n in needles) for needles, _ in p.peaks.aliases
+            ):
+                return p
+    return identify((device or "").split(":")[0], {})
+
+
+def default_peaks() -> Peaks:
+    """The figures used for a device no table knows: the first platform's table that names a default."""
+    table = next((p.peaks for p in PLATFORMS.values() if p.peaks.default), None)
+    if table is None or table.default is None:
+        raise InputError("no platform's peaks table names a default device")
+    return table.devices[table.default]
+
+
+def lookup_peaks(device_name: str | None) -> tuple[Peaks, str | None]:
+    """The table entry for a device name; a note when it was a guess."""
+    name = (device_name or "").lower()
+    devices = _devices()
+    if name:
+        for key, peaks in devices.items():
+            if key.lower() == name:
+                return peaks, None
+        for needles, key in _aliases():
+            if all(n in name for n in needles):
+                note = None if key.lower().split()[0] in name else f"'{device_name}' taken as {key}"
+                return devices[key], note
+    fallback = default_peaks()
+    return fallback, f"device '{device_name or 'unknown'}' not in the peaks table: {fallback.name} figures used"
+
+
+def table_device(name: str) -> str:
+    """The peaks table's name for a device a user names ('h200', 'H100 SXM', 'b200'): its key, or the
+    first alias that matches; an InputError listing the tables otherwise (never the default's figures)."""
+    lowered = name.strip().lower()
+    devices = _devices()
+    for key in devices:
+        if key.lower() == lowered:
+            return key
+    for needles, key in _aliases():
+        if lowered and all(n in lowered for n in needles):
+            return key
+    raise InputError(f"device model '{name}' is not in the peaks table; known: {', '.join(devices)}")
+
+
+def profile_formats() -> list[ProfileFormat]:
+    """Every format the platforms' profilers write, platform by platform."""
+    return [f for p in PLATFORMS.values() for profiler in p.profilers for f in profiler.formats]
+
+
+def profiler(name: str) -> Profiler | None:
+    """A platform's profiler by its name ('ncu', 'xctrace')."""
+    return next((pr for p in PLATFORMS.values() for pr in p.profilers if pr.name == name), None)
+
+
+def metrics_profilers() -> str:
+    """What captures depth 'metrics', and on which vendor's devices: 'Nsight Compute (ncu) on NVIDIA, ...'."""
+    return ", ".join(f"{pr.title} on {p.title}" for p in PLATFORMS.values() if (pr := p.metrics_profiler()))
+
+
+def compile_diagnostics(report: CompileReport) -> list[Diagnostic]:
+    """What the limits of the platforms a compile's arch builds for say of it (nothing for an arch no
+    platform claims)."""
+    return [d for p in PLATFORMS.values() if p.compiles_for(report.arch) for d in p.compile_diagnostics(report)]

@@ -1,0 +1,1 @@
+"""The CPU: torch.profiler's timeline and placeholder peaks."""
