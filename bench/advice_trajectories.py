@@ -7,9 +7,14 @@ Each step is verified as a user would (kforge's verify: fresh inputs, the L2 flu
 timed in interleaved rounds, the bound from the compute paths measured on the problem) and profiled with
 Nsight Compute (depth metrics), and the agent's advice on that profile is recorded.
 
-On the GPU, one step of every problem per call (the next step is written from what it says):
+Two sets of problems: `gemm` (four GEMM + tail problems, the default) and `conv` (six convolution problems, records
+under bench/results/advice-trajectories/conv-<gpu>/). On the GPU, one step of every problem of a set per call (the
+next step is written from what it says):
 
-    PYTHONPATH=$PWD python bench/advice_trajectories.py run --step N --out OUT
+    PYTHONPATH=$PWD python bench/advice_trajectories.py run [--set conv] --step N --out OUT
+
+A call stops before a problem it may not finish within --deadline-s (its longest problem so far as the guide) and
+says which are left; a later call with --problems and the same OUT (its step file copied back there) adds theirs.
 
 Then, here, the record and its checks (fractions <= 1, never null, rising as kernels get faster; the last
 step's geomean speedup over the faster of eager and torch.compile):
@@ -30,27 +35,61 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PROBLEMS = (
-    "gemm_multiply_leakyrelu_l2",
-    "matmul_divide_gelu_l2",
-    "gemm_scaling_hardtanh_gelu_l2",
-    "matmul_gelu_softmax_l2",
-)
+SETS = {
+    "gemm": (
+        "gemm_multiply_leakyrelu_l2",
+        "matmul_divide_gelu_l2",
+        "gemm_scaling_hardtanh_gelu_l2",
+        "matmul_gelu_softmax_l2",
+    ),
+    "conv": (
+        "conv3d_groupnorm_mean_l2",
+        "conv2d_subtract_tanh_subtract_avgpool_l2",
+        "convtranspose3d_mean_add_softmax_tanh_scaling_l2",
+        "convtranspose2d_mish_add_hardtanh_scaling_l2",
+        "convtranspose3d_relu_groupnorm_l2",
+        "convtranspose3d_avgpool_clamp_softmax_multiply_l2",
+    ),
+}
+DEFAULT_SET = "gemm"
 TOP = 3  # recommendations kept per step; the trajectory follows the first
-NOTES = [
-    "Reading these numbers:",
-    "",
-    "- Precision paths are the ones measured on each problem's inputs (verify's bound, `bound path`): bf16x3 for the "
-    "two problems whose outputs keep the GEMM's magnitude, fp16 where the divide by 10 shrinks the rounding below the "
-    "tolerance, fp8 where the softmax's outputs (about 1/8192) leave the tolerance's absolute term 1e-4 far above the "
-    "GEMM's rounding. Every verdict is kforge's fp32 check at atol = rtol = 1e-4 on fresh inputs.",
-    "- A `suspicious` step is a verdict, not a pass: the fp8 kernel of step 1 computed its scales with torch.amax "
-    "(`torch_op_instead_of_kernel`); its next step also moved that into a Triton kernel, the repair the verdict asks for.",
+DEADLINE_S = 480.0  # a step's call on the GPU fits in 8 minutes: no problem starts that would end past it
+WEIGHTS_ONCE_NOTE = (
     "- `weights_once` comes from following data through two forwards on different inputs (profiling/weight_work.py): "
-    "the launches that read only parameters and return the same bytes both times.",
-    "- Times are verify's medians (L2 flushed, fresh inputs per call); realized gains compare consecutive steps' medians.",
-    "",
-]
+    "the launches that read only parameters and return the same bytes both times."
+)
+TIMES_NOTE = "- Times are verify's medians (L2 flushed, fresh inputs per call); realized gains compare consecutive steps' medians."
+NOTES = {
+    "gemm": [
+        "Reading these numbers:",
+        "",
+        "- Precision paths are the ones measured on each problem's inputs (verify's bound, `bound path`): bf16x3 for the "
+        "two problems whose outputs keep the GEMM's magnitude, fp16 where the divide by 10 shrinks the rounding below the "
+        "tolerance, fp8 where the softmax's outputs (about 1/8192) leave the tolerance's absolute term 1e-4 far above the "
+        "GEMM's rounding. Every verdict is kforge's fp32 check at atol = rtol = 1e-4 on fresh inputs.",
+        "- A `suspicious` step is a verdict, not a pass: the fp8 kernel of step 1 computed its scales with torch.amax "
+        "(`torch_op_instead_of_kernel`); its next step also moved that into a Triton kernel, the repair the verdict "
+        "asks for.",
+        WEIGHTS_ONCE_NOTE,
+        TIMES_NOTE,
+        "",
+    ],
+    "conv": [
+        "Reading these numbers:",
+        "",
+        "- Every verdict is kforge's fp32 check at atol = rtol = 1e-4 on fresh inputs. The bound path is the one "
+        "measured on the problem's inputs where that measurement (the reference run on the host's CPU once per path) "
+        "ended within the verify; otherwise verify's notes say the bound judged the paths by their rounding.",
+        "- Two problems judge less than their verdicts suggest: with GroupNorm's weight as initialized (ones), "
+        "conv3d_groupnorm_mean_l2 returns the mean of GroupNorm's bias whatever the convolution computes (a "
+        "normalized group has mean zero), and the softmax outputs of "
+        "convtranspose3d_avgpool_clamp_softmax_multiply_l2 (about 1/131072) lie below atol itself. "
+        "bench/conv_step_check.py checks the kernels where both can fail.",
+        WEIGHTS_ONCE_NOTE,
+        TIMES_NOTE,
+        "",
+    ],
+}
 
 
 def step_files(problem: str, step: int) -> list[Path]:
@@ -77,6 +116,7 @@ def verify_summary(r) -> dict:
         "mismatches": [m.model_dump() for m in r.mismatches][:2],
         "errors": [e[:600] for e in r.errors][:3],
         "seconds": r.seconds,
+        "phases": r.phases,  # where the seconds went: what the next call's time is estimated from
     }
 
 
@@ -84,6 +124,7 @@ def profile_summary(p, a) -> dict:
     roof = p.roofline
     return {
         "source": p.source,
+        "seconds": p.seconds,
         "device_ms_per_forward": p.device_ms_per_forward,
         "kernels": [
             {
@@ -129,17 +170,28 @@ def profile_summary(p, a) -> dict:
     }
 
 
-def run(step: int, out: Path, problems: list[str]) -> None:
+def run(step: int, out: Path, problems: list[str], deadline_s: float = DEADLINE_S) -> list[str]:
+    """Verify, profile and analyze each problem's step ``step`` into ``out``/step<N>.json, keeping the records of
+    other problems already there; returns the problems left for a later call (the deadline came first)."""
     from device_label import device_label
 
     from kforge_mcp.api import Engine
 
     out.mkdir(parents=True, exist_ok=True)
+    path = out / f"step{step}.json"
+    kept = json.loads(path.read_text())["records"] if path.exists() else []
+    records = [r for r in kept if r["problem"] not in problems]
+    order = [n for members in SETS.values() for n in members]
     engine = Engine(home=Path(tempfile.mkdtemp(prefix="kforge-trajectory-")))
-    records = []
+    started, longest = time.time(), 0.0
     try:
-        for name in problems:
+        for i, name in enumerate(problems):
+            if time.time() - started + longest > deadline_s:
+                left = problems[i:]
+                print(f"stopped before the deadline ({deadline_s:.0f} s); left for a later call: {' '.join(left)}")
+                return left
             problem = str(ROOT / "bench" / "problems" / f"{name}.py")
+            begun = time.time()
             for cand in step_files(name, step):
                 t0 = time.time()
                 rec: dict = {"problem": name, "step": step, "candidate": cand.name}
@@ -151,21 +203,33 @@ def run(step: int, out: Path, problems: list[str]) -> None:
                 rec["profile_report"] = p.model_dump(mode="json")  # the whole report: advice can be re-read offline
                 rec["wall_s"] = round(time.time() - t0, 1)
                 records.append(rec)
+                records.sort(key=lambda r: order.index(r["problem"]) if r["problem"] in order else len(order))
                 payload = {"device": device_label(), "step": step, "records": records}  # kept if a later one hangs
-                (out / f"step{step}.json").write_text(json.dumps(payload, indent=1, default=str))
+                path.write_text(json.dumps(payload, indent=1, default=str))
                 top = rec["profile"]["advice"][0] if rec["profile"]["advice"] else {}
                 print(
                     f"{name} {cand.name}: {v.verdict} {rec['verify']['candidate_ms']} ms, speedup {v.speedup} over "
                     f"{v.speedup_over}, fraction {v.fraction_of_sol}; top advice {top.get('rule')} "
-                    f"({top.get('priority')}, {top.get('expected_gain')}); {rec['wall_s']} s",
+                    f"({top.get('priority')}, {top.get('expected_gain')}); {rec['wall_s']} s "
+                    f"({time.time() - started:.0f} s into the call)",
                     flush=True,
                 )
+            longest = max(longest, time.time() - begun)
     finally:
         engine.close()
+    return []
 
 
 def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def problem_set(problems) -> str:
+    """The set whose problems the records hold."""
+    for name, members in SETS.items():
+        if set(problems) <= set(members):
+            return name
+    raise SystemExit(f"the records hold problems of no one set ({', '.join(sorted(problems))}): see SETS")
 
 
 def report(folder: Path) -> int:
@@ -177,10 +241,12 @@ def report(folder: Path) -> int:
         device = data["device"]
         for rec in data["records"]:
             by_problem.setdefault(rec["problem"], []).append(rec)
+    which = problem_set(by_problem)
+    command = "run --step N" if which == DEFAULT_SET else f"run --set {which} --step N"
     lines = [
         f"# Advice trajectories ({device})",
         "",
-        "`python bench/advice_trajectories.py run --step N` on the GPU, one call per step; each step's candidate "
+        f"`python bench/advice_trajectories.py {command}` on the GPU, one call per step; each step's candidate "
         "changes only what the previous step's top recommendation asked for (its docstring quotes it). "
         "Speedup: over the faster of eager and torch.compile, both timed in interleaved rounds with the candidate.",
         "",
@@ -240,7 +306,7 @@ def report(folder: Path) -> int:
             f"{rising}; last step's speedup {fmt(final, 'x')}, best {fmt(best, 'x')}"
         )
         lines.append("")
-    lines += NOTES
+    lines += NOTES[which]
     done = [x for x in last if x]
     gm = geomean(done) if done and len(done) == len(last) else None
     lines.append(f"**Last step, geomean speedup over the faster of eager and torch.compile: {fmt(gm, 'x')}** ")
@@ -260,15 +326,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
+    r.add_argument("--set", choices=SETS, default=DEFAULT_SET, help="the problems to run (default: %(default)s)")
     r.add_argument("--step", type=int, required=True)
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--problems", nargs="*", default=list(PROBLEMS))
+    r.add_argument("--problems", nargs="*", help="these of the set only (default: all of it)")
+    r.add_argument(
+        "--deadline-s", type=float, default=DEADLINE_S, help="start no problem past this (default: %(default)s)"
+    )
     rep = sub.add_parser("report")
     rep.add_argument("--dir", type=Path, required=True)
     args = ap.parse_args()
     if args.cmd == "run":
-        run(args.step, args.out, args.problems)
-        return 0
+        unknown = set(args.problems or ()) - set(SETS[args.set])
+        if unknown:
+            ap.error(f"not in the {args.set} set: {', '.join(sorted(unknown))}")
+        return 1 if run(args.step, args.out, args.problems or list(SETS[args.set]), args.deadline_s) else 0
     return report(args.dir)
 
 
