@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kforge_mcp.core.schemas import JobAware, Roofline
+from kforge_mcp.core.schemas import CompileReport, JobAware, Roofline
 
 Priority = Literal["high", "medium", "low"]
 
@@ -146,6 +146,11 @@ class ProfileReport(JobAware):
     weights_read: dict[str, list[str]] = Field(
         default_factory=dict, description="per kernel of weight_work: the parameters its launches on weights read"
     )
+    compiled: CompileReport | None = Field(
+        None,
+        description="the candidate compiled for an NVIDIA arch (registers, spills, shared memory, warps, stages, MMA "
+        "instructions per kernel), where no GPU ran its kernels (a profile on the CPU)",
+    )
     timeline: dict[str, float] = Field(
         default_factory=dict,
         description="device busy/idle over the captured span "
@@ -179,6 +184,11 @@ class Recommendation(BaseModel):
     evidence: list[Evidence] = Field(default_factory=list)
     action: str = Field(description="the concrete change to make")
     expected_gain: float = Field(description="estimated fraction of the profiled device time saved (0..1)")
+    expected_gain_high: float | None = Field(
+        None,
+        description="the estimate at the high end of its range, where the rule's model is a range (expected_gain "
+        "takes the low end)",
+    )
     gain_basis: str = Field("", description="how expected_gain was estimated")
     priority: Priority = "low"
     kernels: list[str] = Field(default_factory=list)
@@ -188,6 +198,17 @@ class Recommendation(BaseModel):
         description="the change removes work from the problem itself (the reference's structure), so the "
         "speed-of-light bound drops too and the gain is not capped by it",
     )
+    change: str | None = Field(
+        None, description="the change proposed, named alike by every rule that proposes it: one recommendation each"
+    )
+    also_from: list[str] = Field(
+        default_factory=list, description="other rules that proposed the same change, merged in with their evidence"
+    )
+
+
+class RuleNotRun(BaseModel):
+    rule: str
+    reason: str = Field(description="what the rule needs that the profile lacks, and what provides it")
 
 
 class AnalysisReport(JobAware):
@@ -199,5 +220,13 @@ class AnalysisReport(JobAware):
     roofline: Roofline | None = None
     stop: bool = Field(
         False, description="the agent recommends stopping: most of the time is in kernels at their limit"
+    )
+    no_gain: list[Recommendation] = Field(
+        default_factory=list,
+        description="advice the rules priced at no gain on this profile (a saving outside the roofline's model, "
+        "kernels at their limit while others are not, residues under 0.5%): kept for its evidence, not ranked",
+    )
+    rules_not_run: list[RuleNotRun] = Field(
+        default_factory=list, description="rules the profile lacks the parts for, each with what it needs"
     )
     notes: list[str] = Field(default_factory=list)
