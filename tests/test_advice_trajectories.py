@@ -10,6 +10,9 @@ import json
 import math
 from pathlib import Path
 
+from kforge_mcp.advice import agent
+from kforge_mcp.profiling.report import ProfileReport
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "bench" / "results" / "advice-trajectories" / "h200"
 
@@ -29,6 +32,16 @@ def test_each_step_follows_the_top_advice_on_the_one_before():
             source = (ROOT / "bench" / "candidates" / problem / after["candidate"]).read_text()
             doc = ast.get_docstring(ast.parse(source)) or ""
             assert f'"{before["profile"]["advice"][0]["title"]}"' in doc, (problem, after["candidate"])
+
+
+def test_the_agent_gives_each_recorded_profile_the_top_advice_it_gave_then():
+    """Each step's whole profile is in the record: read offline again, its top advice (the one the next step
+    followed) is the same rule with the same title."""
+    for problem, recs in records().items():
+        for rec in recs:
+            now = agent.analyze(ProfileReport.model_validate(rec["profile_report"])).recommendations[0]
+            then = rec["profile"]["advice"][0]
+            assert (now.rule, now.title) == (then["rule"], then["title"]), (problem, rec["candidate"])
 
 
 def test_fractions_of_speed_of_light_rank_the_passing_kernels():

@@ -8,8 +8,8 @@ import pytest
 
 from kforge_mcp.advice import agent
 from kforge_mcp.advice.kinds import classify
-from kforge_mcp.advice.vocabulary import name_path
 from kforge_mcp.advice.rules.compute import COMPUTE
+from kforge_mcp.advice.vocabulary import name_path
 from kforge_mcp.judge.roofline import make_roofline
 from kforge_mcp.profiling import ncu_rep
 from kforge_mcp.profiling.loader import load_profile

@@ -37,6 +37,7 @@ class LaunchThresholds:
     # within 2 points of target_pct nothing is left to gain)
     target_pct: float = 80.0  # a latency-bound kernel with enough bytes in flight reaches ~80% of its busiest unit
     min_kernel_ms: float = 0.01  # under ~10 us a launch's ramp-up and tail dominate its utilisation figures
+    min_launches: float = 2.0  # two kernels a forward or more are a chain to fuse
     busy_compute_pct: float = 50.0  # a GEMM/conv whose tensor or FMA pipe is this busy is compute-bound for fusion
     enough_warps: float = 4.0  # 4 warps (128 threads) per program: with fewer an SM holds too few warps to hide a
     # load (1-warp programs made 4-8 warps wide realized 0.79-0.89 on an H200: latency_softmax, latency_tiny_blocks)
@@ -58,7 +59,7 @@ def busy_compute(k, t: LaunchThresholds = LAUNCH) -> bool:
 def _fuse_launches(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
     ks = [k for k in report.device_kernels() if v.MEMCPY_METRIC not in k.metrics]
     per_fwd = report.launches_per_forward or 0
-    if len(ks) < 2 or per_fwd < 2:
+    if len(ks) < t.min_launches or per_fwd < t.min_launches:
         return []
     fwd = report.forwards or 1
     times = {k.name: k.device_ms / fwd for k in ks}
