@@ -105,10 +105,15 @@ def summarize(
         )
         if len(recs) > 1:
             parts.append("Then: " + "; ".join(f"{x.title} (~{x.expected_gain:.0%})" for x in recs[1:4]) + ".")
-    elif no_gain and not stopped:
-        parts.append("No advice expects a gain here: " + "; ".join(x.title for x in no_gain[:3]) + " (priced at 0%).")
-    elif dev and not stopped:
+    elif dev and not stopped and not no_gain:
         parts.append("No rule fired: " + quiet_reason(report))
+    if no_gain:
+        parts.append(
+            ("Priced at no gain" if recs or stopped else "No advice expects a gain here")
+            + ": "
+            + "; ".join(x.title for x in no_gain[:3])
+            + " (set apart in no_gain)."
+        )
     return " ".join(parts)
 
 

@@ -31,6 +31,7 @@ GLOBAL_LATENCY_STALLS = ("long_scoreboard", "lg_throttle")  # warps waiting on g
 SHARED_STALLS = ("short_scoreboard", "mio_throttle")  # warps waiting on shared memory (the MIO pipe)
 SHARED_PIPE_STALLS = (*SHARED_STALLS, "barrier")  # ... or on each other at a barrier around shared memory
 DEFAULT_SM_COUNT = 132  # H100 SXM; used when the profile does not say
+WARP_SIZE = 32  # threads a warp
 
 # Global memory moves in 32-byte sectors; a warp's coalesced 4-byte access is 128 bytes = 4 sectors per request,
 # and 16-byte vector accesses legitimately touch 16 sectors per request

@@ -51,7 +51,7 @@ def _any_kernel(report: ProfileReport, has: Callable[[KernelProfile], Any]) -> b
     return any(has(k) for k in report.device_kernels())
 
 
-_NCU = "Nsight Compute: profile with depth='metrics' on an NVIDIA GPU"
+_NCU = "Nsight Compute, profile depth='metrics' on an NVIDIA GPU"
 DEVICE_KERNELS = Need(
     "device kernels with their times",
     "a GPU run: torch.profiler, Nsight Compute, proton, unitrace or xctrace",
@@ -80,12 +80,12 @@ LAUNCH_GRIDS = Need(
 )
 GLOBAL_SECTORS = Need(
     "global load and store sectors per kernel",
-    f"{_NCU} (memory workload analysis)",
+    f"{_NCU}: its memory workload analysis",
     lambda r: _any_kernel(r, lambda k: k.global_load_sectors or k.global_store_sectors),
 )
 SHARED_WAVEFRONTS = Need(
     "shared-memory wavefronts and bank conflicts per kernel",
-    f"{_NCU} (memory workload analysis)",
+    f"{_NCU}: its memory workload analysis",
     lambda r: _any_kernel(r, lambda k: k.shared_wavefronts and k.shared_bank_conflicts),
 )
 LOCAL_MEMORY = Need(
@@ -95,7 +95,7 @@ LOCAL_MEMORY = Need(
 )
 ATOMICS = Need(
     "global atomic and total instructions per kernel",
-    f"{_NCU} (source counters)",
+    f"{_NCU}: its source counters",
     lambda r: _any_kernel(r, lambda k: k.atomic_instructions and k.instructions),
 )
 NCU_RULE_RESULTS = Need(

@@ -159,7 +159,7 @@ def resident_warps(k: KernelResources, arch: str | None) -> tuple[int, str] | No
     limits = v.sm_limits(arch)
     if limits is None or not k.num_warps:
         return None
-    threads = k.num_warps * 32
+    threads = k.num_warps * v.WARP_SIZE
     blocks = {"warps": limits.warps // k.num_warps, "blocks": limits.blocks}
     if k.registers:
         blocks["registers"] = limits.registers // (k.registers * threads)

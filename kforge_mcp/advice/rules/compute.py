@@ -13,6 +13,7 @@ from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_fma_gemm, is_latency
 from kforge_mcp.advice.rules.base import (
     DEVICE_KERNELS,
     ISSUE_SLOTS,
+    RANKING,
     UNIT_BUSY_OR_BOUND,
     Rule,
     Wording,
@@ -249,7 +250,7 @@ def efficiency_note(path: str, low: float, high: float, at_high: float) -> str:
         return (
             f"A first {path} kernel reaches {low:.0%} to {high:.0%} of its path's peak depending on the compiler "
             "(measured: Triton 3xTF32 GEMMs reached 19-22% on an H200 with Triton 3.6, 44-52% on an H100): the "
-            f"estimate takes the low end; at the high end it is {min(at_high, 0.95):.2f}"
+            f"estimate takes the low end; at the high end it is {min(at_high, RANKING.max_gain):.2f}"
         )
     return f"A first tensor-core kernel reaches about {low:.0%} of its path's peak (measured: Triton bf16 GEMMs reached 39-44% on an H200)"
 

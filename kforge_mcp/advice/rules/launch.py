@@ -171,7 +171,12 @@ def _latency_bound(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
             ]
         if warps is not None:
             evidence.append(
-                ev("warps per block", warps, f">= {t.enough_warps:g} ({t.enough_warps * 32:g}+ threads)", k.name)
+                ev(
+                    "warps per block",
+                    warps,
+                    f">= {t.enough_warps:g} ({t.enough_warps * v.WARP_SIZE:g}+ threads)",
+                    k.name,
+                )
             )
         if k.achieved_occupancy_pct is not None:
             evidence.append(ev("achieved occupancy", _pct(k.achieved_occupancy_pct), ">= 25%", k.name))
