@@ -95,3 +95,14 @@ def test_registers_that_cap_resident_warps_count_outside_gemm_problems_only():
     assert "compiled_occupancy" not in {
         r.rule for r in a.recommendations
     }  # it may be the GEMM: low occupancy by design
+
+
+def test_an_autotuned_kernel_counts_only_when_every_config_has_the_cause():
+    def config(warps: int) -> KernelResources:
+        return KernelResources(name="row_kernel", config=f"num_warps={warps}", num_warps=warps, mma="none")
+
+    assert "compiled_occupancy" not in {
+        r.rule for r in agent.analyze(compiled_report(config(1), config(8))).recommendations
+    }
+    rec = agent.analyze(compiled_report(config(1), config(2))).recommendations[0]
+    assert rec.rule == "compiled_occupancy" and rec.expected_gain == pytest.approx(1 - 2 / 4)  # the least it saves

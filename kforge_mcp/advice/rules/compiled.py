@@ -169,35 +169,50 @@ def resident_warps(k: KernelResources, arch: str | None) -> tuple[int, str] | No
     return blocks[limiter] * k.num_warps, limiter
 
 
+def _occupancy_cause(
+    k: KernelResources, arch: str | None, products: bool, t: CompiledThresholds
+) -> tuple[str, float, list] | None:
+    """What caps this build's warps (few per program, or registers / shared memory per SM), the fraction of its
+    time that estimate saves, and the evidence; None when nothing does."""
+    if k.mma != "none" or not k.num_warps:
+        return None
+    resident = resident_warps(k, arch)
+    if k.num_warps < LAUNCH.enough_warps:
+        cause, saved = "few_warps", 1 - k.num_warps / LAUNCH.enough_warps
+    elif not products and resident is not None and resident[0] < t.enough_resident_warps:
+        cause, saved = "registers", 1 - resident[0] / t.enough_resident_warps
+    else:
+        return None
+    evidence = [ev("warps per program", k.num_warps, f">= {LAUNCH.enough_warps:g}", _label(k))]
+    if resident is not None:
+        evidence += [
+            ev(f"resident warps per SM on {arch}", resident[0], f">= {t.enough_resident_warps}", _label(k)),
+            ev("what limits them", resident[1], kernel=_label(k)),
+        ]
+    return cause, saved, evidence
+
+
 def _compiled_occupancy(report: ProfileReport, t: CompiledThresholds) -> list[Recommendation]:
     """Kernels without MMAs that launch few warps per program, or, in a problem without matrix products, whose
     registers or shared memory leave an SM few warps to hide a load with (a GEMM, on tensor cores or on the FMA
-    pipe, runs one or two CTAs per SM by design: compiled_tensor_cores speaks for an FMA one)."""
+    pipe, runs one or two CTAs per SM by design: compiled_tensor_cores speaks for an FMA one). An autotuned kernel
+    counts when every config it may pick has the cause, for the least its configs save."""
     ks, share, how = _kernels(report)
+    arch = _arch(report)
     products = report.roofline is not None and report.roofline.flops > 0
     hits, causes, evidence, gain = [], [], [], 0.0
-    for k in ks:
-        if k.mma != "none" or not k.num_warps:
+    for name in sorted({k.name for k in ks}):
+        found = [_occupancy_cause(k, arch, products, t) for k in ks if k.name == name]
+        if not found or any(f is None for f in found):
             continue
-        resident = resident_warps(k, report.compiled.arch if report.compiled else None)
-        if k.num_warps < LAUNCH.enough_warps:
-            gain += share * (1 - k.num_warps / LAUNCH.enough_warps)
-            causes.append("few_warps")
-        elif not products and resident is not None and resident[0] < t.enough_resident_warps:
-            gain += share * (1 - resident[0] / t.enough_resident_warps)
-            causes.append("registers")
-        else:
-            continue
-        hits.append(k.name)
-        evidence.append(ev("warps per program", k.num_warps, f">= {LAUNCH.enough_warps:g}", _label(k)))
-        if resident is not None:
-            evidence.append(
-                ev(f"resident warps per SM on {_arch(report)}", resident[0], f">= {t.enough_resident_warps}", _label(k))
-            )
-            evidence.append(ev("what limits them", resident[1], kernel=_label(k)))
+        hits.append(name)
+        gain += share * min(f[1] for f in found if f is not None)
+        for f in found:
+            if f is not None:
+                causes.append(f[0])
+                evidence += f[2]
     if not hits:
         return []
-    few = "few_warps" in causes
     return [
         recommendation(
             rule="compiled_occupancy",
@@ -208,9 +223,9 @@ def _compiled_occupancy(report: ProfileReport, t: CompiledThresholds) -> list[Re
             gain_basis=f"{how}; x (1 - warps per program / {LAUNCH.enough_warps:g}) for few warps (latency_bound's "
             f"estimate from the launch shape), x (1 - resident warps / {t.enough_resident_warps}) where registers or "
             "shared memory cap them (not calibrated: low priority)",
-            kernels=sorted(set(hits)),
+            kernels=hits,
             change="hide memory latency",
-            **({} if few else {"priority": "low"}),
+            **({} if "few_warps" in causes else {"priority": "low"}),
         )
     ]
 
