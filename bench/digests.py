@@ -8,8 +8,9 @@ under bench/ itself):
   outside ncu (cases.json) and its ncu raw and details pages (bench/analysis/captures/raw.tar.xz).
 - advice-calibration: per before/after pair of bench/results/advice-calibration, its rule, change, workload
   and both times (pairs.json) and the before kernel's raw page, split from the capture at the marker launches.
-- advice-trajectories: per problem and step of bench/results/advice-trajectories/h200, the candidate's
-  docstring (bench/candidates/), the top advice on it and its verify figures (h200.json).
+- advice-trajectories: per problem and step of each finished record under bench/results/advice-trajectories, the
+  candidate's docstring (bench/candidates/), the top advice on it, its verify figures and its whole profile report
+  (<record>.json).
 
 Pages are cut to what kforge's parser reads: the raw pages to the columns of the metrics kforge asks ncu for,
 the details pages to the metrics whose rows change the parsed report (ncu's rule rows all kept); a cut page
@@ -129,28 +130,38 @@ def calibration_pairs() -> dict[str, str]:
     return files
 
 
+# the trajectory records the tests read: finished ones (every problem at least four steps)
+TRAJECTORIES = ("h200",)
+
+
 def trajectories() -> dict[str, str]:
-    record = HERE / "results" / "advice-trajectories" / "h200"
-    device, problems = "", {}
-    for f in sorted(record.glob("step*.json"), key=lambda p: int(p.stem[4:])):
-        data = json.loads(f.read_text())
-        device = data["device"]
-        for rec in data["records"]:
-            source = (HERE / "candidates" / rec["problem"] / rec["candidate"]).read_text()
-            advice, v = rec["profile"]["advice"], rec["verify"]
-            problems.setdefault(rec["problem"], []).append(
-                {
-                    "step": rec["step"],
-                    "candidate": rec["candidate"],
-                    "docstring": ast.get_docstring(ast.parse(source)) or "",
-                    "top_advice": advice[0]["title"] if advice else None,
-                    "verdict": v["verdict"],
-                    "candidate_ms": v["candidate_ms"],
-                    "fraction_of_sol": v["fraction_of_sol"],
-                    "speedup": v["speedup"],
-                }
-            )
-    return {"h200.json": as_json({"device": device, "problems": problems})}
+    out = {}
+    for name in TRAJECTORIES:
+        record = HERE / "results" / "advice-trajectories" / name
+        device, problems = "", {}
+        for f in sorted(record.glob("step*.json"), key=lambda p: int(p.stem[4:])):
+            data = json.loads(f.read_text())
+            device = data["device"]
+            for rec in data["records"]:
+                source = (HERE / "candidates" / rec["problem"] / rec["candidate"]).read_text()
+                advice, v = rec["profile"]["advice"], rec["verify"]
+                problems.setdefault(rec["problem"], []).append(
+                    {
+                        "step": rec["step"],
+                        "candidate": rec["candidate"],
+                        "docstring": ast.get_docstring(ast.parse(source)) or "",
+                        "top_rule": advice[0]["rule"] if advice else None,
+                        "top_advice": advice[0]["title"] if advice else None,
+                        "advice": [{k: r[k] for k in ("rule", "title", "priority", "expected_gain")} for r in advice],
+                        "verdict": v["verdict"],
+                        "candidate_ms": v["candidate_ms"],
+                        "fraction_of_sol": v["fraction_of_sol"],
+                        "speedup": v["speedup"],
+                        "profile_report": rec["profile_report"],  # the advice is read from it again offline
+                    }
+                )
+        out[f"{name}.json"] = as_json({"device": device, "problems": problems})
+    return out
 
 
 def derive() -> dict[str, dict[str, str]]:

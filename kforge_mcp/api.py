@@ -124,7 +124,7 @@ class Engine:
             arch=arch,
             emit_ptx=emit_ptx,
             toolchains=get_target(target).cache_versions(),
-            checks="shared-memory-limit",  # reports cached before this check are not served
+            checks="shared-memory-limit,mma",  # reports cached before these checks are not served
         )
         hit = self.compile_cache.get(key)
         if hit is not None:
@@ -385,8 +385,28 @@ class Engine:
                 report.roofline = self._modeled_roofline(problem, model, report, peaks, timeout_s)
             except KforgeError as e:  # the profile stands; say why the named device's bound is missing
                 report.notes.append(f"no {model} roofline: {e}")
+        if candidate and dev.startswith("cpu") and not report.errors:  # no GPU ran the kernels: advice reads the build
+            report.compiled = self._compiled_for_advice(target, candidate, problem, model, report.notes, timeout_s)
         report.seconds = time.perf_counter() - started
         return report
+
+    def _compiled_for_advice(self, target, candidate, problem, model, notes: list[str], timeout_s: float):
+        """The candidate compiled for the device model's NVIDIA arch (the default arch without one): the registers,
+        spills, warps, stages and MMA instructions the analysis reads where no GPU ran the kernels."""
+        from kforge_mcp.advice.vocabulary import ARCH_BY_DEVICE
+
+        if not self.target_status(target).can_compile:
+            return None
+        try:
+            built = self.compile(target, candidate, ARCH_BY_DEVICE.get(model or ""), problem, timeout_s=timeout_s)
+        except KforgeError as e:
+            notes.append(f"not compiled for an NVIDIA arch ({e}): no advice from its registers or instructions")
+            return None
+        if not built.ok:
+            first = built.diagnostics[0].message if built.diagnostics else "no diagnostic"
+            notes.append(f"not compiled for {built.arch} ({first}): no advice from its registers or instructions")
+            return None
+        return built
 
     def _modeled_roofline(self, problem: str, model: str, report, peaks: dict | None, timeout_s: float):
         """The named device's roofline for the reference. The profile's measured time is set against it

@@ -14,7 +14,7 @@ from kforge_mcp.advice import agent
 from kforge_mcp.advice.calibration import Pair, analyze_measured, calibrate
 from kforge_mcp.advice.kinds import classify, is_latency_bound
 from kforge_mcp.advice.rules import feed_tensor_pipe, fuse_launches
-from kforge_mcp.advice.rules.compute import LIMIT_FRACTION
+from kforge_mcp.advice.rules.compute import COMPUTE
 from kforge_mcp.core.schemas import Convolution
 from kforge_mcp.judge.roofline import make_roofline, with_measured
 from kforge_mcp.platforms.nvidia.ncu import report_from_csv
@@ -232,7 +232,7 @@ def test_feed_tensor_pipe_counts_its_gain_once():
     roof = with_measured(roof, roof.sol_ms / 0.5)  # half the bound, with a busy pipe: small MMA shapes
     report = one_kernel(classify(k), roof)
     rec = feed_tensor_pipe(report)[0]
-    assert rec.expected_gain == pytest.approx(1 - 0.5 / LIMIT_FRACTION, abs=1e-3)
+    assert rec.expected_gain == pytest.approx(1 - 0.5 / COMPUTE.limit_fraction, abs=1e-3)
 
 
 def test_every_gain_says_how_it_was_estimated(captured):

@@ -9,11 +9,23 @@ import json
 import math
 from pathlib import Path
 
+from kforge_mcp.advice import agent
+from kforge_mcp.profiling.report import ProfileReport
+
 RECORD = Path(__file__).resolve().parent / "data" / "advice-trajectories" / "h200.json"
 
 
 def records() -> dict[str, list[dict]]:
     return json.loads(RECORD.read_text())["problems"]
+
+
+def test_the_agent_gives_each_recorded_profile_the_top_advice_it_gave_then():
+    """Each step's whole profile is in the record: read offline again, its top advice (the one the next step
+    followed) is the same rule with the same title."""
+    for problem, recs in records().items():
+        for rec in recs:
+            now = agent.analyze(ProfileReport.model_validate(rec["profile_report"])).recommendations[0]
+            assert (now.rule, now.title) == (rec["top_rule"], rec["top_advice"]), (problem, rec["candidate"])
 
 
 def test_each_step_follows_the_top_advice_on_the_one_before():

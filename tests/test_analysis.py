@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from kforge_mcp.advice import agent, rules
-from kforge_mcp.advice.rules.compute import MULTI_TERM_EFFICIENCY
+from kforge_mcp.advice.rules.base import DEVICE_KERNELS
+from kforge_mcp.advice.rules.compute import COMPUTE
 from kforge_mcp.core.profile import ProfileParseError
 from kforge_mcp.judge.roofline import lookup_peaks, make_roofline
 from kforge_mcp.platforms.nvidia import ncu
@@ -192,7 +194,9 @@ def test_fuse_launches_fires_on_the_three_kernel_gelu():
 
 
 def test_latency_bound_fires_on_the_one_warp_softmax():
-    a = agent.analyze(load_profile(f("row_softmax-triton_naive.torch-trace.json")))
+    report = load_profile(f("row_softmax-triton_naive.torch-trace.json"))
+    report.target = "triton"  # a trace does not say which language its kernels are in; the profile tool does
+    a = agent.analyze(report)
     rules_fired = {r.rule: r for r in a.recommendations}
     assert a.recommendations[0].rule == "latency_bound" and "fuse_launches" in rules_fired
     assert any(e.metric == "warps per block" and e.value == 1 for e in rules_fired["latency_bound"].evidence)
@@ -207,13 +211,14 @@ def test_small_grid_fires_on_the_24_block_gemm():
 
 def test_tensor_core_gain_from_the_flops_at_the_faster_path_or_from_the_fma_pipe():
     report = load_profile(f("gemm_bias_relu-triton.ncu-raw.csv"))
+    report.target = "triton"
     report.roofline = make_roofline(
         2 * 256 * 512 * 384, 1.7e6, "fp32", report.device_name, report.device_ms_per_forward
     )
     rec = next(r for r in agent.analyze(report).recommendations if r.rule == "use_tensor_cores")
     # its FLOPs at the low end of what a first 3xTF32 kernel reaches (20% of the peak, measured on the H200) on
     # the 24 of 132 SMs its grid uses, against the 61.6 us it takes; the basis states the range
-    low, high = MULTI_TERM_EFFICIENCY
+    low, high = COMPUTE.multi_term_efficiency
     after_ms = 2 * 256 * 512 * 384 / (494.5e12 / 3 * low * 24 / 132) * 1e3
     assert rec.expected_gain == pytest.approx(1 - after_ms / report.device_ms_per_forward, abs=1e-3)
     assert "tf32x3" in rec.action and "3xtf32" in rec.title and f"x {low:g})" in rec.gain_basis
@@ -239,29 +244,45 @@ def test_uncoalesced_rule_on_a_synthetic_kernel():
     assert recs and recs[0].expected_gain == pytest.approx(1000 * 28 / 32 / 1100, abs=1e-3)
 
 
-def test_a_new_rule_is_a_small_function():
-    def long_kernels(report: ProfileReport) -> list[Recommendation]:
-        return [
-            rules.recommendation(
-                rule="long",
-                title="long kernel",
-                action="split it",
-                expected_gain=0.3,
-                evidence=[Evidence(metric="mean ms", value=k.mean_ms, kernel=k.name)],
-            )
-            for k in report.device_kernels()
-            if k.mean_ms > 0.05
-        ]
+@dataclass(frozen=True)
+class LongKernel:
+    mean_ms: float = 0.05  # a launch this long is worth splitting (the example's own choice)
 
+
+def _long_kernels(report: ProfileReport, t: LongKernel) -> list[Recommendation]:
+    return [
+        rules.recommendation(
+            rule="long",
+            title="long kernel",
+            action="split it",
+            expected_gain=0.3,
+            evidence=[Evidence(metric="mean ms", value=k.mean_ms, kernel=k.name)],
+        )
+        for k in report.device_kernels()
+        if k.mean_ms > t.mean_ms
+    ]
+
+
+def test_a_new_rule_is_a_rule_with_its_needs_and_thresholds():
+    long_kernels = rules.Rule("long", _long_kernels, LongKernel(), (DEVICE_KERNELS,))
     report = load_profile(f("gemm_bias_relu-triton.ncu-raw.csv"))
     a = agent.analyze(report, rules=[long_kernels])
     assert [r.rule for r in a.recommendations] == ["long"] and a.recommendations[0].priority == "high"
+    # its thresholds are its own: a stricter copy says nothing about a 62 us kernel
+    strict = replace(long_kernels, thresholds=LongKernel(mean_ms=1.0))
+    assert agent.analyze(report, rules=[strict]).recommendations == []
+    # a report without what it needs: the rule does not run, and the analysis says why
+    cpu = ProfileReport(source="torch.profiler", device="cpu", kernels=[KernelProfile(name="aten::mm", kind="cpu")])
+    out = agent.analyze(cpu, rules=[long_kernels])
+    assert not out.recommendations and out.rules_not_run[0].rule == "long"
+    assert "device kernels" in out.rules_not_run[0].reason and "a GPU run" in out.rules_not_run[0].reason
 
 
 def test_broken_rule_becomes_a_note_and_narrator_is_optional():
-    def broken(report):
+    def boom(report, thresholds):
         raise RuntimeError("boom")
 
+    broken = rules.Rule("broken", boom, None)
     report = load_profile(f("fused_bias_gelu-triton_naive.ncu-raw.csv"))
     a = agent.analyze(report, rules=[broken, rules.fuse_launches])
     assert a.recommendations and any("broken" in n for n in a.notes) and a.narrative is None

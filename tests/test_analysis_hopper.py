@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from kforge_mcp.advice import agent
-from kforge_mcp.advice.kinds import classify, name_path
-from kforge_mcp.advice.rules.compute import MULTI_TERM_EFFICIENCY
+from kforge_mcp.advice.kinds import classify
+from kforge_mcp.advice.rules.compute import COMPUTE
+from kforge_mcp.advice.vocabulary import name_path
 from kforge_mcp.core.profile import ProfileParseError
 from kforge_mcp.judge.roofline import make_roofline
 from kforge_mcp.platforms.nvidia import ncu_rep
@@ -20,9 +21,10 @@ GEMM_FLOPS = 2 * 1024 * 8192 * 8192  # the Level 2 Gemm_Add_ReLU shape
 GEMM_BYTES = 4 * (1024 * 8192 + 8192 * 8192 + 8192 + 1024 * 8192)
 
 
-def report_of(k: KernelProfile, roofline=None) -> ProfileReport:
+def report_of(k: KernelProfile, roofline=None, target: str | None = None) -> ProfileReport:
     return ProfileReport(
         source="ncu",
+        target=target,
         kernels=[k],
         forwards=1,
         launches_per_forward=1,
@@ -145,7 +147,7 @@ def triton_3xtf32_gemm() -> KernelProfile:
 
 
 def test_a_3xtf32_gemm_is_told_to_feed_the_tensor_pipe_not_to_cut_registers():
-    a = agent.analyze(report_of(triton_3xtf32_gemm(), gemm_roofline(1.69)))
+    a = agent.analyze(report_of(triton_3xtf32_gemm(), gemm_roofline(1.69), target="triton"))
     top = a.recommendations[0]
     assert top.rule == "feed_tensor_pipe" and "TMA" in top.action and "num_stages" in top.action
     assert top.expected_gain == pytest.approx(1 - 52 / 90, abs=0.01) and "52%" in top.gain_basis
@@ -171,13 +173,13 @@ def test_an_fp32_cublas_gemm_is_told_to_use_tensor_cores_in_3xtf32():
         pipes={"fma": 78.0, "tensor_op_gmma": 0.0, "tensor_op_hmma": 0.0},
         fma_pipe_pct=78.0,
     )
-    a = agent.analyze(report_of(k, gemm_roofline(2.71)))
+    a = agent.analyze(report_of(k, gemm_roofline(2.71), target="triton"))
     top = a.recommendations[0]
     assert top.rule == "use_tensor_cores" and "tf32x3" in top.action and "3xtf32" in top.title
     # 137 GFLOP at the low end of a first 3xTF32 kernel's efficiency (20% of the peak: Triton 3.6 on the H200) is
     # slower than this FMA kernel; at the high end (45%: 1.85 ms against 2.71, where Triton on the H100 measured
     # 1.61-1.88 ms) it pays. The estimate takes the low end, the priority is low and the range is stated.
-    low, high = MULTI_TERM_EFFICIENCY
+    low, high = COMPUTE.multi_term_efficiency
     assert top.expected_gain == pytest.approx(max(0.0, 1 - GEMM_FLOPS / (494.5e12 / 3 * low) * 1e3 / 2.71), abs=0.01)
     assert top.priority == "low" and "Uncertain" in top.action
     at_high = 1 - GEMM_FLOPS / (494.5e12 / 3 * high) * 1e3 / 2.71

@@ -6,13 +6,15 @@ images (``configure_image_reader``); without one the agent says so instead of gu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from kforge_mcp.advice.rules import run_rules
+from kforge_mcp.advice import vocabulary
+from kforge_mcp.advice.rules import RULES, Rule, run_rules
 from kforge_mcp.advice.rules.base import busiest_unit
-from kforge_mcp.advice.rules.launch import MIN_KERNEL_MS
-from kforge_mcp.profiling.report import AnalysisReport, ProfileReport, Recommendation
+from kforge_mcp.advice.rules.launch import LAUNCH
+from kforge_mcp.profiling.report import AnalysisReport, ProfileReport, Recommendation, RuleNotRun
 
 Narrator = Callable[[ProfileReport, list[Recommendation]], str]
 ImageReader = Callable[[bytes, str], AnalysisReport]
@@ -31,7 +33,36 @@ def configure_image_reader(fn: ImageReader | None) -> None:
     _image_reader = fn
 
 
-def summarize(report: ProfileReport, recs: list[Recommendation]) -> str:
+def without_a_gpu(report: ProfileReport, not_run: Sequence[RuleNotRun]) -> str:
+    """What a profile with no device kernels can and cannot be advised on."""
+    gpu_only = [n.rule for n in not_run if "a GPU run" in n.reason or "Nsight Compute" in n.reason]
+    parts = [
+        f"{report.source} profile with no device kernels (CPU ops only): the advice that needs a GPU run (kernel "
+        "times, pipe, stall and memory metrics) is not given"
+        + (f" ({', '.join(gpu_only)}; rules_not_run says what each needs)." if gpu_only else ".")
+    ]
+    c = report.compiled
+    if c is not None and c.kernels:
+        mma = sorted({k.mma or "unknown" for k in c.kernels})
+        parts.append(
+            f"Advice below comes from the candidate compiled for {c.arch} ({len({k.name for k in c.kernels})} "
+            f"kernel(s); MMA instructions: {', '.join(mma)}), the reference's structure and the roofline."
+        )
+    r = report.roofline
+    if r is None or not vocabulary.nvidia_device(r.device):
+        parts.append(
+            "Name a device model (profile --device-model h100) for its roofline: the bound, the compute path the "
+            "tolerance allows and the tensor-core advice it prices."
+        )
+    return " ".join(parts)
+
+
+def summarize(
+    report: ProfileReport,
+    recs: list[Recommendation],
+    no_gain: Sequence[Recommendation] = (),
+    not_run: Sequence[RuleNotRun] = (),
+) -> str:
     dev = report.device_kernels()
     parts = []
     where = report.device_name or report.device or "an unknown device"
@@ -44,7 +75,7 @@ def summarize(report: ProfileReport, recs: list[Recommendation]) -> str:
         )
         parts.append(f"{report.source} profile on {where}: {len(dev)} kernel(s){per}{ms}.")
     else:
-        parts.append(f"{report.source} profile with no device kernels (CPU ops only): device advice needs a GPU run.")
+        parts.append(without_a_gpu(report, not_run))
     r = report.roofline
     if r is not None:
         if r.below_bound:
@@ -74,8 +105,15 @@ def summarize(report: ProfileReport, recs: list[Recommendation]) -> str:
         )
         if len(recs) > 1:
             parts.append("Then: " + "; ".join(f"{x.title} (~{x.expected_gain:.0%})" for x in recs[1:4]) + ".")
-    elif dev and not stopped:
+    elif dev and not stopped and not no_gain:
         parts.append("No rule fired: " + quiet_reason(report))
+    if no_gain:
+        parts.append(
+            ("Priced at no gain" if recs or stopped else "No advice expects a gain here")
+            + ": "
+            + "; ".join(x.title for x in no_gain[:3])
+            + " (set apart in no_gain)."
+        )
     return " ".join(parts)
 
 
@@ -85,7 +123,7 @@ def quiet_reason(report: ProfileReport) -> str:
     if not ks:
         return "no device kernels."
     k = ks[0]
-    if k.mean_ms < MIN_KERNEL_MS:
+    if k.mean_ms < LAUNCH.min_kernel_ms:
         return (
             f"the longest kernel ({k.name[:60]}) takes {k.mean_ms * 1e3:.1f} us a launch: at that size launch "
             "latency, ramp-up and tail dominate, and its utilisation says little; profile a larger shape."
@@ -102,14 +140,16 @@ def quiet_reason(report: ProfileReport) -> str:
     )
 
 
-def analyze(report: ProfileReport, rules=None) -> AnalysisReport:
-    recs, notes = run_rules(report, rules)
+def analyze(report: ProfileReport, rules: Sequence[Rule[Any]] = RULES) -> AnalysisReport:
+    recs, no_gain, notes, not_run = run_rules(report, rules)
     out = AnalysisReport(
         recommendations=recs,
-        summary=summarize(report, recs),
+        no_gain=no_gain,
+        summary=summarize(report, recs, no_gain, not_run),
         source=report.source,
         file=report.file,
         roofline=report.roofline,
+        rules_not_run=not_run,
         notes=list(report.notes) + notes,
         stop=bool(recs and recs[0].stop),
     )

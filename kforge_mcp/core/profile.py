@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kforge_mcp.core.schemas import JobAware, Roofline
+from kforge_mcp.core.schemas import CompileReport, JobAware, Roofline
 
 
 class ProfileParseError(ValueError):
@@ -147,6 +147,11 @@ class ProfileReport(JobAware):
     )
     weights_read: dict[str, list[str]] = Field(
         default_factory=dict, description="per kernel of weight_work: the parameters its launches on weights read"
+    )
+    compiled: CompileReport | None = Field(
+        None,
+        description="the candidate compiled for an NVIDIA arch (registers, spills, shared memory, warps, stages, MMA "
+        "instructions per kernel), where no GPU ran its kernels (a profile on the CPU)",
     )
     timeline: dict[str, float] = Field(
         default_factory=dict,

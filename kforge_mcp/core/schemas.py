@@ -42,6 +42,9 @@ class KernelResources(BaseModel):
     stack_bytes: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
+    mma: Literal["wgmma", "mma.sync", "none"] | None = Field(
+        None, description="the tensor-core (MMA) instructions its PTX issues, when the compiler's PTX was read"
+    )
     signature: dict[str, str] = Field(default_factory=dict, description="argument types it was compiled for")
     constexprs: dict[str, Any] = Field(default_factory=dict)
     divisible_by_16: list[str] = Field(

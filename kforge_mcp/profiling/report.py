@@ -18,6 +18,7 @@ __all__ = [
     "Priority",
     "ProfileReport",
     "Recommendation",
+    "RuleNotRun",
     "StallReason",
 ]
 
@@ -37,6 +38,11 @@ class Recommendation(BaseModel):
     evidence: list[Evidence] = Field(default_factory=list)
     action: str = Field(description="the concrete change to make")
     expected_gain: float = Field(description="estimated fraction of the profiled device time saved (0..1)")
+    expected_gain_high: float | None = Field(
+        None,
+        description="the estimate at the high end of its range, where the rule's model is a range (expected_gain "
+        "takes the low end)",
+    )
     gain_basis: str = Field("", description="how expected_gain was estimated")
     priority: Priority = "low"
     kernels: list[str] = Field(default_factory=list)
@@ -46,6 +52,17 @@ class Recommendation(BaseModel):
         description="the change removes work from the problem itself (the reference's structure), so the "
         "speed-of-light bound drops too and the gain is not capped by it",
     )
+    change: str | None = Field(
+        None, description="the change proposed, named alike by every rule that proposes it: one recommendation each"
+    )
+    also_from: list[str] = Field(
+        default_factory=list, description="other rules that proposed the same change, merged in with their evidence"
+    )
+
+
+class RuleNotRun(BaseModel):
+    rule: str
+    reason: str = Field(description="what the rule needs that the profile lacks, and what provides it")
 
 
 class AnalysisReport(JobAware):
@@ -57,5 +74,13 @@ class AnalysisReport(JobAware):
     roofline: Roofline | None = None
     stop: bool = Field(
         False, description="the agent recommends stopping: most of the time is in kernels at their limit"
+    )
+    no_gain: list[Recommendation] = Field(
+        default_factory=list,
+        description="advice the rules priced at no gain on this profile (a saving outside the roofline's model, "
+        "kernels at their limit while others are not, residues under 0.5%): kept for its evidence, not ranked",
+    )
+    rules_not_run: list[RuleNotRun] = Field(
+        default_factory=list, description="rules the profile lacks the parts for, each with what it needs"
     )
     notes: list[str] = Field(default_factory=list)

@@ -6,42 +6,71 @@ Also Nsight Compute's own rule results, when the details page carries them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from kforge_mcp.advice import vocabulary as v
 from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_latency_bound
-from kforge_mcp.advice.rules.base import DEFAULT_SM_COUNT, ev, hot_kernels, recommendation, rule, shares
+from kforge_mcp.advice.rules.base import (
+    DEVICE_KERNELS,
+    ISSUE_SLOTS_OR_LAUNCH_SHAPE,
+    LAUNCH_GRIDS,
+    NCU_RULE_RESULTS,
+    RANKING,
+    Rule,
+    Wording,
+    ev,
+    hot_kernels,
+    recommendation,
+    shares,
+)
 from kforge_mcp.advice.rules.base import pct as _pct
 from kforge_mcp.advice.rules.memory import memory_pathology
 from kforge_mcp.judge.roofline import output_floor
 from kforge_mcp.profiling.report import Evidence, NcuRule, ProfileReport, Recommendation
 
-LATENCY_ISSUE_PCT = 60.0  # issue slots busy below this, with warps stalled: latency-bound
-BUSY_UNIT_PCT = 78.0  # ... and neither memory nor SM throughput above this (a row sum at 72% gained 14%; within
-# 2 points of TARGET_PCT nothing is left to gain)
-TARGET_PCT = 80.0  # a latency-bound kernel with enough bytes in flight reaches ~80% of its busiest unit
-MIN_KERNEL_MS = 0.01  # under ~10 us a launch's ramp-up and tail dominate its utilisation figures
-BUSY_COMPUTE_PCT = 50.0  # a GEMM/conv whose tensor or FMA pipe is this busy is compute-bound for fusion purposes
+
+@dataclass(frozen=True)
+class LaunchThresholds:
+    latency_advice_issue_pct: float = 60.0  # issue slots busy below this, with warps stalled: latency advice fires
+    # (a choice, looser than kinds' waiting_issue_pct, 40, the mark of a GEMM or conv whose math pipe idles for latency)
+    busy_unit_pct: float = 78.0  # ... and neither memory nor SM throughput above this (a row sum at 72% gained 14%;
+    # within 2 points of target_pct nothing is left to gain)
+    target_pct: float = 80.0  # a latency-bound kernel with enough bytes in flight reaches ~80% of its busiest unit
+    min_kernel_ms: float = 0.01  # under ~10 us a launch's ramp-up and tail dominate its utilisation figures
+    min_launches: float = 2.0  # two kernels a forward or more are a chain to fuse
+    busy_compute_pct: float = 50.0  # a GEMM/conv whose tensor or FMA pipe is this busy is compute-bound for fusion
+    enough_warps: float = 4.0  # 4 warps (128 threads) per program: with fewer an SM holds too few warps to hide a
+    # load (1-warp programs made 4-8 warps wide realized 0.79-0.89 on an H200: latency_softmax, latency_tiny_blocks)
+    register_limited_occupancy_pct: float = 50.0  # registers capping theoretical occupancy under this name the
+    # registers as the cause (a choice: half the SM's warps)
+    ncu_min_speedup_pct: float = 10.0  # Nsight Compute estimates under 10% are left out (a choice)
+    ncu_overlap_factor: float = 0.5  # ncu's estimates are per-kernel upper bounds that overlap one another
+    ncu_top: int = 3  # at most this many of ncu's own rule results
 
 
-def busy_compute(k) -> bool:
+LAUNCH = LaunchThresholds()
+
+
+def busy_compute(k, t: LaunchThresholds = LAUNCH) -> bool:
     pipe = max(busiest_tensor_pipe(k)[1], k.fma_pipe_pct or 0.0)
-    return k.category in ("gemm", "conv") and pipe >= BUSY_COMPUTE_PCT
+    return k.category in ("gemm", "conv") and pipe >= t.busy_compute_pct
 
 
-@rule
-def fuse_launches(report: ProfileReport) -> list[Recommendation]:
-    ks = [k for k in report.device_kernels() if "memcpy_or_memset" not in k.metrics]
+def _fuse_launches(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
+    ks = [k for k in report.device_kernels() if v.MEMCPY_METRIC not in k.metrics]
     per_fwd = report.launches_per_forward or 0
-    if len(ks) < 2 or per_fwd < 2:
+    if len(ks) < t.min_launches or per_fwd < t.min_launches:
         return []
     fwd = report.forwards or 1
     times = {k.name: k.device_ms / fwd for k in ks}
     total = sum(times.values())
-    busy = next((k for k in ks if busy_compute(k)), None)
-    ev = [
+    busy = next((k for k in ks if busy_compute(k, t)), None)
+    evidence = [
         Evidence(metric="launches per forward", value=round(per_fwd, 2), good="1 (one fused kernel)"),
         Evidence(metric="distinct kernels", value=len(ks), good="1"),
         Evidence(metric="device ms per forward", value=round(total, 5)),
     ]
-    ev += [Evidence(metric="mean ms per launch", value=round(k.mean_ms, 5), kernel=k.name) for k in ks[:6]]
+    evidence += [Evidence(metric="mean ms per launch", value=round(k.mean_ms, 5), kernel=k.name) for k in ks[:6]]
     if busy is None:
         # memory-bound kernels: the fused kernel reads the inputs and writes the output once, about as long as
         # the longest of them (measured on an H200: three element-wise kernels and a three-kernel softmax
@@ -73,7 +102,7 @@ def fuse_launches(report: ProfileReport) -> list[Recommendation]:
             f"time ({gain:.3f} of the forward); the kernels before it are not counted"
         )
         pipe = max(busiest_tensor_pipe(busy)[1], busy.fma_pipe_pct or 0.0)
-        ev.append(Evidence(metric="busiest math pipe of the GEMM", value=f"{pipe:.0f}%", kernel=busy.name))
+        evidence.append(Evidence(metric="busiest math pipe of the GEMM", value=f"{pipe:.0f}%", kernel=busy.name))
         action = (
             f"Fold the element-wise kernels that follow {busy.name[:40]} into its epilogue (apply them to the "
             "accumulator in registers before the store). "
@@ -93,19 +122,19 @@ def fuse_launches(report: ProfileReport) -> list[Recommendation]:
             title=f"Fuse the {len(ks)} kernels of each forward into one"
             if busy is None
             else f"Fold the {len(fold)} kernel(s) after the GEMM into its epilogue",
-            evidence=ev,
+            evidence=evidence,
             action=action,
             expected_gain=gain,
             gain_basis=basis,
             kernels=[k.name for k in fold] if busy is not None else [k.name for k in ks],
+            change="fuse the forward's kernels",
         )
     ]
 
 
-@rule
-def latency_bound(report: ProfileReport) -> list[Recommendation]:
+def _latency_bound(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
     hits, gain, evidence, causes = [], 0.0, [], []
-    sms = report.sm_count or DEFAULT_SM_COUNT
+    sms = report.sm_count or v.DEFAULT_SM_COUNT
     for k, share in hot_kernels(report):
         latency_kind = is_latency_bound(k)
         if k.category in ("gemm", "conv") and k.compute_path and k.compute_path != "fma" and not latency_kind:
@@ -117,16 +146,20 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
         warps = k.warps_per_block
         busy = max(k.memory_throughput_pct or 0.0, k.sm_throughput_pct or 0.0)
         if k.issue_active_pct is not None:
-            if k.issue_active_pct >= LATENCY_ISSUE_PCT or busy >= BUSY_UNIT_PCT or k.mean_ms < MIN_KERNEL_MS:
+            if (
+                k.issue_active_pct >= t.latency_advice_issue_pct
+                or busy >= t.busy_unit_pct
+                or k.mean_ms < t.min_kernel_ms
+            ):
                 continue
-            gain += share * (1 - busy / TARGET_PCT)
+            gain += share * (1 - busy / t.target_pct)
             evidence += [
-                ev("issue slots busy", _pct(k.issue_active_pct), f">= {LATENCY_ISSUE_PCT:g}%", k.name),
-                ev("busiest of memory / SM throughput", _pct(busy), f"~{TARGET_PCT:g}%", k.name),
+                ev("issue slots busy", _pct(k.issue_active_pct), f">= {t.latency_advice_issue_pct:g}%", k.name),
+                ev("busiest of memory / SM throughput", _pct(busy), f"~{t.target_pct:g}%", k.name),
             ]
-        elif warps is not None and warps < 4:  # a trace without metrics: the launch shape alone
+        elif warps is not None and warps < t.enough_warps:  # a trace without metrics: the launch shape alone
             mem = (k.memory_throughput_pct or 0) / 100
-            gain += share * (1 - warps / 4) * (1 - mem)
+            gain += share * (1 - warps / t.enough_warps) * (1 - mem)
         else:
             continue
         hits.append(k.name)
@@ -137,7 +170,14 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
                 ev("tensor pipe busy", _pct(tensor), "idles for latency, not for want of feeding", k.name),
             ]
         if warps is not None:
-            evidence.append(ev("warps per block", warps, ">= 4 (128+ threads)", k.name))
+            evidence.append(
+                ev(
+                    "warps per block",
+                    warps,
+                    f">= {t.enough_warps:g} ({t.enough_warps * v.WARP_SIZE:g}+ threads)",
+                    k.name,
+                )
+            )
         if k.achieved_occupancy_pct is not None:
             evidence.append(ev("achieved occupancy", _pct(k.achieved_occupancy_pct), ">= 25%", k.name))
         if k.theoretical_occupancy_pct is not None and k.theoretical_occupancy_pct < 100:
@@ -154,29 +194,18 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
             evidence.append(ev(f"top stall: {s.reason}", s.cycles_per_issue, "few cycles per issue", k.name))
         if latency_kind and k.category in ("gemm", "conv"):
             causes.append("tiles")
-        elif warps is not None and warps < 4:
+        elif warps is not None and warps < t.enough_warps:
             causes.append("few_warps")
-        elif k.occupancy_limiter == "registers" and (k.theoretical_occupancy_pct or 100) < 50:
+        elif (
+            k.occupancy_limiter == "registers"
+            and (k.theoretical_occupancy_pct or 100) < t.register_limited_occupancy_pct
+        ):
             causes.append("registers")
         else:
             causes.append("ilp")
     if not hits:
         return []
-    actions = {
-        "few_warps": "Launch with num_warps=4 or 8 (Triton) / 128-256 threads per block (CUDA) and give each program "
-        "a whole row or a larger BLOCK (triton.next_power_of_2(n_cols)) instead of a 1-warp loop over chunks: with "
-        "one warp per block an SM holds at most 32 warps and each warp stalls on every global load.",
-        "registers": "Registers cap occupancy: shrink per-thread state (smaller tiles per program, fewer pipeline "
-        "stages, recompute cheap values) or use __launch_bounds__; check spills after the change.",
-        "ilp": "Put more bytes in flight per thread: 16-byte vector loads, several independent loads before their "
-        "first use (unroll, num_stages 2-3), and one pass over the data instead of several.",
-        "tiles": "The math pipe idles because the warps wait on scattered global loads, not because it is starved "
-        "of a streamed tile: give each program more independent work (more output pixels or rows per program, wider "
-        "channel chunks per dot, so more bytes are in flight per SM), use async copies (cp.async / TMA) only for "
-        "tiles that are reused, and make the stores coalesced (the output's contiguous axis along the lanes). "
-        "Lower-precision operands the tolerance allows halve the bytes each load waits for.",
-    }
-    action = " ".join(actions[c] for c in dict.fromkeys(causes))
+    action = " ".join(LATENCY_WORDING[c].say(report.target) for c in dict.fromkeys(causes))
     r = report.roofline
     if r is not None and r.convs and output_floor(r) and "tiles" in causes:
         # the problem's floor is its output: the stores are what a finished kernel spends its time on
@@ -194,40 +223,115 @@ def latency_bound(report: ProfileReport) -> list[Recommendation]:
             evidence=evidence,
             action=action,
             expected_gain=gain,
-            gain_basis=f"time share x (1 - busiest unit / {TARGET_PCT:g}%): a latency-bound kernel speeds up until its "
-            "busiest unit saturates (from the launch shape alone: share x (1 - warps/4) x (1 - memory throughput)); "
+            gain_basis=f"time share x (1 - busiest unit / {t.target_pct:g}%): a latency-bound kernel speeds up until "
+            f"its busiest unit saturates (from the launch shape alone: share x (1 - warps/{t.enough_warps:g}) x (1 - "
+            "memory throughput)); "
             "measured on an H200: realized 0.14-0.89 where this gave 0.10-0.90, gather-style convs less "
             "(0.13 for 0.35)",
             kernels=hits,
+            change="hide memory latency",
         )
     ]
 
 
-@rule
-def grid_too_small(report: ProfileReport) -> list[Recommendation]:
-    sms = report.sm_count or DEFAULT_SM_COUNT
+LATENCY_WORDING = {
+    "few_warps": Wording(
+        "Launch 4-8 warps (128-256 threads) per program and give each program a whole row or a larger block instead "
+        "of a 1-warp loop over chunks: with one warp per block an SM holds at most 32 warps and each warp stalls on "
+        "every global load.",
+        {
+            "triton": "Launch with num_warps=4 or 8 and give each program a whole row or a larger BLOCK "
+            "(triton.next_power_of_2(n_cols)) instead of a 1-warp loop over chunks: with one warp per block an SM "
+            "holds at most 32 warps and each warp stalls on every global load.",
+            "cuda": "Launch 128-256 threads per block and give each block a whole row (a block-wide reduction with "
+            "__shfl_down_sync and shared memory) instead of a 32-thread loop over chunks: with one warp per block an "
+            "SM holds at most 32 warps and each warp stalls on every global load.",
+            "metal": "Dispatch threadgroups of 128-256 threads and give each a whole row (simd_sum, then threadgroup "
+            "memory) instead of one SIMD-group looping over chunks.",
+        },
+    ),
+    "registers": Wording(
+        "Registers cap occupancy: shrink per-thread state (smaller tiles per program, fewer pipeline stages, "
+        "recompute cheap values); check spills after the change.",
+        {
+            "triton": "Registers cap occupancy: shrink per-thread state (a smaller BLOCK per program, fewer "
+            "num_stages, recompute cheap values) or pass maxnreg to the launch; check spills after the change.",
+            "cuda": "Registers cap occupancy: shrink per-thread state (smaller tiles per thread, recompute cheap "
+            "values) or set __launch_bounds__(threads, min_blocks); check spills after the change (-Xptxas -v).",
+        },
+    ),
+    "ilp": Wording(
+        "Put more bytes in flight per thread: 16-byte vector loads, several independent loads before their first "
+        "use, and one pass over the data instead of several.",
+        {
+            "triton": "Put more bytes in flight per thread: load whole contiguous blocks (16-byte vectors), several "
+            "independent tl.load calls before their first use (num_stages 2-3 in a loop), and one pass over the data "
+            "instead of several.",
+            "cuda": "Put more bytes in flight per thread: float4 loads, several independent loads before their first "
+            "use (#pragma unroll, __ldg), and one pass over the data instead of several.",
+        },
+    ),
+    "tiles": Wording(
+        "The math pipe idles because the warps wait on scattered global loads, not because it is starved of a "
+        "streamed tile: give each program more independent work (more output pixels or rows per program, wider "
+        "channel chunks per product, so more bytes are in flight per SM), use async copies only for tiles that are "
+        "reused, and make the stores coalesced (the output's contiguous axis along the lanes). Lower-precision "
+        "operands the tolerance allows halve the bytes each load waits for.",
+        {
+            "triton": "The math pipe idles because the warps wait on scattered global loads, not because it is "
+            "starved of a streamed tile: give each program more independent work (more output pixels or rows per "
+            "program, wider channel chunks per tl.dot, so more bytes are in flight per SM), use async copies (TMA "
+            "descriptors, num_stages) only for tiles that are reused, and make the stores coalesced (the output's "
+            "contiguous axis along the lanes). Lower-precision operands the tolerance allows halve the bytes each "
+            "load waits for.",
+            "cuda": "The math pipe idles because the warps wait on scattered global loads, not because it is starved "
+            "of a streamed tile: give each block more independent work (more output pixels or rows per block, wider "
+            "channel chunks per MMA, so more bytes are in flight per SM), use async copies (cp.async / TMA) only for "
+            "tiles that are reused, and make the stores coalesced (the output's contiguous axis along threadIdx.x). "
+            "Lower-precision operands the tolerance allows halve the bytes each load waits for.",
+        },
+    ),
+}
+GRID_WORDING = Wording(
+    "Split the work into at least one program per SM: smaller output tiles (32-64 rows and columns per program for a "
+    "GEMM), split-K with a second reduction pass or atomics, or more rows per grid dimension. Idle SMs contribute "
+    "nothing to bandwidth or FLOPs.",
+    {
+        "triton": "Split the work into at least one program per SM: smaller output tiles (BLOCK_M/BLOCK_N 32-64 "
+        "for a GEMM), split-K with a second reduction pass or tl.atomic_add, or more rows per grid dimension. "
+        "Idle SMs contribute nothing to bandwidth or FLOPs.",
+        "cuda": "Launch at least one block per SM: smaller output tiles per block (32-64 rows and columns for a "
+        "GEMM), split-K with a second reduction pass or atomicAdd, or more rows per gridDim. Idle SMs contribute "
+        "nothing to bandwidth or FLOPs.",
+    },
+)
+
+
+def _grid_too_small(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
+    sms = report.sm_count or v.DEFAULT_SM_COUNT
     share = shares(report)
     hits = [
         k
         for k in report.device_kernels()
-        if k.blocks is not None and k.blocks < sms and share.get(k.name, 0) >= 0.05 and k.mean_ms >= MIN_KERNEL_MS
+        if k.blocks is not None
+        and k.blocks < sms
+        and share.get(k.name, 0) >= RANKING.min_share
+        and k.mean_ms >= t.min_kernel_ms
     ]  # under ~10 us a launch costs the same whatever the grid
     if not hits:
         return []
     gain = sum(share[k.name] * (1 - (k.blocks or sms) / sms) for k in hits)
-    ev = [
+    evidence = [
         Evidence(metric="blocks in the grid", value=k.blocks, good=f">= {sms} (one per SM)", kernel=k.name)
         for k in hits
     ]
-    ev.append(Evidence(metric="SMs", value=sms, good="" if report.sm_count else "assumed (H100)"))
+    evidence.append(Evidence(metric="SMs", value=sms, good="" if report.sm_count else "assumed (H100)"))
     return [
         recommendation(
             rule="grid_too_small",
             title="Launch enough programs to use every SM",
-            evidence=ev,
-            action="Split the work into at least one program per SM: smaller output tiles (e.g. BLOCK_M/BLOCK_N 32-64 "
-            "for a GEMM), split-K with a second reduction pass or atomics, or more rows per grid dimension. "
-            "Idle SMs contribute nothing to bandwidth or FLOPs.",
+            evidence=evidence,
+            action=GRID_WORDING.say(report.target),
             expected_gain=gain,
             gain_basis="time share x (1 - blocks / SMs): time scales with the SMs in use (measured on an H200: a "
             "64-program row sum, a 32-program loop and a 64-tile GEMM realized 0.48-0.86 where this gave 0.52-0.76)",
@@ -236,20 +340,19 @@ def grid_too_small(report: ProfileReport) -> list[Recommendation]:
     ]
 
 
-@rule
-def ncu_own_rules(report: ProfileReport, top: int = 3) -> list[Recommendation]:
+def _ncu_own_rules(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
     """Nsight Compute's own rule results (details page), weighted by the kernel's share of time and
     halved: ncu's estimates are per-kernel upper bounds and overlap one another."""
     share = shares(report)
     best: dict[str, tuple[float, NcuRule]] = {}
     for r in report.ncu_rules:
-        if r.type != "OPT" or r.speedup_type != "global" or not r.speedup_pct or r.speedup_pct < 10:
+        if r.type != "OPT" or r.speedup_type != "global" or not r.speedup_pct or r.speedup_pct < t.ncu_min_speedup_pct:
             continue
-        gain = r.speedup_pct / 100 * share.get(r.kernel, 0) * 0.5
+        gain = r.speedup_pct / 100 * share.get(r.kernel, 0) * t.ncu_overlap_factor
         if gain > best.get(r.rule, (-1, None))[0]:
             best[r.rule] = (gain, r)
     out = []
-    for gain, r in sorted(best.values(), key=lambda x: -x[0])[:top]:
+    for gain, r in sorted(best.values(), key=lambda x: -x[0])[: t.ncu_top]:
         out.append(
             recommendation(
                 rule=f"ncu:{r.rule}",
@@ -263,9 +366,18 @@ def ncu_own_rules(report: ProfileReport, top: int = 3) -> list[Recommendation]:
                 ],
                 action=r.description,
                 expected_gain=gain,
-                gain_basis="ncu's estimated speedup x the kernel's time share x 0.5 (ncu estimates overlap); not "
-                "calibrated against measured gains, so listed after the rules that are",
+                gain_basis=f"ncu's estimated speedup x the kernel's time share x {t.ncu_overlap_factor:g} (ncu estimates "
+                "overlap); not calibrated against measured gains, so low priority, after the rules that are",
                 kernels=[r.kernel],
+                priority="low",
             )
         )
     return out
+
+
+fuse_launches = Rule("fuse_launches", _fuse_launches, LAUNCH, (DEVICE_KERNELS,))
+latency_bound = Rule("latency_bound", _latency_bound, LAUNCH, (DEVICE_KERNELS, ISSUE_SLOTS_OR_LAUNCH_SHAPE))
+grid_too_small = Rule(
+    "grid_too_small", _grid_too_small, LAUNCH, (DEVICE_KERNELS, LAUNCH_GRIDS), vendors=frozenset({"nvidia"})
+)
+ncu_own_rules = Rule("ncu_own_rules", _ncu_own_rules, LAUNCH, (NCU_RULE_RESULTS,), vendors=frozenset({"nvidia"}))

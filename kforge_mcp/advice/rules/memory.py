@@ -6,15 +6,52 @@ local sectors, atomic instructions).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from kforge_mcp.advice import vocabulary as v
 from kforge_mcp.advice.kinds import is_tensor_gemm
-from kforge_mcp.advice.rules.base import ev, hot_kernels, pct, recommendation, rule
+from kforge_mcp.advice.rules.base import (
+    ATOMICS,
+    DEVICE_KERNELS,
+    GLOBAL_SECTORS,
+    LOCAL_MEMORY,
+    SHARED_WAVEFRONTS,
+    Rule,
+    Wording,
+    ev,
+    hot_kernels,
+    pct,
+    recommendation,
+)
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommendation
 
-TENSOR_GEMM_FACTOR = 0.1
-DRAM_BOUND_PCT = 60.0  # DRAM this busy: the kernel streams DRAM and L1/L2 absorb wasted sectors
-DRAM_CEIL_PCT = 85.0  # what a coalesced streaming kernel reaches (77-89% on an H200)
-IDEAL_SECTORS_PER_REQUEST = 4  # a warp's 32 x 4-byte access: 128 bytes = 4 sectors
-LATENCY_STALLS = ("long_scoreboard", "lg_throttle", "mio_throttle", "short_scoreboard", "membar", "drain")
+
+@dataclass(frozen=True)
+class MemoryThresholds:
+    # What each memory rule fires on, one definition shared with the rules that must defer to them
+    # (latency_bound: the stalls follow from the pathology; at_the_limit: DRAM busy with waste is no limit)
+    # (each a choice, well under what the kernels built with the pathology showed: the H200 transposes and column
+    # walks wasted 0.78-0.88 of their sectors)
+    wasted_min: float = 0.2  # a fifth of the sectors moved carry no useful byte
+    conflict_min: float = 0.2  # a fifth of the shared wavefronts are bank-conflict replays
+    local_min: float = 0.05  # local memory is 5% of LSU traffic: spills cost like global loads
+    atomic_min: float = 0.01  # one instruction in a hundred is a global atomic
+    dram_bound_pct: float = 60.0  # DRAM this busy: the kernel streams DRAM and L1/L2 absorb wasted sectors
+    dram_ceil_pct: float = 85.0  # what a coalesced streaming kernel reaches (77-89% on an H200)
+    min_excess_dram: float = 0.02  # a DRAM-bound kernel moving under 2% more DRAM bytes than it uses has no waste
+    compute_bound_waste_factor: float = 0.5  # wasted sectors cost half where the kernel is not memory-bound (a choice)
+    conflict_stalled_factor: float = 0.6  # share of conflict time saved when the top stall is the shared pipe
+    conflict_factor: float = 0.3  # ... and when it is not: only the time spent waiting on shared memory shrinks
+    tensor_gemm_factor: float = 0.1  # operand staging the compiler lays out: tile changes to such GEMMs realized
+    # 0.06-0.14 (3xTF32 GEMMs stalled on shared memory, an H200)
+    local_cost_factor: float = 0.8  # local traffic costs like global, less what L1 keeps
+    compiled_spill_gain: float = 0.1  # the share of a kernel's time spills cost when only the compiler's count is
+    # known (a choice: no pair measured)
+    atomic_memory_pct: float = 80.0  # atomics at this memory throughput are not contended; without contention the
+    # kernel streams its input at about this speed
+
+
+MEMORY = MemoryThresholds()
 
 
 def wasted_sectors(k: KernelProfile) -> tuple[float, float]:
@@ -28,17 +65,12 @@ def wasted_sectors(k: KernelProfile) -> tuple[float, float]:
             continue
         if per_sector:  # 0 means no LDG/STG measured (cp.async or TMA loads): fall back to sectors per request
             total += sectors
-            wasted += sectors * (1 - min(per_sector, 32) / 32)
+            wasted += sectors * (1 - min(per_sector, v.SECTOR_BYTES) / v.SECTOR_BYTES)
         elif per_request is not None:
             total += sectors
-            if per_request > 16:  # 16-byte vectors legitimately use 16 sectors per request
-                wasted += sectors * (1 - IDEAL_SECTORS_PER_REQUEST / per_request)
+            if per_request > v.VECTOR_SECTORS_PER_REQUEST:
+                wasted += sectors * (1 - v.COALESCED_SECTORS_PER_REQUEST / per_request)
     return total, wasted
-
-
-# What each memory rule fires on, one definition shared with the rules that must defer to them
-# (latency_bound: the stalls follow from the pathology; at_the_limit: DRAM busy with waste is no limit).
-WASTED_MIN, CONFLICT_MIN, LOCAL_MIN, ATOMIC_MIN = 0.2, 0.2, 0.05, 0.01
 
 
 def wasted_fraction(k: KernelProfile) -> float:
@@ -64,37 +96,59 @@ def atomic_fraction(k: KernelProfile) -> float:
     return (k.atomic_instructions or 0.0) / k.instructions if k.instructions else 0.0
 
 
-def memory_pathology(k: KernelProfile) -> bool:
+def memory_pathology(k: KernelProfile, t: MemoryThresholds = MEMORY) -> bool:
     """A pattern one of the memory rules names: wasted sectors, bank conflicts, spills or atomics."""
     return (
-        wasted_fraction(k) >= WASTED_MIN
-        or conflict_fraction(k) >= CONFLICT_MIN
-        or local_fraction(k) >= LOCAL_MIN
-        or atomic_fraction(k) >= ATOMIC_MIN
+        wasted_fraction(k) >= t.wasted_min
+        or conflict_fraction(k) >= t.conflict_min
+        or local_fraction(k) >= t.local_min
+        or atomic_fraction(k) >= t.atomic_min
     )
 
 
-@rule
-def uncoalesced_access(report: ProfileReport) -> list[Recommendation]:
+COALESCE_WORDING = Wording(
+    "Make consecutive threads touch consecutive addresses: put the contiguous dimension innermost, load 16-byte "
+    "vectors, for transposes stage a tile through shared memory (padded by one element per row) and write it out "
+    "row-wise, and for gathers sort or bucket the indices so a warp's reads share sectors.",
+    {
+        "triton": "Make consecutive lanes touch consecutive addresses: put the contiguous dimension on the fastest "
+        "tl.arange axis of each block (offsets[None, :] along it), load whole contiguous blocks so the compiler "
+        "emits 16-byte vector loads, for transposes load a tile along its contiguous axis and tl.trans it in "
+        "registers before the store, and for gathers sort or bucket the indices so a warp's reads share sectors.",
+        "cuda": "Make consecutive threads (threadIdx.x) touch consecutive addresses: put the contiguous dimension "
+        "innermost, load 16-byte vectors (float4), for transposes stage a tile through padded shared memory "
+        "(__shared__ float tile[32][33]) and write it out row-wise, and for gathers sort or bucket the indices so a "
+        "warp's reads share sectors.",
+        "cute": "Make consecutive threads touch consecutive addresses: choose thread layouts whose fastest mode runs "
+        "along the tensor's contiguous mode, copy with 128-bit copy atoms (UniversalCopy<uint128_t>), stage "
+        "transposes through a swizzled shared-memory layout, and sort gathers so a warp's reads share sectors.",
+        "metal": "Make consecutive threads (thread_position_in_grid.x) touch consecutive addresses: put the "
+        "contiguous dimension innermost, load float4 vectors, stage transposes through threadgroup memory padded by "
+        "one element per row, and sort gathers so a SIMD-group's reads share cache lines.",
+    },
+)
+
+
+def _uncoalesced_access(report: ProfileReport, t: MemoryThresholds) -> list[Recommendation]:
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
         waste = wasted_fraction(k)
-        if waste < WASTED_MIN:
+        if waste < t.wasted_min:
             continue
         total, wasted = wasted_sectors(k)
         dram = (k.dram_bytes_read or 0.0) + (k.dram_bytes_write or 0.0)
         dram_pct = k.dram_throughput_pct or 0.0
-        if dram_pct >= DRAM_BOUND_PCT and dram > 0:
+        if dram_pct >= t.dram_bound_pct and dram > 0:
             # DRAM-bound: the wasted sectors are served by L1/L2; only DRAM bytes over what the accesses use go away
-            excess = max(0.0, 1 - (total - wasted) * 32 / dram)
-            if excess < 0.02:
+            excess = max(0.0, 1 - (total - wasted) * v.SECTOR_BYTES / dram)
+            if excess < t.min_excess_dram:
                 continue
             g = excess
-        elif dram_pct >= DRAM_BOUND_PCT:
-            g = waste * max(0.0, 1 - dram_pct / DRAM_CEIL_PCT)
+        elif dram_pct >= t.dram_bound_pct:
+            g = waste * max(0.0, 1 - dram_pct / t.dram_ceil_pct)
         else:
             mem_bound = (k.memory_throughput_pct or 0) >= (k.sm_throughput_pct or 0)
-            g = waste * (1.0 if mem_bound else 0.5)
+            g = waste * (1.0 if mem_bound else t.compute_bound_waste_factor)
         gain += share * g
         hits.append(k.name)
         evidence += [
@@ -113,38 +167,55 @@ def uncoalesced_access(report: ProfileReport) -> list[Recommendation]:
             rule="uncoalesced_access",
             title="Coalesce global memory accesses",
             evidence=evidence,
-            action="Make consecutive threads (the fastest tl.arange axis / threadIdx.x) touch consecutive addresses: "
-            "put the contiguous dimension innermost, load 16-byte vectors (float4 / tl.load on a contiguous block), "
-            "for transposes stage a tile through shared memory (padded, tile[32][33]) and write it out row-wise, "
-            "and for gathers sort or bucket the indices so a warp's reads share sectors.",
+            action=COALESCE_WORDING.say(report.target),
             expected_gain=gain,
             gain_basis="time share x wasted fraction of the sectors moved (halved where the kernel is not "
             "memory-bound): a kernel bound by L1/L2 sector throughput scales with the sectors it moves (on an "
             f"H200 transposes and column walks realized 0.85-0.90 where this gave 0.78-0.88); with DRAM at >= "
-            f"{DRAM_BOUND_PCT:g}% only the DRAM bytes over the bytes the accesses use count (stride-2 loads whose "
+            f"{t.dram_bound_pct:g}% only the DRAM bytes over the bytes the accesses use count (stride-2 loads whose "
             "other half the next load used realized 0.01)",
             kernels=hits,
         )
     ]
 
 
-def _r(v: float | None) -> float | None:
-    return None if v is None else round(v, 2)
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
-@rule
-def shared_bank_conflicts(report: ProfileReport) -> list[Recommendation]:
+CONFLICT_WORDING = Wording(
+    "Threads of a warp hit the same shared-memory bank: pad the shared array by one element per row or swizzle the "
+    "column index (col ^ row), so a column read of a tile spreads over all 32 banks; on Hopper, TMA with a swizzled "
+    "layout does it for you.",
+    {
+        "triton": "Threads of a warp hit the same shared-memory bank, in a layout Triton chose for your access: "
+        "load tiles along their contiguous axis and transpose in registers (tl.trans) rather than loading a strided "
+        "view, keep the operands of tl.dot contiguous along K, or try another BLOCK shape or num_warps; TMA loads "
+        "(tl.make_tensor_descriptor) use swizzled layouts.",
+        "cuda": "Threads of a warp hit the same bank: pad the shared array by one element per row "
+        "(__shared__ float tile[32][33]) or swizzle the column index (col ^ row), so a column read of a tile "
+        "spreads over all 32 banks; on Hopper, TMA with a swizzled CUtensorMap does it for you.",
+        "cute": "Threads of a warp hit the same bank: give the shared-memory layout a Swizzle<3,4,3>-style swizzle "
+        "(composition(Swizzle<...>{}, layout)) or pad its leading dimension, so a column read spreads over all 32 "
+        "banks; TMA atoms with a swizzled layout do it for you.",
+        "metal": "Threads of a SIMD-group hit the same threadgroup-memory bank: pad the threadgroup array by one "
+        "element per row or swizzle the column index (col ^ row).",
+    },
+)
+
+
+def _shared_bank_conflicts(report: ProfileReport, t: MemoryThresholds) -> list[Recommendation]:
     hits, gain, evidence, tensor_gemms = [], 0.0, [], []
     for k, share in hot_kernels(report):
         frac = conflict_fraction(k)
-        if frac < CONFLICT_MIN:
+        if frac < t.conflict_min:
             continue
         conflicts, wavefronts = k.shared_bank_conflicts, k.shared_wavefronts
         assert conflicts is not None and wavefronts is not None  # else conflict_fraction was 0
-        stalled = bool(k.top_stalls and k.top_stalls[0].reason in ("mio_throttle", "short_scoreboard", "barrier"))
-        g = frac * (0.6 if stalled else 0.3)
-        if is_tensor_gemm(k):  # operand staging the compiler lays out: tile changes to such GEMMs realized 0.06-0.14
-            g *= TENSOR_GEMM_FACTOR
+        stalled = bool(k.top_stalls and k.top_stalls[0].reason in v.SHARED_PIPE_STALLS)
+        g = frac * (t.conflict_stalled_factor if stalled else t.conflict_factor)
+        if is_tensor_gemm(k):
+            g *= t.tensor_gemm_factor
             tensor_gemms.append(k.name)
         gain += share * g
         hits.append(k.name)
@@ -171,15 +242,13 @@ def shared_bank_conflicts(report: ProfileReport) -> list[Recommendation]:
             rule="shared_bank_conflicts",
             title="Remove shared-memory bank conflicts",
             evidence=evidence,
-            action="Threads of a warp hit the same bank: pad the shared array by one element per row "
-            "(__shared__ float tile[32][33]) or swizzle the column index (col ^ row), so a column read of a tile "
-            "spreads over all 32 banks; on Hopper, TMA with a swizzled layout does it for you.",
+            action=CONFLICT_WORDING.say(report.target),
             expected_gain=gain,
-            gain_basis="time share x conflict fraction of the shared wavefronts x 0.6 where the top stall is the "
-            "shared pipe (mio_throttle / short_scoreboard / barrier), else x 0.3: only the time spent waiting on "
-            "shared memory shrinks"
+            gain_basis=f"time share x conflict fraction of the shared wavefronts x {t.conflict_stalled_factor:g} where "
+            "the top stall is the shared pipe (mio_throttle / short_scoreboard / barrier), else x "
+            f"{t.conflict_factor:g}: only the time spent waiting on shared memory shrinks"
             + (
-                f"; x {TENSOR_GEMM_FACTOR:g} for tensor-core GEMMs, whose operand layout the compiler picks (not "
+                f"; x {t.tensor_gemm_factor:g} for tensor-core GEMMs, whose operand layout the compiler picks (not "
                 "measured on a pair; 3xTF32 GEMMs stalled on shared memory gained 0.06-0.14 from tile changes)"
                 if tensor_gemms
                 else ""
@@ -190,19 +259,34 @@ def shared_bank_conflicts(report: ProfileReport) -> list[Recommendation]:
     ]
 
 
-@rule
-def register_spills(report: ProfileReport) -> list[Recommendation]:
+SPILL_WORDING = Wording(
+    "Per-thread state lives in local memory (spills, or an array indexed at run time): unroll loops over small "
+    "arrays so every index is a compile-time constant, keep fewer values live (smaller tiles per thread, fewer "
+    "accumulators), and give the compiler more registers per thread (fewer threads per SM).",
+    {
+        "triton": "Per-thread state lives in local memory (spills): keep fewer values live per thread (a smaller "
+        "BLOCK, or more num_warps for the same BLOCK so each thread holds less; fewer num_stages in a dot loop), and "
+        "index small arrays with tl.static_range so every index is a compile-time constant.",
+        "cuda": "Per-thread state lives in local memory (spills, or an array indexed at run time): unroll loops over "
+        "small arrays (#pragma unroll) so every index is a compile-time constant, keep fewer values live (smaller "
+        "tiles per thread, fewer accumulators), and give the compiler room (__launch_bounds__ with fewer min blocks, "
+        "no tight -maxrregcount).",
+    },
+)
+
+
+def _register_spills(report: ProfileReport, t: MemoryThresholds) -> list[Recommendation]:
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
         local, frac = k.local_sectors or 0.0, local_fraction(k)
-        if frac >= LOCAL_MIN:
-            gain += share * frac * 0.8
+        if frac >= t.local_min:
+            gain += share * frac * t.local_cost_factor
             evidence += [
                 ev("local-memory sectors", local, "0", k.name),
                 ev("local share of LSU sectors", round(frac, 3), "0", k.name),
             ]
         elif k.spills:  # compile metadata only (a trace without metrics)
-            gain += share * 0.1
+            gain += share * t.compiled_spill_gain
             evidence.append(ev("spilled registers (compiler)", k.spills, "0", k.name))
         else:
             continue
@@ -216,34 +300,49 @@ def register_spills(report: ProfileReport) -> list[Recommendation]:
             rule="register_spills",
             title="Stop spilling registers to local memory",
             evidence=evidence,
-            action="Per-thread state lives in local memory (spills, or an array indexed at run time): unroll loops "
-            "over small arrays so every index is a compile-time constant, keep fewer values live (smaller tiles per "
-            "thread, fewer accumulators), and give the compiler room (__launch_bounds__ with fewer min blocks, no "
-            "tight -maxrregcount; in Triton more num_warps for the same BLOCK or a smaller BLOCK).",
+            action=SPILL_WORDING.say(report.target),
             expected_gain=gain,
-            gain_basis="time share x local share of the LSU sectors x 0.8 (local traffic costs like global); "
-            "0.1 x share when only the compiler's spill count is known",
+            gain_basis=f"time share x local share of the LSU sectors x {t.local_cost_factor:g} (local traffic costs "
+            f"like global); {t.compiled_spill_gain:g} x share when only the compiler's spill count is known",
             kernels=hits,
+            change="stop spilling registers",
         )
     ]
 
 
-@rule
-def atomic_contention(report: ProfileReport) -> list[Recommendation]:
+ATOMIC_WORDING = Wording(
+    "Many threads update the same addresses and the updates serialize in L2. Reduce first within a warp, then "
+    "within a block in shared memory (per-block bins), and issue one atomic per block per output; or write "
+    "per-block partials and reduce them in a second pass.",
+    {
+        "triton": "Many programs update the same addresses and the updates serialize in L2. Reduce within each "
+        "program first (tl.sum over the block, or tl.histogram for bins), and issue one tl.atomic_add per program per "
+        "output; or store per-program partials and reduce them in a second kernel.",
+        "cuda": "Many threads update the same addresses and the updates serialize in L2. Reduce first within a warp "
+        "(__shfl_down_sync), then within a block in shared memory (per-block bins), and issue one atomicAdd per block "
+        "per output; or write per-block partials and reduce them in a second pass.",
+        "metal": "Many threads update the same addresses and the updates serialize. Reduce first within a SIMD-group "
+        "(simd_sum), then within a threadgroup in threadgroup memory, and issue one atomic_fetch_add_explicit per "
+        "threadgroup per output.",
+    },
+)
+
+
+def _atomic_contention(report: ProfileReport, t: MemoryThresholds) -> list[Recommendation]:
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
         atoms = k.atomic_instructions or 0.0
-        if atomic_fraction(k) < ATOMIC_MIN:
+        if atomic_fraction(k) < t.atomic_min:
             continue
         busy = max(k.dram_throughput_pct or 0.0, k.memory_throughput_pct or 0.0)
-        if busy >= 80:
+        if busy >= t.atomic_memory_pct:
             continue  # atomics at memory speed are not contended
-        gain += share * (1 - busy / 80)
+        gain += share * (1 - busy / t.atomic_memory_pct)
         hits.append(k.name)
         evidence += [
             ev("global atomic instructions", atoms, "one per block per bin", k.name),
-            ev("atomics per instruction", round(atomic_fraction(k), 3), f"< {ATOMIC_MIN}", k.name),
-            ev("memory throughput", pct(busy), "~80% once atomics no longer serialize", k.name),
+            ev("atomics per instruction", round(atomic_fraction(k), 3), f"< {t.atomic_min}", k.name),
+            ev("memory throughput", pct(busy), f"~{t.atomic_memory_pct:g}% once atomics no longer serialize", k.name),
         ]
         if k.top_stalls:
             evidence.append(ev(f"top stall: {k.top_stalls[0].reason}", k.top_stalls[0].cycles_per_issue, kernel=k.name))
@@ -254,13 +353,18 @@ def atomic_contention(report: ProfileReport) -> list[Recommendation]:
             rule="atomic_contention",
             title="Privatize the atomics: reduce in registers and shared memory first",
             evidence=evidence,
-            action="Many threads update the same addresses and the updates serialize in L2. Reduce first within a "
-            "warp (__shfl_down_sync, or tl.sum / tl.histogram over a block in Triton), then within a block in shared "
-            "memory (per-block bins), and issue one atomic per block per output; or write per-block partials and "
-            "reduce them in a second pass.",
+            action=ATOMIC_WORDING.say(report.target),
             expected_gain=gain,
-            gain_basis="time share x (1 - memory throughput / 80%): without contention the kernel streams its "
-            "input at memory speed",
+            gain_basis=f"time share x (1 - memory throughput / {t.atomic_memory_pct:g}%): without contention the "
+            "kernel streams its input at memory speed",
             kernels=hits,
         )
     ]
+
+
+uncoalesced_access = Rule("uncoalesced_access", _uncoalesced_access, MEMORY, (DEVICE_KERNELS, GLOBAL_SECTORS))
+shared_bank_conflicts = Rule(
+    "shared_bank_conflicts", _shared_bank_conflicts, MEMORY, (DEVICE_KERNELS, SHARED_WAVEFRONTS)
+)
+register_spills = Rule("register_spills", _register_spills, MEMORY, (DEVICE_KERNELS, LOCAL_MEMORY))
+atomic_contention = Rule("atomic_contention", _atomic_contention, MEMORY, (DEVICE_KERNELS, ATOMICS))

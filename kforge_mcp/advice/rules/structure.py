@@ -5,16 +5,27 @@ the inputs. Each comes priced in the roofline's terms; its gain is the drop of t
 
 from __future__ import annotations
 
-from kforge_mcp.advice.rules.base import ev, hot_kernels, recommendation, rule
+from dataclasses import dataclass
+
+from kforge_mcp.advice.rules.base import DEVICE_KERNELS, LEVERS, WEIGHT_WORK, Rule, ev, hot_kernels, recommendation
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
+
+
+@dataclass(frozen=True)
+class StructureThresholds:
+    weight_work_min_share: float = 0.01  # kernels down to 1% of the forward count, not the usual 5%: work on weights
+    # is pure waste, and a conversion pass is often small next to its GEMM (a choice)
+
+
+STRUCTURE = StructureThresholds()
+WEIGHTS_ONCE = "do the work on weights once per weight version"  # the change weights_once and a weight lever share
 
 
 def _si(v: float) -> str:
     return f"{v:.4g}"
 
 
-@rule
-def reference_structure(report: ProfileReport) -> list[Recommendation]:
+def _reference_structure(report: ProfileReport, t: StructureThresholds) -> list[Recommendation]:
     r = report.roofline
     if r is None or not r.levers or r.sol_ms <= 0:
         return []
@@ -41,17 +52,19 @@ def reference_structure(report: ProfileReport) -> list[Recommendation]:
                 "assumed to keep its fraction of speed of light"
                 + ("; 0 when the bound does not move: the saving is outside the roofline's model" if gain <= 0 else ""),
                 lowers_bound=True,
+                change=WEIGHTS_ONCE if lever.kind == "weight_once" else f"{lever.kind}: {lever.title}",
             )
         )
     return recs
 
 
-@rule
-def weights_once(report: ProfileReport) -> list[Recommendation]:
+def _weights_once(report: ProfileReport, t: StructureThresholds) -> list[Recommendation]:
     """Kernels whose launches read the weights alone (profiling/weight_work.py: two forwards on different inputs
     compared launch by launch) redo the same work every forward."""
     hits = [
-        (k, share, report.weight_work[k.name]) for k, share in hot_kernels(report, 0.01) if k.name in report.weight_work
+        (k, share, report.weight_work[k.name])
+        for k, share in hot_kernels(report, t.weight_work_min_share)
+        if k.name in report.weight_work
     ]
     if not hits:
         return []
@@ -81,5 +94,10 @@ def weights_once(report: ProfileReport) -> list[Recommendation]:
             expected_gain=gain,
             gain_basis="the kernels' share of the forward (timeline) x the share of their bytes moved by launches on "
             "weights alone: that work leaves the forward, a version check stays",
+            change=WEIGHTS_ONCE,
         )
     ]
+
+
+reference_structure = Rule("reference_structure", _reference_structure, STRUCTURE, (LEVERS,))
+weights_once = Rule("weights_once", _weights_once, STRUCTURE, (DEVICE_KERNELS, WEIGHT_WORK))

@@ -120,6 +120,7 @@ def compile_launch(launch: Launch, fn, backend_target) -> tuple[KernelResources,
     src = ASTSource(fn, launch.signature, constexprs=dict(launch.constexprs), attrs=dict(launch.attrs))
     compiled = triton.compile(src, target=backend_target, options=dict(launch.options))
     usage = cubin_resources(compiled.asm["cubin"]).get(compiled.name, {})
+    ptx = compiled.asm["ptx"]
     resources = KernelResources(
         name=launch.kernel,
         config=launch.config,
@@ -131,11 +132,12 @@ def compile_launch(launch: Launch, fn, backend_target) -> tuple[KernelResources,
         stack_bytes=usage.get("STACK"),
         num_warps=compiled.metadata.num_warps,
         num_stages=compiled.metadata.num_stages,
+        mma="wgmma" if "wgmma.mma_async" in ptx else "mma.sync" if "mma.sync" in ptx else "none",
         signature=launch.signature,
         constexprs={k: repr(v) for k, v in launch.named_constexprs().items()},
         divisible_by_16=launch.divisible_by_16(),
     )
-    return resources, compiled.asm["ptx"]
+    return resources, ptx
 
 
 def toolchain() -> dict[str, str]:
