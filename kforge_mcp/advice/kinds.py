@@ -18,6 +18,8 @@ class KindThresholds:
     busy_tensor_pct: float = 2.0  # a named GEMM with a tensor pipe above this uses it (an fp32 FMA GEMM reads 0)
     gemm_by_pipe_pct: float = 10.0  # an unnamed kernel is a GEMM when a tensor pipe is this busy (the hmma pipe
     # shares its counter with fp16 math: an element-wise kernel read 4-8% on the H100 corpus)
+    mma_cycles_pct: float = 1.0  # the tensor cores busy above this means MMAs ran (an FMA-only conv read 0.06% there
+    # while its hmma pipe counter read 3.26%, as much as its shared pipe: that counter alone cannot tell them apart)
     fma_gemm_pct: float = 30.0  # a user-named kernel of a problem with FLOPs, this busy on the FMA pipe, does them
     # (a choice: well above what loads and index math keep the FMA pipe busy with, well under an FMA GEMM's 78%)
     # A kernel whose pipes wait on global memory: few issue slots used, no busy math pipe, DRAM and L1/shared far
@@ -37,6 +39,23 @@ def busiest_tensor_pipe(k: KernelProfile) -> tuple[str | None, float]:
     if not pipes and k.tensor_pipe_pct is not None:
         pipes = [("tensor", k.tensor_pipe_pct)]
     return max(pipes, key=lambda x: x[1]) if pipes else (None, 0.0)
+
+
+def executed_mma(k: KernelProfile, t: KindThresholds = KINDS) -> tuple[str | None, str] | None:
+    """The MMA instructions the kernel ran, told from what ran (its PTX, the wgmma instructions executed, the tensor
+    cores' own cycles), never from the hmma pipe's counter alone: (unit, or None for none; the evidence), or None
+    when the profile has none of these."""
+    if "ptx_mma" in k.metrics:
+        unit = v.PTX_MMA.get(k.metrics["ptx_mma"])
+        return unit, "PTX: " + v.PTX_MMA_INSTRUCTION.get(unit or "", "no MMA instructions")
+    if k.metrics.get(v.WGMMA_INSTRUCTIONS, 0.0) > 0:
+        return "wgmma", f"wgmma instructions {k.metrics[v.WGMMA_INSTRUCTIONS]:.2g}% of peak"
+    cycles = k.metrics.get(v.TENSOR_CYCLES)
+    if cycles is None:
+        return None
+    if cycles <= t.mma_cycles_pct:
+        return None, f"tensor cores {cycles:.2g}% busy"
+    return "hmma", f"tensor cores {cycles:.2g}% busy, no wgmma"
 
 
 def classify(
@@ -84,13 +103,15 @@ def classify(
     else:
         kind = "other"
     path = None
-    if kind in ("gemm", "conv") and pipe and busy >= t.busy_tensor_pct and k.pipes:
+    ran = executed_mma(k, t) if kind in ("gemm", "conv") else None
+    if ran is not None:  # instructions say which unit did the math, whatever a pipe's cycles read
+        unit, said = ran
+        path = (f"{unit} ({by_name})" if by_name and by_name != "fp32" else unit) if unit else "fma"
+        basis.append(said)
+    elif kind in ("gemm", "conv") and pipe and busy >= t.busy_tensor_pct and k.pipes:
         unit = v.PIPE_UNIT.get(pipe, pipe)
         path = f"{unit} ({by_name})" if by_name and by_name != "fp32" else unit
         basis.append(f"{pipe} {busy:.0f}%")
-    elif kind in ("gemm", "conv") and "ptx_mma" in k.metrics:  # a Triton kernel's PTX, when no pipe metrics
-        path = v.PTX_MMA.get(k.metrics["ptx_mma"], "fma")
-        basis.append("PTX: " + v.PTX_MMA_INSTRUCTION.get(path, "no MMA instructions"))
     elif kind in ("gemm", "conv"):
         if pipe is not None or k.fma_pipe_pct is not None:  # metrics say: no tensor pipe in use
             path = "fma"

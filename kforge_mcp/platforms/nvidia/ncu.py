@@ -221,10 +221,13 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
         k.pipes["tensor_op_gmma"] = k.pipes.pop("tensor_op_hmma")
     if "lsu" not in k.pipes and "inst_pipe_lsu_pct" in k.metrics:
         k.pipes["lsu"] = k.metrics["inst_pipe_lsu_pct"]
+    tensor_cycles = m("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")
+    if tensor_cycles is not None:  # the tensor cores' own cycles: the hmma counter also counts what shares its pipe
+        k.metrics["tensor_cycles_pct"] = tensor_cycles
     tensor = [
         v
         for v in (
-            m("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
+            tensor_cycles,
             *(k.pipes.get(p) for p in ("tensor_op_gmma", "tensor_op_hmma", "tensor_op_imma")),
         )
         if v is not None
