@@ -245,3 +245,20 @@ def test_the_weight_cache_follows_a_changed_weight():
         check=False,
     )
     assert proc.returncode == 0 and "followed" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_a_mean_over_depth_of_a_convolution_reduces_its_input_first(tmp_path):
+    """mean_d (conv_transpose3d(x) * 2)[d] = the kernel's depth taps applied to x summed over depth: the FLOPs
+    shrink by the depth the convolution runs over (6 input slices), and the bound with them."""
+    roof, by_kind = levers_of("conv_transpose3d_mean_softmax", tmp_path)
+    lever = by_kind["reduce_first"]
+    assert lever.nodes[:3] == ["conv_transpose", "mul", "mean"]
+    conv = 2 * 2 * 4 * 8 * 27 * 6 * 8 * 8  # FlopCounterMode's count: each input pixel meets every tap
+    assert lever.evidence["convolution_flops"] == conv and lever.flops_saved == conv - conv / 6
+    assert "2-D convolution" in lever.action and lever.bytes_saved == 0
+    assert lever.sol_ms_after < roof.sol_ms
+
+
+def test_a_nonlinearity_between_a_convolution_and_its_mean_keeps_the_convolution(tmp_path):
+    _, by_kind = levers_of("conv2d_tanh_mean", tmp_path)
+    assert "reduce_first" not in by_kind

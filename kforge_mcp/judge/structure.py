@@ -6,6 +6,10 @@
   many outputs as the pool has windows) with a pre-reduced weight; a sum over its rows pre-sums
   the input instead. Per-feature affine steps between them (scale, shift, divide) fold in too; max
   and any nonlinearity do not.
+- reduce_first: a sum or mean over spatial dims of a convolution's output (through per-channel affine steps) is
+  linear in its input, sum_d conv(x)[d] = sum over the kernel's taps along d of the weights applied to x summed
+  over d (less the slices the border drops): reduce the input first, one partial sum per tap, and convolve in
+  fewer dims; the FLOPs shrink by the extent reduced.
 - weight_once: work on parameters alone (a transpose made contiguous, a scale, a concatenation, the
   conversion or split of a weight the compute path needs) is the same every forward: do it once per
   weight version (``param._version``), not per forward.
@@ -76,6 +80,12 @@ VIEWS = RESHAPES | {
 }
 SIZE_ONE_IDENTITIES = {"max", "amax", "min", "amin", "mean", "sum", "logsumexp"}
 HEAVY = {"linear", "matmul", "mm", "addmm", "bmm", "conv1d", "conv2d", "conv3d", "convolution"}
+CONVS = {
+    *(f"conv{d}d" for d in (1, 2, 3)),
+    *(f"convtranspose{d}d" for d in (1, 2, 3)),  # nn.ConvTranspose*d modules
+    *(f"conv_transpose{d}d" for d in (1, 2, 3)),  # torch.conv_transpose*d and F.conv_transpose*d
+    "convolution",
+}
 
 
 class Graph:
@@ -335,6 +345,97 @@ def fold_levers(g: Graph, roof: Roofline) -> list[Lever]:
             )
         )
     return levers
+
+
+def _per_channel(g: Graph, arg, channels: int, ndim: int) -> bool:
+    """A scalar, or a constant that varies along the channel dim (1) only, as a per-channel bias or scale."""
+    if not hasattr(arg, "op"):
+        return isinstance(arg, (int, float))
+    if g.from_input[arg]:
+        return False
+    s = (1,) * (ndim - len(g.shape(arg) or ())) + tuple(g.shape(arg) or ())
+    return all(d == 1 for i, d in enumerate(s) if i != 1) and s[1] in (1, channels)
+
+
+def _conv_extents(g: Graph, n) -> list[int] | None:
+    """The spatial extents a convolution node's FLOPs run over: its output's for a direct one, its input's for a
+    transposed one (each input pixel meets every tap once); None for any other node."""
+    name = g.op(n)
+    if name not in CONVS:
+        return None
+    transposed = "transpose" in name or (name == "convolution" and bool(n.args[6] if len(n.args) > 6 else False))
+    src = g.shape(n.args[0]) if n.args and hasattr(n.args[0], "op") else None
+    out = g.shape(n)
+    if not src or not out:
+        return None
+    return list(src[2:] if transposed else out[2:])
+
+
+def reduce_first_levers(g: Graph, roof: Roofline) -> list[Lever]:
+    """A sum or mean over spatial dims of a convolution's output, through per-channel affine steps only: reduce the
+    convolution's input over those dims first (one partial sum per kernel tap along each) and convolve in fewer
+    dims; its FLOPs shrink by the extent reduced, its input is still read once."""
+    levers = []
+    for conv in g.nodes:
+        extents = _conv_extents(g, conv) if conv.op in ("call_function", "call_method", "call_module") else None
+        if extents is None or not g.from_input[conv]:
+            continue
+        shape = g.tensor_shape(conv)
+        chain, cur, terminal = [conv], conv, None
+        while len(cur.users) == 1 and terminal is None:
+            u = next(iter(cur.users))
+            name = g.op(u)
+            if name in AFFINE:
+                others = [a for a in u.args if a is not cur]
+                if sum(a is cur for a in u.args) != 1 or (name in ("div", "true_divide") and u.args[0] is not cur):
+                    break
+                if not all(_per_channel(g, a, shape[1], len(shape)) for a in others):
+                    break
+            elif name in ("sum", "mean"):
+                terminal = u
+            else:
+                break
+            chain.append(u)
+            cur = u
+        if terminal is None:
+            continue
+        dims = _dims(terminal, len(shape))
+        spatial = [d for d in (range(len(shape)) if dims is None else dims) if d >= 2]
+        factor = 1
+        for d in spatial:
+            factor *= extents[d - 2]
+        if factor <= 1:
+            continue
+        conv_flops = g.flops[conv]
+        after = conv_flops / factor
+        names = ", ".join(str(d) for d in spatial)
+        left = len(shape) - 2 - len(spatial)
+        how = f"a {left}-D convolution" if left else "a product per kernel tap (no spatial dims left)"
+        reduction = g.op(terminal)
+        levers.append(
+            _lever(
+                roof,
+                "reduce_first",
+                f"Reduce before the convolution: the {reduction} over dim(s) {names} of {conv.name}'s output is "
+                "linear in its input",
+                f"{' -> '.join(g.op(c) for c in chain)}: a {reduction} over dim(s) {names} of a convolution's output "
+                f"(through per-channel steps) equals the kernel's taps along those dims applied to its input summed "
+                f"over them (less the slices the border drops): {_si(conv_flops)} FLOPs become {_si(after)}, "
+                f"{how} on the reduced input",
+                f"Sum the convolution's input over dim(s) {names} first, one partial sum per kernel tap along each "
+                "(the full sum less the border slices that tap never reaches), then compute "
+                f"{how} of those sums with the weights of each tap; apply the per-channel steps after.",
+                chain,
+                conv_flops - after,
+                0.0,
+                {"convolution_flops": conv_flops, "reduced_extent": factor, "dims": names},
+            )
+        )
+    return levers
+
+
+def _si(x: float) -> str:
+    return f"{x:.3g}"
 
 
 def weight_side(g: Graph, nodes) -> set:
@@ -644,7 +745,7 @@ def reference_levers(problem, device: str, roof: Roofline) -> Roofline:
     except Exception as e:  # noqa: BLE001  (a reference that cannot run on meta or be traced has no levers)
         roof.notes.append(f"levers of the reference's structure unavailable: {type(e).__name__}: {e}"[:400])
         return roof
-    roof.levers = fold_levers(g, roof) + weight_levers(g, roof)
+    roof.levers = fold_levers(g, roof) + reduce_first_levers(g, roof) + weight_levers(g, roof)
     try:
         found, notes = constant_levers(g, roof, problem, device)
         roof.levers += found
