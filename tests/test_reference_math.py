@@ -52,3 +52,16 @@ def test_an_exact_kernel_passes_against_a_reference_that_the_defaults_move(engin
     # the switch the problem set is as it was once the job is over (the warm worker serves the next job)
     again = engine.verify(PROBLEM, EXACT, **FAST)
     assert again.verdict == "pass" and again.baseline_math == report.baseline_math
+
+
+def test_outputs_within_atol_of_zero_are_named(engine):
+    """The mean of a GroupNorm's output is 0 plus rounding: a kernel of zeros passes, and the verdict says that
+    this check cannot tell it from a right one."""
+    report = engine.verify(
+        str(ROOT / "tests" / "problems" / "groupnorm_mean.py"), str(ROOT / "tests" / "candidates" / "zeros.py"), **FAST
+    )
+    assert report.verdict == "pass", (report.mismatches, report.errors)
+    within = next(f for f in report.findings if f.code == "outputs_within_atol")
+    assert within.severity == "warning" and within.evidence["largest_abs_output"] <= 1e-4
+    exact = engine.verify(PROBLEM, EXACT, **FAST)
+    assert "outputs_within_atol" not in {f.code for f in exact.findings}
