@@ -31,6 +31,7 @@ def test_an_fma_conv_whose_hmma_counter_reads_busy_is_told_to_use_tensor_cores()
     assert conv.compute_path == "fma", conv.kind_basis
     assert "tensor cores 0.06% busy" in (conv.kind_basis or "")
     assert a.recommendations[0].rule == "use_tensor_cores", [r.rule for r in a.recommendations]
+    assert "implicit GEMM" in a.recommendations[0].action and "The GEMM runs" not in a.recommendations[0].action
     assert "feed_tensor_pipe" not in [r.rule for r in a.recommendations]
 
 

@@ -235,6 +235,32 @@ TENSOR_WORDING = {
 }
 
 
+CONV_IMPLICIT_GEMM = Wording(
+    "The convolution runs on the FMA pipe. Do it as an implicit GEMM on the tensor cores: M = output pixels, N = "
+    "output channels, K = input channels x kernel taps; per K step gather a pixels x K tile of the input (each K "
+    "index a channel and a tap offset), and read the weight laid out once per weight version as [K x C_out] (cached "
+    "on the parameter's _version), so its tile loads contiguous.",
+    {
+        "triton": "The convolution runs on the FMA pipe. Do it as an implicit GEMM on the tensor cores: M = output "
+        "pixels, N = output channels, K = input channels x kernel taps; per K step gather a [BLOCK_M, BLOCK_K] tile "
+        "of the input with tl.load on computed offsets (each K index a channel and a tap offset, masked at the "
+        "borders), and read the weight laid out once per weight version as [K, C_out] (cached on the parameter's "
+        "_version), so its [BLOCK_K, BLOCK_N] tile loads contiguous; tl.dot the two tiles.",
+    },
+)
+SPLIT_REGISTERS = Wording(
+    "Split each tile into its parts right before its products, so only one K step's parts are live, and keep the "
+    "output tile at 64x64 to 128x64 per CTA: a split triples the operand registers (a 3xTF32 convolution with "
+    "128x128 tiles ran at 255 registers and spilled 63% of its memory traffic).",
+    {
+        "triton": "Split each tile into its parts right before its tl.dot calls, so only one K step's parts are "
+        "live, and keep BLOCK_M x BLOCK_N at 64x64 to 128x64 with num_warps=4-8: a split triples the operand "
+        "registers (a 3xTF32 convolution with 128x128 tiles ran at 255 registers and spilled 63% of its memory "
+        "traffic).",
+    },
+)
+
+
 def tensor_action(path: str, target: str | None) -> str:
     wording = TENSOR_WORDING.get(path)
     return wording.say(target) if wording else path
@@ -303,8 +329,13 @@ def _use_tensor_cores(report: ProfileReport, t: ComputeThresholds) -> list[Recom
         ev("FMA (fp32) peak", f"{fma / 1e12:.4g} TFLOP/s"),
     ]
     uncertain = gain < t.worth_gain <= high  # the efficiency range decides whether the change pays
+    convs = all(k.category == "conv" for k in report.device_kernels() if k.name in hits)
     action = (
-        f"The GEMM runs on the FMA pipe. Use {tensor_action(best.path, report.target)}. Keep the fused epilogue "
+        f"{CONV_IMPLICIT_GEMM.say(report.target)} Use {tensor_action(best.path, report.target)}."
+        + (f" {SPLIT_REGISTERS.say(report.target)}" if multi_term(best.path) else "")
+        + " Keep the fused epilogue in registers after the products."
+        if convs
+        else f"The GEMM runs on the FMA pipe. Use {tensor_action(best.path, report.target)}. Keep the fused epilogue "
         "(bias, activation) in registers after the products."
     )
     if uncertain:
