@@ -29,7 +29,7 @@ from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exceptio
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge import guards, precision
 from kforge_mcp.judge.baselines import BaselineCache, baseline_fns, time_with_baselines, warm
-from kforge_mcp.judge.correctness import compare_outputs
+from kforge_mcp.judge.correctness import compare_outputs, parameter_differences, weights_finding
 from kforge_mcp.judge.device_guard import DeviceGuard
 from kforge_mcp.judge.timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device, time_interleaved
 from kforge_mcp.targets import get_target
@@ -218,6 +218,7 @@ class Verifier:
                 self.reference, self.candidate = build_models(
                     self.problem, self.module, self.device, seed=self.sub_seed(0), dtype=self.judge.dtype
                 )
+                drawn_apart = parameter_differences(self.reference, self.candidate)  # said if the outputs differ
         except (SourceRuntimeError, CandidateError) as e:  # the candidate's fault: a verdict, not a tool error
             self.report.errors.append(e.message if isinstance(e, CandidateError) else str(e))
             self.report.diagnostics += e.diagnostics
@@ -239,6 +240,8 @@ class Verifier:
                         self.recheck_after_timing()
         except CandidateFailed:
             return self.verdict(error=True)
+        if self.report.mismatches:
+            self.finding(weights_finding(drawn_apart, self.sub_seed(0)))
         self.finding(guards.patched_timers(timers))
         self.finding(self.flags.finding(self.report.execution))
         for f in getattr(emulated, "findings", lambda: [])():
