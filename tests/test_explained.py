@@ -4,9 +4,13 @@ a roofline of bytes for a problem without products, autotuned kernels on the int
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
+import pytest
 from conftest import CANDIDATES, ROOT
+
+from kforge_mcp.core.errors import InputError
 
 PROBLEMS = ROOT / "tests" / "problems"
 FAST = {"target": "triton", "trials": 1, "baselines": ["eager"], "timing_budget_s": 0.1}
@@ -33,3 +37,62 @@ def test_parameters_drawn_in_another_order_are_named_beside_the_mismatch(engine)
     assert in_order != swapped
     report = engine.verify(problem, in_order, **FAST)
     assert report.verdict == "pass" and "weights_differ" not in {f.code for f in report.findings}, report
+
+
+# ---- the sandbox's refusals ----
+
+SOFTMAX = str(ROOT / "examples" / "problems" / "row_softmax.py")
+WRITES_TO = '''import torch
+import torch.nn as nn
+from pathlib import Path
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        Path({path!r}).write_text("escaped")
+        return torch.softmax(x, dim=-1)
+'''
+
+
+def sandbox_has(engine, protection: str) -> bool:
+    return f"{protection}: on" in engine.list_targets().host["sandbox"]
+
+
+def test_a_write_the_sandbox_refuses_says_so_and_what_it_allows(engine, tmp_path):
+    if not sandbox_has(engine, "landlock"):
+        pytest.skip("Landlock is not applied here")
+    target = tmp_path / "escaped.txt"
+    report = engine.verify(SOFTMAX, WRITES_TO.format(path=str(target)), **FAST)
+    assert report.verdict == "error" and not target.exists()
+    error = report.errors[0]
+    assert error.startswith("ModelNew.forward raised PermissionError"), error
+    assert f"the sandbox refused writing to {target}: candidates and problems may write only under " in error
+    assert str(engine.pool.tmp) in error and "make no network connections" in error, error
+    line = next(d for d in report.diagnostics if d.line == 8)  # the candidate's write
+    assert f"(the sandbox refused writing to {target})" in line.message, report.diagnostics
+
+
+def test_a_connection_the_sandbox_refuses_names_its_address(engine):
+    if not (sandbox_has(engine, "network") or sandbox_has(engine, "landlock")):
+        pytest.skip("neither the network namespace nor Landlock applies here")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        source = (CANDIDATES / "hostile_network.py").read_text().replace("PORT = 0", f"PORT = {port}")
+        report = engine.verify(SOFTMAX, source, **FAST)
+    assert report.verdict == "error"
+    assert f"the sandbox refused a connection to 127.0.0.1:{port}: " in report.errors[0], report.errors
+
+
+def test_a_problem_the_sandbox_refuses_a_write_is_told_so(engine, tmp_path):
+    if not sandbox_has(engine, "landlock"):
+        pytest.skip("Landlock is not applied here")
+    target = tmp_path / "inputs-cache.pt"
+    problem = Path(SOFTMAX).read_text().replace(
+        "def get_inputs():\n", f"def get_inputs():\n    open({str(target)!r}, 'w').write('x')\n"
+    )
+    with pytest.raises(InputError) as raised:
+        engine.verify(problem, str(ROOT / "examples/candidates/row_softmax/triton.py"), **FAST)
+    assert "problem: get_inputs() raised PermissionError" in raised.value.message
+    assert f"the sandbox refused writing to {target}: " in raised.value.message, raised.value.message

@@ -127,6 +127,7 @@ def serve(
         if device and device not in clean_devices:
             clean_devices[device] = device_snapshot(device)
         sandbox.reset_cpu_limit(settings.sandbox_cpu_s)  # a CPU-time backstop per job, not per worker life
+        sandbox.forget_socket_calls()
         workdir = Path(tempfile.mkdtemp(prefix="job-", dir=settings.worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
@@ -141,13 +142,14 @@ def serve(
             recycle = recycle or bool(device and device_state_left(device, clean_devices[device]))
             recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
             send({"type": "result", "ok": True, "value": value, "recycle": recycle})
-        except InputError as e:
+        except InputError as e:  # the problem's own code among them: say so when the sandbox refused it something
+            refused = sandbox.refusal(e)
             send(
                 {
                     "type": "result",
                     "ok": False,
                     "kind": "input",
-                    "message": e.message,
+                    "message": f"{e.message}; {refused}" if refused else e.message,
                     "diagnostics": [d.model_dump() for d in e.diagnostics],
                 }
             )
