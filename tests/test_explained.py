@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import CANDIDATES, ROOT
 
+from kforge_mcp.api import Engine
 from kforge_mcp.core.errors import InputError
 
 PROBLEMS = ROOT / "tests" / "problems"
@@ -96,3 +97,31 @@ def test_a_problem_the_sandbox_refuses_a_write_is_told_so(engine, tmp_path):
         engine.verify(problem, str(ROOT / "examples/candidates/row_softmax/triton.py"), **FAST)
     assert "problem: get_inputs() raised PermissionError" in raised.value.message
     assert f"the sandbox refused writing to {target}: " in raised.value.message, raised.value.message
+
+
+# ---- memory ----
+
+
+@pytest.fixture(scope="module")
+def small_engine(tmp_path_factory):
+    """Workers held to 1.5 GiB."""
+    eng = Engine(home=tmp_path_factory.mktemp("small-home"), memory_limit_mb=1536)
+    yield eng
+    eng.close()
+
+
+def test_inputs_larger_than_a_worker_may_hold_are_the_problems_error_named_with_the_limit(small_engine):
+    problem = Path(SOFTMAX).read_text().replace("rows, cols = 256, 1000", "rows, cols = 32768, 16384")  # 2 GiB
+    with pytest.raises(InputError) as raised:
+        small_engine.verify(problem, str(ROOT / "examples/candidates/row_softmax/triton.py"), **FAST)
+    message = raised.value.message
+    assert message.startswith("problem: get_inputs() makes 2.0 GiB of tensors (32768x16384 float32)"), message
+    assert "its memory limit is 1.5 GiB (KFORGE_WORKER_MEMORY_MB=1536" in message, message
+
+
+@pytest.mark.slow
+def test_a_worker_killed_for_memory_says_in_which_step_and_what_limits_it(small_engine):
+    report = small_engine.verify(SOFTMAX, str(CANDIDATES / "memory_hog.py"), **FAST)
+    assert report.verdict == "error"
+    assert report.errors[0].startswith("verify used more than 1.5 GiB of memory during correctness trial 1/1;")
+    assert "(the limit is KFORGE_WORKER_MEMORY_MB=1536)" in report.errors[0], report.errors

@@ -25,6 +25,7 @@ from kforge_mcp.core.options import FIRST_CALL_FLOOR_S, INTERPRETER_TRIAL_SCALE,
 from kforge_mcp.core.problem import build_models, load_problem, reference_model, seed_everything
 from kforge_mcp.core.requests import BaselinesRequest, VerifyRequest
 from kforge_mcp.core.schemas import Finding, InputSetReport, Timing, VerifyReport
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge import guards, precision
@@ -196,6 +197,7 @@ class Verifier:
     def load_problem(self) -> None:
         """The problem, the precision policy that will judge it, and the device's clocks bound."""
         self.problem = load_problem(self.req.problem, self.workdir)
+        self.problem.check_inputs_fit(Settings.read().worker_memory_mb)  # before the candidate is built
         self.judge = precision.resolve(self.req, self.problem)
         bind_device_clocks(self.device)
 

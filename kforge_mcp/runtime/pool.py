@@ -34,6 +34,7 @@ from kforge_mcp.runtime import sandbox
 from kforge_mcp.runtime.environment import worker_environment
 
 STARTUP_TIMEOUT_S = 180.0
+MEMORY_SETTING = "KFORGE_WORKER_MEMORY_MB"  # the pool passes its limit on, so a job can tell what will not fit
 POLL_S = 0.05
 
 
@@ -223,8 +224,11 @@ class Worker:
                 )
             if memory_limit and _rss_bytes(self.proc.pid) > memory_limit:
                 self.kill()
+                during = f" during {step.message}" if step is not None and step.message else ""
                 raise self._failure(
-                    "memory", f"{what} used more than {memory_limit / 2**30:.1f} GiB of memory; the worker was killed"
+                    "memory",
+                    f"{what} used more than {memory_limit / 2**30:.1f} GiB of memory{during}; the worker was killed "
+                    f"(the limit is {MEMORY_SETTING}={memory_limit // 2**20})",
                 )
 
     def wait_ready(self, memory_limit: int | None) -> None:
@@ -349,6 +353,7 @@ class WorkerPool:
             cgroup = sandbox.PidsCgroup.create(self.settings.sandbox_max_procs)
         if cgroup is not None:
             env["KFORGE_SANDBOX_CGROUP"] = str(cgroup.path)
+        env[MEMORY_SETTING] = str(self.memory_limit // 2**20 if self.memory_limit else 0)
         max_tasks = None
         if sandbox.watchdog_applies(cgroup is not None):  # no pids cgroup here: count the tree ourselves
             max_tasks = self.settings.sandbox_max_procs
