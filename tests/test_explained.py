@@ -125,3 +125,30 @@ def test_a_worker_killed_for_memory_says_in_which_step_and_what_limits_it(small_
     assert report.verdict == "error"
     assert report.errors[0].startswith("verify used more than 1.5 GiB of memory during correctness trial 1/1;")
     assert "(the limit is KFORGE_WORKER_MEMORY_MB=1536)" in report.errors[0], report.errors
+
+
+# ---- a hang ----
+
+HANGS_AFTER_PROFILING = '''import time
+
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        with torch.profiler.profile():
+            torch.softmax(x, dim=-1)
+        while True:
+            time.sleep(0.1)
+'''
+
+
+@pytest.mark.slow
+def test_a_hang_names_the_line_it_was_killed_on_and_carries_no_profiler_log(engine):
+    report = engine.verify(SOFTMAX, HANGS_AFTER_PROFILING, **{**FAST, "timeout_s": 15})
+    assert report.verdict == "error"
+    assert "the worker was killed while it ran line 12 of the candidate (in forward)" in report.errors[0], report.errors
+    assert report.diagnostics[0].line == 12, report.diagnostics
+    assert "candidate_" in report.errors[1] and "line 12 in forward" in report.errors[1], report.errors
+    assert not any(word in "\n".join(report.errors) for word in ("USDT", "STAGE:", "profiler_start")), report.errors

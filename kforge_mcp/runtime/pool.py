@@ -127,6 +127,7 @@ class Worker:
         self.max_tasks = max_tasks
         self.jobs_served = 0
         self.stderr: collections.deque[str] = collections.deque(maxlen=300)
+        self.lines_seen = self.job_started_at = 0  # stderr lines read in all, and when the current job began
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         self.proc = subprocess.Popen(
@@ -150,9 +151,27 @@ class Worker:
         assert self.proc.stderr is not None  # started with stderr=PIPE
         for raw in iter(self.proc.stderr.readline, b""):
             self.stderr.append(raw.decode(errors="replace").rstrip("\n"))
+            self.lines_seen += 1
 
     def stderr_tail(self, lines: int = 40) -> str:
-        return summarize_stderr(list(self.stderr)[-200:], lines)
+        """The end of what the current job wrote to stderr (an earlier job's lines would blame it wrongly)."""
+        fresh = min(len(self.stderr), self.lines_seen - self.job_started_at, 200)
+        return summarize_stderr(list(self.stderr)[len(self.stderr) - fresh :], lines)
+
+    def dump_stacks(self) -> None:
+        """Have a hung worker write its Python stacks to stderr (faulthandler on SIGUSR1, worker.main) before
+        it is killed, and wait briefly for them: they hold the line the candidate was running."""
+        seen = self.lines_seen
+        try:
+            os.kill(self.proc.pid, signal.SIGUSR1)
+        except OSError:
+            return
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and not any(
+            line.startswith(("Current thread", "Thread 0x", "Stack (most"))
+            for line in list(self.stderr)[len(self.stderr) - min(len(self.stderr), self.lines_seen - seen) :]
+        ):
+            time.sleep(0.02)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -181,8 +200,10 @@ class Worker:
     def _failure(self, reason: str, message: str) -> WorkerFailure:
         time.sleep(0.1)  # let the stderr reader catch the last lines (faulthandler's stack)
         tail = self.stderr_tail()
-        lines = re.findall(r'candidate_\d+\.py", line (\d+)', tail)
-        return WorkerFailure(reason, message, tail, int(lines[-1]) if lines else None)
+        frames = re.findall(r'candidate_\d+\.py", line (\d+),? in (\S+)', tail)
+        if frames and reason == "timeout":
+            message += f" while it ran line {frames[-1][0]} of the candidate (in {frames[-1][1]})"
+        return WorkerFailure(reason, message, tail, int(frames[-1][0]) if frames else None)
 
     def _wait_message(
         self,
@@ -200,6 +221,7 @@ class Worker:
             if step is not None:
                 step.tick()
                 if step.overrun():
+                    self.dump_stacks()
                     self.kill()
                     raise self._failure("timeout", step.overrun_message())
             if self.from_worker.poll(POLL_S):
@@ -213,6 +235,7 @@ class Worker:
             if self.proc.poll() is not None:
                 raise self._failure("crash", f"the worker died during {what} ({_signal_name(self.proc.returncode)})")
             if time.monotonic() > deadline:
+                self.dump_stacks()
                 self.kill()
                 raise self._failure("timeout", f"{what} did not finish within {timeout_s:g} s; the worker was killed")
             if self.max_tasks and sandbox.tree_tasks(self.proc.pid) > self.max_tasks:
@@ -246,6 +269,7 @@ class Worker:
         cancel: threading.Event | None,
     ) -> dict:
         kind = request.kind
+        self.job_started_at = self.lines_seen
         self.to_worker.send_bytes(json.dumps({"kind": kind, "payload": request.model_dump(mode="json")}).encode())
         self.jobs_served += 1
         deadline = time.monotonic() + timeout_s

@@ -12,6 +12,7 @@ import faulthandler
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import traceback
@@ -176,6 +177,8 @@ def main(handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
     os.dup2(2, 1)  # candidate prints must never land in the protocol
     sys.stdout = sys.stderr
     faulthandler.enable()  # a segfault prints the Python stack, with the candidate's line
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # so does a hang: the pool signals before it kills
+    os.environ["KINETO_LOG_LEVEL"] = "6"  # torch.profiler's stage lines (USDT: ... profiler_start) are noise here
     from kforge_mcp.runtime.sandbox import apply
 
     settings = Settings.read()  # this process's entry: read once, from the environment the pool gave it
