@@ -4,14 +4,18 @@ a roofline of bytes for a problem without products, autotuned kernels on the int
 
 from __future__ import annotations
 
+import io
 import socket
 from pathlib import Path
 
 import pytest
 from conftest import CANDIDATES, ROOT
+from rich.console import Console
 
 from kforge_mcp.api import Engine
+from kforge_mcp.cli import reports
 from kforge_mcp.core.errors import InputError
+from kforge_mcp.judge.roofline import PLACEHOLDER_NOTE, make_roofline, placeholder_peaks
 
 PROBLEMS = ROOT / "tests" / "problems"
 FAST = {"target": "triton", "trials": 1, "baselines": ["eager"], "timing_budget_s": 0.1}
@@ -152,3 +156,29 @@ def test_a_hang_names_the_line_it_was_killed_on_and_carries_no_profiler_log(engi
     assert report.diagnostics[0].line == 12, report.diagnostics
     assert "candidate_" in report.errors[1] and "line 12 in forward" in report.errors[1], report.errors
     assert not any(word in "\n".join(report.errors) for word in ("USDT", "STAGE:", "profiler_start")), report.errors
+
+
+# ---- what a CPU-only user is told ----
+
+
+def test_a_problem_without_products_gets_a_roofline_of_bytes_only():
+    r = make_roofline(0.0, 4e6, "fp32", "H100 SXM", out_bytes=2e6)
+    assert r.paths == [] and r.bound == "memory" and r.path_reason.startswith("none: no matrix products"), r
+    for word in ("tensor", "MMA", "bf16", "tf32", "path"):
+        assert word not in r.bound_reason, r.bound_reason
+    gemm = make_roofline(2e12, 4e6, "fp32", "H100 SXM")
+    assert gemm.paths and "bf16" in {p.path for p in gemm.paths}  # products keep their paths
+
+
+def test_placeholder_peaks_are_said_wherever_their_bound_is_printed(engine, monkeypatch):
+    assert placeholder_peaks(make_roofline(0.0, 4e6, "fp32", "cpu"))
+    assert PLACEHOLDER_NOTE in make_roofline(1e9, 4e6, "fp32", "cpu").bound_reason
+    assert PLACEHOLDER_NOTE not in make_roofline(1e9, 4e6, "fp32", "H200").bound_reason
+
+    report = engine.profile(SOFTMAX, target="triton", device="cpu")
+    screen = Console(width=200, file=io.StringIO(), color_system=None)
+    monkeypatch.setattr(reports, "out", screen)
+    reports.print_profile(report)
+    line = next(x for x in screen.file.getvalue().splitlines() if x.startswith("roofline"))
+    assert "(bytes only)" in line and "path" not in line, line
+    assert line.endswith(f"fraction of SOL {report.roofline.fraction_of_sol:.1%} ({PLACEHOLDER_NOTE})"), line
