@@ -182,3 +182,17 @@ def test_placeholder_peaks_are_said_wherever_their_bound_is_printed(engine, monk
     line = next(x for x in screen.file.getvalue().splitlines() if x.startswith("roofline"))
     assert "(bytes only)" in line and "path" not in line, line
     assert line.endswith(f"fraction of SOL {report.roofline.fraction_of_sol:.1%} ({PLACEHOLDER_NOTE})"), line
+
+
+def test_an_autotuned_kernel_runs_its_first_config_that_runs_on_the_interpreter(engine):
+    """The widest config first: it fails its static_assert, so the next one runs, and the report says which."""
+    source = (CANDIDATES / "autotuned.py").read_text()
+    widest = '        triton.Config({"BLOCK": 16384}, num_warps=16, num_stages=3),\n'
+    assert widest in source
+    source = source.replace(widest, "").replace("    configs=[\n", "    configs=[\n" + widest)
+    problem = (ROOT / "examples/problems/fused_bias_gelu.py").read_text().replace("512, 1024", "4, 256")
+    report = engine.verify(problem, source, **FAST)
+    assert report.verdict == "pass", (report.errors, report.mismatches)
+    finding = next(f for f in report.findings if f.code == "autotune_first_config")
+    assert finding.evidence["configs"] == {"bias_gelu_scale_kernel": "BLOCK=256, num_warps=2, num_stages=1"}
+    assert "cannot time autotune configs" in finding.message and "on a GPU" in finding.message
