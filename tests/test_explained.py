@@ -5,7 +5,9 @@ a roofline of bytes for a problem without products, autotuned kernels on the int
 from __future__ import annotations
 
 import io
+import re
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,9 +15,10 @@ from conftest import CANDIDATES, ROOT
 from rich.console import Console
 
 from kforge_mcp.api import Engine
-from kforge_mcp.cli import reports
+from kforge_mcp.cli import bench, console, reports
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.judge.roofline import PLACEHOLDER_NOTE, make_roofline, placeholder_peaks
+from kforge_mcp.suite_report import BenchSummary, ProblemResult, SuiteMetrics
 
 PROBLEMS = ROOT / "tests" / "problems"
 FAST = {"target": "triton", "trials": 1, "baselines": ["eager"], "timing_budget_s": 0.1}
@@ -196,3 +199,49 @@ def test_an_autotuned_kernel_runs_its_first_config_that_runs_on_the_interpreter(
     finding = next(f for f in report.findings if f.code == "autotune_first_config")
     assert finding.evidence["configs"] == {"bias_gelu_scale_kernel": "BLOCK=256, num_warps=2, num_stages=1"}
     assert "cannot time autotune configs" in finding.message and "on a GPU" in finding.message
+
+
+def bench_summary() -> BenchSummary:
+    def row(problem: str, verdict: str, candidate: str, speedup: float) -> ProblemResult:
+        return ProblemResult(
+            problem=problem,
+            path=f"examples/problems/{problem}.py",
+            correct=verdict == "pass",
+            best_verdict=verdict,
+            best_candidate=f"{problem}/{candidate}",
+            speedup=speedup,
+            speedup_eager=speedup * 1.5,
+            speedup_compiled=speedup,
+        )
+
+    problems = [
+        row("fused_bias_gelu", "pass", "triton_autotuned.py", 0.0213),
+        row("gemm_bias_relu", "suspicious", "triton_3xtf32_fed.py", 0.00412),
+        row("row_softmax", "pass", "triton.py", 0.0288),
+    ]
+    suite = SuiteMetrics(problems=3, correct=2, correctness_rate=2 / 3, candidates_judged=12)
+    return BenchSummary(target="triton", mode="verify", problems_dir="p", out="o", suite=suite, problems=problems)
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_bench_table_keeps_the_winning_candidate_in_view(width, monkeypatch):
+    screen = Console(width=width, file=io.StringIO(), color_system=None)
+    for module in (console, bench):
+        monkeypatch.setattr(module, "out", screen)
+    monkeypatch.setattr(console, "PIPED", False)
+    bench.print_summary(bench_summary())
+    text = screen.file.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= width, text
+    for name in ("triton_autotuned.py", "triton_3xtf32_fed.py", "suspicious", "0.00412"):
+        assert re.search(rf"│ {re.escape(name)}\s+│", text) or f"{name} │" in text, (name, text)
+    if width == 80:
+        assert "left out at 80 columns: vs eager" in text.replace("\n", " "), text
+
+
+def test_the_readmes_bench_command_writes_where_git_ignores_it():
+    command = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("kforge bench"))
+    out = command.split("--out ")[1].split()[0]
+    inside = not Path(out).is_absolute() and not out.startswith("~")
+    if inside:  # a folder of the working tree: its results must not show up as changes
+        ignored = subprocess.run(["git", "check-ignore", "-q", f"{out}/summary.json"], cwd=ROOT)
+        assert ignored.returncode == 0, f"{out} is not in .gitignore"
