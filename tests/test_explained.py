@@ -5,9 +5,13 @@ a roofline of bytes for a problem without products, autotuned kernels on the int
 from __future__ import annotations
 
 import io
+import os
 import re
 import socket
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -245,3 +249,48 @@ def test_the_readmes_bench_command_writes_where_git_ignores_it():
     if inside:  # a folder of the working tree: its results must not show up as changes
         ignored = subprocess.run(["git", "check-ignore", "-q", f"{out}/summary.json"], cwd=ROOT)
         assert ignored.returncode == 0, f"{out} is not in .gitignore"
+
+
+# ---- the banners ----
+
+
+def banner_until(args: list[str], home: Path, wanted: tuple[str, ...], timeout: float = 120) -> str:
+    """The server's stderr until every ``wanted`` line start has shown (stdin stays open: stdio serves on)."""
+    env = {**os.environ, "KFORGE_HOME": str(home)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kforge_mcp.cli", "serve", *args],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not all(any(x.startswith(w) for x in lines) for w in wanted):
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_both_banners_give_the_command_and_the_targets(transport, tmp_path):
+    args = ["--transport", transport] + (["--port", str(free_port())] if transport == "http" else [])
+    text = banner_until(args, tmp_path / "home", ("command:", "targets:"))
+    lines = text.splitlines()
+    command = next((x for x in lines if x.startswith("command: ")), None)
+    assert command is not None and "kforge-mcp" in command, text
+    targets = next((x for x in lines if x.startswith("targets: ")), None)
+    assert targets is not None and "triton (" in targets, text
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
