@@ -294,3 +294,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# ---- the README's GPU set-up ----
+
+
+def test_the_readme_gives_the_gpu_set_up_beside_the_cpu_one():
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    assert blocks[0].strip().endswith(".venv/bin/kforge serve --transport http"), blocks[0]  # the opening two
+    assert blocks[1].strip().endswith(".venv/bin/pytest -q"), blocks[1]
+    gpu = next((b for b in blocks if "pytest -q -m gpu" in b), None)
+    assert gpu is not None, "no GPU set-up block"
+    assert "--index-url https://download.pytorch.org/whl/cu" in gpu and "nvcc" in gpu and "--version" in gpu, gpu
+    assert ".venv/bin/kforge targets" in gpu, gpu
+    assert '"gpu: ' in (ROOT / "pyproject.toml").read_text()  # the marker it selects is declared
