@@ -54,7 +54,7 @@ def test_parameters_drawn_in_another_order_are_named_beside_the_mismatch(engine)
 # ---- the sandbox's refusals ----
 
 SOFTMAX = str(ROOT / "examples" / "problems" / "row_softmax.py")
-WRITES_TO = '''import torch
+WRITES_TO = """import torch
 import torch.nn as nn
 from pathlib import Path
 
@@ -63,7 +63,7 @@ class ModelNew(nn.Module):
     def forward(self, x):
         Path({path!r}).write_text("escaped")
         return torch.softmax(x, dim=-1)
-'''
+"""
 
 
 def sandbox_has(engine, protection: str) -> bool:
@@ -101,8 +101,10 @@ def test_a_problem_the_sandbox_refuses_a_write_is_told_so(engine, tmp_path):
     if not sandbox_has(engine, "landlock"):
         pytest.skip("Landlock is not applied here")
     target = tmp_path / "inputs-cache.pt"
-    problem = Path(SOFTMAX).read_text().replace(
-        "def get_inputs():\n", f"def get_inputs():\n    open({str(target)!r}, 'w').write('x')\n"
+    problem = (
+        Path(SOFTMAX)
+        .read_text()
+        .replace("def get_inputs():\n", f"def get_inputs():\n    open({str(target)!r}, 'w').write('x')\n")
     )
     with pytest.raises(InputError) as raised:
         engine.verify(problem, str(ROOT / "examples/candidates/row_softmax/triton.py"), **FAST)
@@ -140,7 +142,7 @@ def test_a_worker_killed_for_memory_says_in_which_step_and_what_limits_it(small_
 
 # ---- a hang ----
 
-HANGS_AFTER_PROFILING = '''import time
+HANGS_AFTER_PROFILING = """import time
 
 import torch
 import torch.nn as nn
@@ -152,7 +154,7 @@ class ModelNew(nn.Module):
             torch.softmax(x, dim=-1)
         while True:
             time.sleep(0.1)
-'''
+"""
 
 
 @pytest.mark.slow

@@ -39,6 +39,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.runtime.landlock import _landlock, _libc, writable_dirs
@@ -327,12 +328,12 @@ def _unshare_network() -> str:
 NETWORK_ERRNOS = (errno.EACCES, errno.EPERM, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL)
 WRITE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 LOOK_UPS = ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr")
-_last_socket_call: list = []  # [audit event, its arguments]: the job's last socket call, to name what was refused
+_last_socket_call: list[tuple[str, tuple[Any, ...]]] = []  # (audit event, its arguments) of the job's last socket call
 
 
 def _audit(event: str, args: tuple) -> None:
     if event.startswith("socket."):
-        _last_socket_call[:] = [event, args]
+        _last_socket_call[:] = [(event, args)]
 
 
 def forget_socket_calls() -> None:
@@ -356,11 +357,11 @@ def _write_dirs() -> list[str]:
 def _refused(e: OSError) -> str | None:
     """The operation the sandbox refused, in words, when ``e`` is its doing."""
     network = _on("network") or (_on("landlock") and "tcp" in STATUS["landlock"])
-    event, args = _last_socket_call or ("", ())
+    event, args = _last_socket_call[0] if _last_socket_call else ("", ())
     if isinstance(e, (socket.gaierror, socket.herror)):
         if not network:
             return None
-        host = args[0] if event in LOOK_UPS else args[1][0] if event in ("socket.connect", "socket.bind") else None
+        host = args[0] if event in LOOK_UPS else None  # (socket.connect is audited after its look-up)
         return f"looking up the host {host}" if isinstance(host, str) else "a host-name look-up"
     if e.filename is not None:
         path = os.fsdecode(e.filename)
