@@ -33,7 +33,7 @@ from kforge_mcp.judge.baselines import BaselineCache, baseline_fns, time_with_ba
 from kforge_mcp.judge.correctness import compare_outputs, parameter_differences, weights_finding
 from kforge_mcp.judge.device_guard import DeviceGuard
 from kforge_mcp.judge.timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device, time_interleaved
-from kforge_mcp.runtime import sandbox
+from kforge_mcp.runtime import refusals
 from kforge_mcp.targets import get_target
 
 # offsets of the sub-seeds drawn from a call's seed (seed * 2**20 + offset)
@@ -133,7 +133,7 @@ class Verifier:
     def candidate_error(self, what: str, exc: BaseException) -> CandidateFailed:
         assert self.module.__file__ is not None  # import_source ran it from a file
         diags = diagnostics_from_exception(exc, Path(self.module.__file__), self.module.__kforge_source__)
-        self.report.errors.append(explained(f"{what} raised {type(exc).__name__}: {exc}", exc, diags))
+        self.report.errors.append(refusals.explained(f"{what} raised {type(exc).__name__}: {exc}", exc, diags))
         self.report.diagnostics += diags
         return CandidateFailed()
 
@@ -224,7 +224,7 @@ class Verifier:
                 drawn_apart = parameter_differences(self.reference, self.candidate)  # said if the outputs differ
         except (SourceRuntimeError, CandidateError) as e:  # the candidate's fault: a verdict, not a tool error
             self.report.errors.append(
-                explained(e.message if isinstance(e, CandidateError) else str(e), e, e.diagnostics)
+                refusals.explained(e.message if isinstance(e, CandidateError) else str(e), e, e.diagnostics)
             )
             self.report.diagnostics += e.diagnostics
             return self.verdict(error=True)
@@ -556,16 +556,6 @@ class Verifier:
             r.correct = True
             r.verdict = "suspicious" if any(f.severity == "suspicious" for f in r.findings) else "pass"
         return r
-
-
-def explained(message: str, exc: BaseException, diagnostics: list) -> str:
-    """``message``, and the diagnostic at the candidate's line, with what the sandbox refused when it did."""
-    what = sandbox.refused(exc)
-    if what is None:
-        return message
-    if diagnostics:
-        diagnostics[0].message += f" (the sandbox refused {what})"
-    return f"{message}; the sandbox refused {what}: {sandbox.allowed()}"
 
 
 def describe_inputs(inputs: list) -> list[str]:

@@ -100,7 +100,7 @@ def serve(
         send({"type": "progress", "message": text} | ({"limit_s": limit_s, "limit_why": why} if limit_s else {}))
 
     from kforge_mcp.core.requests import parse_request
-    from kforge_mcp.runtime import sandbox
+    from kforge_mcp.runtime import refusals, sandbox
 
     clean_timers = None  # taken once torch is in: a job that patches these leaves a worker we do not reuse
     clean_devices: dict[str, dict] = {}  # device -> its state before any candidate ran on it in this worker
@@ -128,7 +128,7 @@ def serve(
         if device and device not in clean_devices:
             clean_devices[device] = device_snapshot(device)
         sandbox.reset_cpu_limit(settings.sandbox_cpu_s)  # a CPU-time backstop per job, not per worker life
-        sandbox.forget_socket_calls()
+        refusals.forget_socket_calls()
         workdir = Path(tempfile.mkdtemp(prefix="job-", dir=settings.worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
@@ -144,7 +144,7 @@ def serve(
             recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
             send({"type": "result", "ok": True, "value": value, "recycle": recycle})
         except InputError as e:  # the problem's own code among them: say so when the sandbox refused it something
-            refused = sandbox.refusal(e)
+            refused = refusals.refusal(e)
             send(
                 {
                     "type": "result",
@@ -179,8 +179,10 @@ def main(handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
     faulthandler.enable()  # a segfault prints the Python stack, with the candidate's line
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # so does a hang: the pool signals before it kills
     os.environ["KINETO_LOG_LEVEL"] = "6"  # torch.profiler's stage lines (USDT: ... profiler_start) are noise here
+    from kforge_mcp.runtime import refusals
     from kforge_mcp.runtime.sandbox import apply
 
     settings = Settings.read()  # this process's entry: read once, from the environment the pool gave it
     apply(settings)  # limits, no network, writes only to its temp dir and caches: before any candidate code
+    sys.addaudithook(refusals.audit)  # names the address of a connection the sandbox refuses
     serve(conn_in, conn_out, handlers, timer_snapshot, settings)

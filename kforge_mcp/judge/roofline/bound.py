@@ -54,6 +54,13 @@ def bound_text(r: Roofline) -> str:
     return head + other
 
 
+def no_path(flops: float, dtype: str, device: str) -> str:
+    """Why a roofline has no compute path: nothing to compute on one, or none in the device's table."""
+    if flops == 0:
+        return "none: no matrix products or convolutions, so the bound is the bytes moved"
+    return f"{dtype}: no path in the {device} table"
+
+
 def placeholder_peaks(r: Roofline) -> bool:
     """Whether ``r``'s bound, and so any fraction of it, comes from the table's placeholder figures."""
     return r.peaks_source == PLACEHOLDER
@@ -101,13 +108,7 @@ def make_roofline(
         notes.append(f"{peaks.name}: {peaks.note}")
     tol = path_tolerance(dtype, atol, rtol)
     measured_any = measured is not None and bool(measured.errors)
-    reason = (
-        path_choice(paths, best, tol, measured_any)
-        if best
-        else "none: no matrix products or convolutions, so the bound is the bytes moved"
-        if flops == 0
-        else f"{dtype}: no path in the {peaks.name} table"
-    )
+    reason = path_choice(paths, best, tol, measured_any) if best else no_path(flops, dtype, peaks.name)
     by_peak = fastest(feasible)
     if best and by_peak and by_peak.path != best.path:
         reason += (
