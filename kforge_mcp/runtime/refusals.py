@@ -96,12 +96,6 @@ def allowed() -> str:
     return f"candidates and problems may write only under {', '.join(dirs)} and make no network connections"
 
 
-def refusal(exc: BaseException) -> str | None:
-    """'the sandbox refused ...: what it allows' for an error that is the sandbox's doing (``refused``)."""
-    what = refused(exc)
-    return f"the sandbox refused {what}: {allowed()}" if what else None
-
-
 def explained(message: str, exc: BaseException, diagnostics: list) -> str:
     """``message``, and the diagnostic at the submitted code's line, with what the sandbox refused when it did."""
     what = refused(exc)

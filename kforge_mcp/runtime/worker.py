@@ -144,13 +144,12 @@ def serve(
             recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
             send({"type": "result", "ok": True, "value": value, "recycle": recycle})
         except InputError as e:  # the problem's own code among them: say so when the sandbox refused it something
-            refused = refusals.refusal(e)
             send(
                 {
                     "type": "result",
                     "ok": False,
                     "kind": "input",
-                    "message": f"{e.message}; {refused}" if refused else e.message,
+                    "message": refusals.explained(e.message, e, e.diagnostics),
                     "diagnostics": [d.model_dump() for d in e.diagnostics],
                 }
             )
