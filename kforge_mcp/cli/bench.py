@@ -170,14 +170,23 @@ def print_summary(summary) -> None:
         f"kforge bench: {summary.target}, {summary.suite.problems} problems "
         f"({summary.device or '-'}, {summary.execution or '-'})"
     )
+
+    def longest(names, cap: int) -> int:
+        return min(cap, max((len(n) for n in names), default=0))
+
+    # the winner stays in view: on a narrow terminal the ratios the speedup already sums up go first
     cols = [
-        Col("problem", max_width=40, min_width=min(40, max((len(r.problem) for r in summary.problems), default=7))),
-        Col("best"),
-        Col("candidate", drop=2, max_width=30, min_width=12),
+        Col("problem", max_width=40, min_width=longest((r.problem for r in summary.problems), 24)),
+        Col("best", min_width=longest((r.best_verdict or "none" for r in summary.problems), 10)),
+        Col(
+            "candidate",
+            max_width=30,
+            min_width=longest((Path(r.best_candidate).name for r in summary.problems if r.best_candidate), 24),
+        ),
         Col("speedup", numeric=True),
-        Col("vs eager", numeric=True, drop=1),
-        Col("vs compile", numeric=True, drop=1),
-        Col("SOL %", numeric=True),
+        Col("vs eager", numeric=True, drop=3),
+        Col("vs compile", numeric=True, drop=2),
+        Col("SOL %", numeric=True, drop=1),
     ]
     cols += [Col("findings / error", max_width=70)] if wide else []
     rows, below = [], []

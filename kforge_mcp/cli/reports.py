@@ -244,15 +244,20 @@ def print_profile(report) -> None:
         out.print(f"host launch time per forward: {report.host_overhead_ms * 1e3:.1f} us")
     r = report.roofline
     if r is not None:
+        from kforge_mcp.judge.roofline import PLACEHOLDER_NOTE, placeholder_peaks
+
         fraction = (
             "none: no time measured on this device"
             if r.fraction_of_sol is None and r.modeled
             else fmt(r.fraction_of_sol, ".1%") + (f" of a corrected bound ({r.correction})" if r.below_bound else "")
         )
+        if placeholder_peaks(r):
+            fraction += f" ({PLACEHOLDER_NOTE})"
         out.print(
             Text.assemble(
                 Text("roofline " + ("(a model) " if r.modeled else ""), style="bold"),
-                f"{r.device} {r.dtype} (bound on the {r.path} path): {r.flops:.3g} FLOPs, "
+                f"{r.device} {r.dtype} ({'bytes only' if r.flops == 0 else f'bound on the {r.path} path'}): "
+                f"{r.flops:.3g} FLOPs, "
                 f"{r.bytes:.3g} bytes, T_SOL {r.sol_ms * 1e3:.2f} us, {r.bound}-bound, fraction of SOL {fraction}",
             )
         )

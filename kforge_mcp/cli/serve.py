@@ -64,24 +64,25 @@ def transport_security(host: str):
 
 
 def banner(args, engine) -> None:
+    """How to connect, the launcher a host runs (``command:``), the targets (over stdio they follow once probed:
+    the host's handshake is not kept waiting), and what the server allows."""
     name = Text("kforge", style="bold magenta")
     lines = [Text.assemble(name, f" {__version__}  MCP server, transport {args.transport}")]
+    launcher, on_path = server_launcher()
+    found = "on PATH" if on_path else "not on PATH: write this absolute path as the host's command"
+    if args.transport == "http":
+        found = f"for hosts that launch the server over stdio; {found}"
+    command = Text(f"command: {launcher}") + Text(f"  ({found})", style="dim")
     if args.transport == "stdio":
-        launcher, on_path = server_launcher()
-        command = "kforge-mcp" + (f" --home {args.home}" if args.home else "")
-        lines.append(Text(f"connect: configure your MCP client to launch the command: {command}"))
-        lines.append(
-            Text(f"command: {launcher}")
-            + Text(
-                "  (on PATH)" if on_path else "  (not on PATH: write this absolute path as the host's command)",
-                style="dim",
-            )
-        )
+        launch = "kforge-mcp" + (f" --home {args.home}" if args.home else "")
+        lines.append(Text(f"connect: configure your MCP client to launch the command: {launch}"))
+        lines.append(command)
     else:
         url = f"http://{url_host(args.host)}:{args.port}/mcp"
         lines.append(Text.assemble("url:     ", Text(url, style="bold"), "  (streamable HTTP)"))
         reachable = socket.gethostname() if args.host in WILDCARD_HOSTS else url_host(args.host)
         lines.append(Text(f"connect: point your MCP client at http://{reachable}:{args.port}/mcp"))
+        lines.append(command)
         lines.append(targets_line(engine))
         if args.token:
             lines.append(Text("auth:    bearer token required (Authorization: Bearer <token>)"))
@@ -104,6 +105,12 @@ def banner(args, engine) -> None:
     lines.append(Text(f"home:    {engine.home}", style="dim"))
     for line in lines:
         err.print(line, soft_wrap=True)
+    if args.transport == "stdio":
+        threading.Thread(
+            target=lambda: err.print(targets_line(engine, spinner=False), soft_wrap=True),
+            daemon=True,
+            name="kforge-banner-targets",
+        ).start()
 
 
 def server_launcher() -> tuple[str, bool]:
@@ -142,9 +149,12 @@ def warm_up(engine) -> None:
                 return
 
 
-def targets_line(engine) -> Text:
+def targets_line(engine, spinner: bool = True) -> Text:
     try:
-        report = with_status("probing targets", lambda p: engine.list_targets(on_progress=p))
+        if spinner:
+            report = with_status("probing targets", lambda p: engine.list_targets(on_progress=p))
+        else:
+            report = engine.list_targets()
     except KforgeError as e:
         return Text(f"targets: probe failed: {e}", style="yellow")
     parts = [f"{t.name} ({', '.join(t.devices)})" for t in report.targets if t.available]

@@ -150,6 +150,29 @@ class LoadedProblem:
                 seed_everything(seed)
         return to_device(self.call("get_inputs"), device)
 
+    def check_inputs_fit(self, limit_mb: int) -> None:
+        """An input error when get_inputs() alone makes more than a worker may hold (``limit_mb``; 0: no limit).
+        Its tensors are made on the meta device (sizes, no memory), so a 10 GB problem is told so before a
+        byte of it exists; a get_inputs() that cannot run there (numpy, values read back) is not checked."""
+        import torch
+
+        try:
+            with torch.device("meta"):
+                inputs = self.module.get_inputs()
+        except Exception:  # noqa: BLE001  (data-dependent code cannot run on meta: the memory watchdog remains)
+            return
+        tensors = [x for x in (inputs if isinstance(inputs, (list, tuple)) else []) if isinstance(x, torch.Tensor)]
+        nbytes = sum(x.numel() * x.element_size() for x in tensors)
+        if not limit_mb or nbytes <= limit_mb * 2**20:
+            return
+        shapes = ", ".join(f"{'x'.join(map(str, x.shape))} {str(x.dtype).removeprefix('torch.')}" for x in tensors[:4])
+        raise InputError(
+            f"problem: get_inputs() makes {nbytes / 2**30:.1f} GiB of tensors ({shapes}), more than a worker may "
+            f"hold: its memory limit is {limit_mb / 1024:.1f} GiB (KFORGE_WORKER_MEMORY_MB={limit_mb}; "
+            "Engine(memory_limit_mb=...) in the library). Make the inputs smaller, or raise the limit where the "
+            "machine has the memory"
+        )
+
     def input_sets(self, device: str, seed: int = 0) -> list[list]:
         """Extra shapes a problem may declare with ``get_input_sets()``: a list of input lists."""
         if not callable(getattr(self.module, "get_input_sets", None)):

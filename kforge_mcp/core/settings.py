@@ -4,7 +4,8 @@ receives a Settings (or one of its values) instead of reading the environment it
 ``Settings.read()`` reads the process environment each time it is called, so a changed variable
 (a test's monkeypatch, the pool's worker environment) is seen; ``Settings.read(env)`` reads a
 given mapping instead (the environment a worker will get). An empty variable counts as unset.
-The pool sets KFORGE_WORKER_LANE, KFORGE_WORKER_TMP and KFORGE_SANDBOX_CGROUP for its workers.
+The pool sets KFORGE_WORKER_LANE, KFORGE_WORKER_TMP, KFORGE_WORKER_MEMORY_MB and KFORGE_SANDBOX_CGROUP for its
+workers.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class Settings(BaseSettings):
     cpu_workers: int | None = Field(
         None, description="workers for CPU-only jobs (local default 2, the second started when needed)"
     )
-    worker_memory_mb: int = Field(8192, description="a worker above this is killed")
+    worker_memory_mb: int = Field(8192, description="a worker above this is killed (0: no limit)")
     model: str | None = Field(None, description="the LLM provider's model")
     prompts_dir: Path | None = Field(None, description="prompt templates instead of the shipped ones")
     targets: str | None = Field(None, description="more target packages outside kforge_mcp (comma-separated folders)")

@@ -4,7 +4,7 @@ then closeness with per-dtype tolerances. A failure says where and by how much."
 from __future__ import annotations
 
 from kforge_mcp.core.options import default_tolerance
-from kforge_mcp.core.schemas import Mismatch
+from kforge_mcp.core.schemas import Finding, Mismatch
 
 
 def tolerance_for(dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:
@@ -81,4 +81,44 @@ def _compare_values(expected, got, trial: int, index: int, atol: float, rtol: fl
         mismatched_fraction=float((~ok).double().mean()),
         atol=atol,
         rtol=rtol,
+    )
+
+
+def parameter_differences(reference, candidate) -> list[tuple[str, float]]:
+    """(name, max abs difference) of each parameter or buffer that both models hold under one name,
+    shape and dtype but with other values: weights are matched by drawing both under one seed, so
+    a ModelNew that draws its own in another order holds other numbers under the same names."""
+    import torch
+
+    def named(model) -> dict:
+        return {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+    try:
+        theirs, out = named(candidate), []
+        for name, ref in named(reference).items():
+            got = theirs.get(name)
+            if not isinstance(got, torch.Tensor) or got.shape != ref.shape or got.dtype != ref.dtype:
+                continue
+            a, b = got.detach(), ref.detach()
+            if not torch.equal(a, b):
+                diff = a - b if a.is_floating_point() else a.double() - b.double()  # (bools do not subtract)
+                out.append((name, float(diff.abs().max())))
+        return out
+    except Exception:  # noqa: BLE001  (a ModelNew whose parameters cannot be listed or compared: nothing to say)
+        return []
+
+
+def weights_finding(differences: list[tuple[str, float]], seed: int) -> Finding | None:
+    """Why a candidate whose parameters differ from the reference's fails: it drew them in another order."""
+    if not differences:
+        return None
+    named = ", ".join(f"ModelNew.{n} differs from Model.{n} (max abs diff {d:.3g})" for n, d in differences[:4])
+    more = f" and {len(differences) - 4} more" if len(differences) > 4 else ""
+    return Finding(
+        code="weights_differ",
+        severity="warning",
+        evidence={"parameters": {n: d for n, d in differences}, "seed": seed},
+        message=f"{named}{more}: both models draw their parameters under seed {seed} (torch.manual_seed before "
+        "each constructor), so they match only when drawn by the same calls in the same order; draw them in "
+        "Model's order or copy them from a Model",
     )

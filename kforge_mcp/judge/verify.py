@@ -25,13 +25,15 @@ from kforge_mcp.core.options import FIRST_CALL_FLOOR_S, INTERPRETER_TRIAL_SCALE,
 from kforge_mcp.core.problem import build_models, load_problem, reference_model, seed_everything
 from kforge_mcp.core.requests import BaselinesRequest, VerifyRequest
 from kforge_mcp.core.schemas import Finding, InputSetReport, Timing, VerifyReport
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge import guards, precision
 from kforge_mcp.judge.baselines import BaselineCache, baseline_fns, time_with_baselines, warm
-from kforge_mcp.judge.correctness import compare_outputs
+from kforge_mcp.judge.correctness import compare_outputs, parameter_differences, weights_finding
 from kforge_mcp.judge.device_guard import DeviceGuard
 from kforge_mcp.judge.timing import _perf_counter, bind_device_clocks, speedup_interval, sync_device, time_interleaved
+from kforge_mcp.runtime import refusals
 from kforge_mcp.targets import get_target
 
 # offsets of the sub-seeds drawn from a call's seed (seed * 2**20 + offset)
@@ -131,7 +133,7 @@ class Verifier:
     def candidate_error(self, what: str, exc: BaseException) -> CandidateFailed:
         assert self.module.__file__ is not None  # import_source ran it from a file
         diags = diagnostics_from_exception(exc, Path(self.module.__file__), self.module.__kforge_source__)
-        self.report.errors.append(f"{what} raised {type(exc).__name__}: {exc}")
+        self.report.errors.append(refusals.explained(f"{what} raised {type(exc).__name__}: {exc}", exc, diags))
         self.report.diagnostics += diags
         return CandidateFailed()
 
@@ -195,6 +197,7 @@ class Verifier:
     def load_problem(self) -> None:
         """The problem, the precision policy that will judge it, and the device's clocks bound."""
         self.problem = load_problem(self.req.problem, self.workdir)
+        self.problem.check_inputs_fit(Settings.read().worker_memory_mb)  # before the candidate is built
         self.judge = precision.resolve(self.req, self.problem)
         bind_device_clocks(self.device)
 
@@ -218,8 +221,11 @@ class Verifier:
                 self.reference, self.candidate = build_models(
                     self.problem, self.module, self.device, seed=self.sub_seed(0), dtype=self.judge.dtype
                 )
+                drawn_apart = parameter_differences(self.reference, self.candidate)  # said if the outputs differ
         except (SourceRuntimeError, CandidateError) as e:  # the candidate's fault: a verdict, not a tool error
-            self.report.errors.append(e.message if isinstance(e, CandidateError) else str(e))
+            self.report.errors.append(
+                refusals.explained(e.message if isinstance(e, CandidateError) else str(e), e, e.diagnostics)
+            )
             self.report.diagnostics += e.diagnostics
             return self.verdict(error=True)
         finally:
@@ -239,6 +245,8 @@ class Verifier:
                         self.recheck_after_timing()
         except CandidateFailed:
             return self.verdict(error=True)
+        if self.report.mismatches:
+            self.finding(weights_finding(drawn_apart, self.sub_seed(0)))
         self.finding(guards.patched_timers(timers))
         self.finding(self.flags.finding(self.report.execution))
         for f in getattr(emulated, "findings", lambda: [])():

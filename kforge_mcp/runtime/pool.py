@@ -10,6 +10,7 @@ on it longer than the job's timeout, nor on a step longer than the limit the wor
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from kforge_mcp.runtime import sandbox
 from kforge_mcp.runtime.environment import worker_environment
 
 STARTUP_TIMEOUT_S = 180.0
+MEMORY_SETTING = "KFORGE_WORKER_MEMORY_MB"  # the pool passes its limit on, so a job can tell what will not fit
 POLL_S = 0.05
 
 
@@ -126,6 +128,7 @@ class Worker:
         self.max_tasks = max_tasks
         self.jobs_served = 0
         self.stderr: collections.deque[str] = collections.deque(maxlen=300)
+        self.lines_seen = self.job_started_at = 0  # stderr lines read in all, and when the current job began
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         self.proc = subprocess.Popen(
@@ -149,9 +152,19 @@ class Worker:
         assert self.proc.stderr is not None  # started with stderr=PIPE
         for raw in iter(self.proc.stderr.readline, b""):
             self.stderr.append(raw.decode(errors="replace").rstrip("\n"))
+            self.lines_seen += 1
 
     def stderr_tail(self, lines: int = 40) -> str:
-        return summarize_stderr(list(self.stderr)[-200:], lines)
+        """The end of what the current job wrote to stderr (an earlier job's lines would blame it wrongly)."""
+        fresh = min(len(self.stderr), self.lines_seen - self.job_started_at, 200)
+        return summarize_stderr(list(self.stderr)[len(self.stderr) - fresh :], lines)
+
+    def dump_stacks(self) -> None:
+        """Have a hung worker write its Python stacks to stderr (faulthandler on SIGUSR1, worker.main) before
+        it is killed: they hold the line the candidate was running."""
+        with contextlib.suppress(OSError):
+            os.kill(self.proc.pid, signal.SIGUSR1)
+            time.sleep(0.5)  # faulthandler writes from the signal handler; the stderr reader takes it in
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -180,8 +193,10 @@ class Worker:
     def _failure(self, reason: str, message: str) -> WorkerFailure:
         time.sleep(0.1)  # let the stderr reader catch the last lines (faulthandler's stack)
         tail = self.stderr_tail()
-        lines = re.findall(r'candidate_\d+\.py", line (\d+)', tail)
-        return WorkerFailure(reason, message, tail, int(lines[-1]) if lines else None)
+        frames = re.findall(r'candidate_\d+\.py", line (\d+),? in (\S+)', tail)
+        if frames and reason == "timeout":
+            message += f" while it ran line {frames[-1][0]} of the candidate (in {frames[-1][1]})"
+        return WorkerFailure(reason, message, tail, int(frames[-1][0]) if frames else None)
 
     def _wait_message(
         self,
@@ -199,6 +214,7 @@ class Worker:
             if step is not None:
                 step.tick()
                 if step.overrun():
+                    self.dump_stacks()
                     self.kill()
                     raise self._failure("timeout", step.overrun_message())
             if self.from_worker.poll(POLL_S):
@@ -212,6 +228,7 @@ class Worker:
             if self.proc.poll() is not None:
                 raise self._failure("crash", f"the worker died during {what} ({_signal_name(self.proc.returncode)})")
             if time.monotonic() > deadline:
+                self.dump_stacks()
                 self.kill()
                 raise self._failure("timeout", f"{what} did not finish within {timeout_s:g} s; the worker was killed")
             if self.max_tasks and sandbox.tree_tasks(self.proc.pid) > self.max_tasks:
@@ -223,8 +240,11 @@ class Worker:
                 )
             if memory_limit and _rss_bytes(self.proc.pid) > memory_limit:
                 self.kill()
+                during = f" during {step.message}" if step is not None and step.message else ""
                 raise self._failure(
-                    "memory", f"{what} used more than {memory_limit / 2**30:.1f} GiB of memory; the worker was killed"
+                    "memory",
+                    f"{what} used more than {memory_limit / 2**30:.1f} GiB of memory{during}; the worker was killed "
+                    f"(the limit is {MEMORY_SETTING}={memory_limit // 2**20})",
                 )
 
     def wait_ready(self, memory_limit: int | None) -> None:
@@ -242,6 +262,7 @@ class Worker:
         cancel: threading.Event | None,
     ) -> dict:
         kind = request.kind
+        self.job_started_at = self.lines_seen
         self.to_worker.send_bytes(json.dumps({"kind": kind, "payload": request.model_dump(mode="json")}).encode())
         self.jobs_served += 1
         deadline = time.monotonic() + timeout_s
@@ -349,6 +370,7 @@ class WorkerPool:
             cgroup = sandbox.PidsCgroup.create(self.settings.sandbox_max_procs)
         if cgroup is not None:
             env["KFORGE_SANDBOX_CGROUP"] = str(cgroup.path)
+        env[MEMORY_SETTING] = str(self.memory_limit // 2**20 if self.memory_limit else 0)
         max_tasks = None
         if sandbox.watchdog_applies(cgroup is not None):  # no pids cgroup here: count the tree ourselves
             max_tasks = self.settings.sandbox_max_procs

@@ -12,6 +12,7 @@ import faulthandler
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import traceback
@@ -99,7 +100,7 @@ def serve(
         send({"type": "progress", "message": text} | ({"limit_s": limit_s, "limit_why": why} if limit_s else {}))
 
     from kforge_mcp.core.requests import parse_request
-    from kforge_mcp.runtime import sandbox
+    from kforge_mcp.runtime import refusals, sandbox
 
     clean_timers = None  # taken once torch is in: a job that patches these leaves a worker we do not reuse
     clean_devices: dict[str, dict] = {}  # device -> its state before any candidate ran on it in this worker
@@ -127,6 +128,7 @@ def serve(
         if device and device not in clean_devices:
             clean_devices[device] = device_snapshot(device)
         sandbox.reset_cpu_limit(settings.sandbox_cpu_s)  # a CPU-time backstop per job, not per worker life
+        refusals.forget_socket_calls()
         workdir = Path(tempfile.mkdtemp(prefix="job-", dir=settings.worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
@@ -141,13 +143,13 @@ def serve(
             recycle = recycle or bool(device and device_state_left(device, clean_devices[device]))
             recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
             send({"type": "result", "ok": True, "value": value, "recycle": recycle})
-        except InputError as e:
+        except InputError as e:  # the problem's own code among them: say so when the sandbox refused it something
             send(
                 {
                     "type": "result",
                     "ok": False,
                     "kind": "input",
-                    "message": e.message,
+                    "message": refusals.explained(e.message, e, e.diagnostics),
                     "diagnostics": [d.model_dump() for d in e.diagnostics],
                 }
             )
@@ -174,8 +176,12 @@ def main(handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
     os.dup2(2, 1)  # candidate prints must never land in the protocol
     sys.stdout = sys.stderr
     faulthandler.enable()  # a segfault prints the Python stack, with the candidate's line
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # so does a hang: the pool signals before it kills
+    os.environ["KINETO_LOG_LEVEL"] = "6"  # torch.profiler's stage lines (USDT: ... profiler_start) are noise here
+    from kforge_mcp.runtime import refusals
     from kforge_mcp.runtime.sandbox import apply
 
     settings = Settings.read()  # this process's entry: read once, from the environment the pool gave it
     apply(settings)  # limits, no network, writes only to its temp dir and caches: before any candidate code
+    sys.addaudithook(refusals.audit)  # names the address of a connection the sandbox refuses
     serve(conn_in, conn_out, handlers, timer_snapshot, settings)

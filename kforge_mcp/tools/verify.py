@@ -64,7 +64,8 @@ def register(mcp: MCPServer, app: App) -> None:
             ),
         ] = VERIFY.timing_sets,
     ) -> VerifyReport:
-        """Check a candidate kernel against its PyTorch reference (same weights, fresh inputs
+        """Check a candidate kernel against its PyTorch reference (same weights: both models are built
+        under one seed, so ModelNew must draw its parameters as Model does, in the same order; fresh inputs
         per trial, judged at a precision and tolerances the report states) in an isolated worker,
         then time it against eager PyTorch and torch.compile on fresh inputs every call. verdict: pass, fail (wrong: see mismatches), suspicious,
         or error (could not run: see errors and diagnostics)."""

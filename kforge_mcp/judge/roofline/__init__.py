@@ -20,12 +20,14 @@ reductions count 0, so such problems come out memory-bound (they nearly always a
 """
 
 from kforge_mcp.judge.roofline.bound import (
+    PLACEHOLDER_NOTE,
     bound_text,
     corrected_bound,
     from_measured,
     lever_sol_ms,
     make_roofline,
     output_floor,
+    placeholder_peaks,
     reference_roofline,
     set_verify_bound,
     with_measured,
@@ -47,6 +49,7 @@ from kforge_mcp.platforms.base import Peaks
 
 __all__ = [
     "MEASURED_ONLY",
+    "PLACEHOLDER_NOTE",
     "UNIT_ROUNDOFF",
     "Counts",
     "Peaks",
@@ -72,6 +75,7 @@ __all__ = [
     "path_choice",
     "path_peak",
     "path_tolerance",
+    "placeholder_peaks",
     "problem_kind",
     "reference_roofline",
     "set_verify_bound",

@@ -10,6 +10,9 @@ from kforge_mcp.judge.roofline.counting import count_problem
 from kforge_mcp.judge.roofline.paths import compute_paths, fastest, path_choice, path_tolerance
 from kforge_mcp.platforms import lookup_peaks
 
+PLACEHOLDER = "placeholder"  # the source of peaks no device was measured for (the CPU's peaks.toml)
+PLACEHOLDER_NOTE = "placeholder CPU peaks, not a measured device: a rough guide only"
+
 
 def output_floor(r: Roofline) -> bool:
     """A memory bound set mostly by the output write (e.g. a transposed convolution's upsampled output)."""
@@ -35,17 +38,32 @@ def bound_text(r: Roofline) -> str:
             f"compute-bound: {r.compute_flops or r.flops:.4g} FLOPs on the {r.path} path at "
             f"{r.peak_flops / 1e12:.4g} TFLOP/s, {r.flop_ms:.4g} ms"
         )
-    other = (
-        f"; compute {r.flop_ms:.4g} ms on the {r.path} path"
-        if r.bound == "memory"
-        else f"; memory {r.byte_ms:.4g} ms for {r.bytes / 1e6:.4g} MB"
-    )
+    if r.flops == 0:  # no products: bytes alone bound it, and no compute path applies
+        other = "; no matrix products or convolutions, so no compute term"
+    elif r.bound == "memory":
+        other = f"; compute {r.flop_ms:.4g} ms on the {r.path} path"
+    else:
+        other = f"; memory {r.byte_ms:.4g} ms for {r.bytes / 1e6:.4g} MB"
     for c in r.convs:
         pad = c.padded_flops / c.flops if c.flops else 1.0
         other += f"; {conv_shape(c)}, {c.flops:.4g} FLOPs" + (
             f" padded to {c.padded_flops:.4g} (x{pad:.3g}) for the MMA's K and N" if pad > 1.0 + 1e-9 else ""
         )
+    if placeholder_peaks(r):
+        other += f"; {PLACEHOLDER_NOTE}"
     return head + other
+
+
+def no_path(flops: float, dtype: str, device: str) -> str:
+    """Why a roofline has no compute path: nothing to compute on one, or none in the device's table."""
+    if flops == 0:
+        return "none: no matrix products or convolutions, so the bound is the bytes moved"
+    return f"{dtype}: no path in the {device} table"
+
+
+def placeholder_peaks(r: Roofline) -> bool:
+    """Whether ``r``'s bound, and so any fraction of it, comes from the table's placeholder figures."""
+    return r.peaks_source == PLACEHOLDER
 
 
 def make_roofline(
@@ -73,7 +91,8 @@ def make_roofline(
         convs = measured.convs if convs is None else convs
         flops_by_op = measured.flops_by_op if flops_by_op is None else flops_by_op
     convs = convs or []
-    paths = compute_paths(peaks, dtype, atol, rtol, measured)
+    # no products or convolutions: no compute path (tensor-core format, MMA padding) has anything to do
+    paths = compute_paths(peaks, dtype, atol, rtol, measured) if flops > 0 else []
     feasible = [p for p in paths if p.feasible] or paths
 
     def cost(p: ComputePath) -> float:  # a path's compute time per peak FLOP/s: its padding differs by path
@@ -89,7 +108,7 @@ def make_roofline(
         notes.append(f"{peaks.name}: {peaks.note}")
     tol = path_tolerance(dtype, atol, rtol)
     measured_any = measured is not None and bool(measured.errors)
-    reason = path_choice(paths, best, tol, measured_any) if best else f"{dtype}: no path in the {peaks.name} table"
+    reason = path_choice(paths, best, tol, measured_any) if best else no_path(flops, dtype, peaks.name)
     by_peak = fastest(feasible)
     if best and by_peak and by_peak.path != best.path:
         reason += (

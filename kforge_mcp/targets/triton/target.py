@@ -137,17 +137,24 @@ class TritonTarget(Target):
                 cls.run = fn
 
     def emulate_precision(self, device: str):
-        from kforge_mcp.targets.triton.precision import (
-            emulated_dot,
-        )  # the interpreter computes tl.dot in fp32 whatever it is asked
-
-        return emulated_dot() if self.execution(device) == "triton-interpreter" else contextlib.nullcontext()
+        return interpreted() if self.execution(device) == "triton-interpreter" else contextlib.nullcontext()
 
     def load(self, source: Source, device: str, workdir: Path) -> Loaded:
         return Loaded(import_source(source, workdir, "candidate"))
 
     def compile(self, source: Source, arch: str | None, problem: Source | None, workdir: Path) -> CompileReport:
         return compile_candidate(source, arch, problem, workdir)
+
+
+@contextlib.contextmanager
+def interpreted():
+    """Under the interpreter: tl.dot rounded as a GPU rounds it (it computes in fp32 whatever it is asked), and
+    autotuned kernels run on their first config that runs (it cannot time configs); both say so in findings()."""
+    from kforge_mcp.targets.triton.interpreter_autotune import first_config_that_runs
+    from kforge_mcp.targets.triton.precision import emulated_dot
+
+    with emulated_dot() as dots, first_config_that_runs() as configs:
+        yield types.SimpleNamespace(findings=lambda: dots.findings() + configs.findings())
 
 
 def attach_compiled_metadata(report, module) -> None:
