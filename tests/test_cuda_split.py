@@ -51,8 +51,8 @@ def test_launch_lowering_matches_nvcc_form():
 @pytest.mark.parametrize(
     "code, why",
     [
-        ("template <typename T> __global__ void k(T* x) {}\nvoid f() { k<float><<<1, 1>>>(0); }\n", "template"),
-        ("__constant__ float c[4];\n__global__ void k() {}\nvoid f() { cudaMemcpyToSymbol(c, 0, 4); }\n", "'c'"),
+        ("__managed__ int c;\n__global__ void k() {}\nvoid f() { c = 1; }\n", "'c'"),
+        ("__constant__ float a[2], b[2];\n__global__ void k() {}\nvoid f() { cudaMemcpyToSymbol(a, 0, 4); }\n", "'a'"),
         ("__global__ void k() {}\nPYBIND11_MODULE(m, x) {}\n", "own module"),
         ("void f() {}\n", "no kernel"),
     ],
@@ -60,6 +60,35 @@ def test_launch_lowering_matches_nvcc_form():
 def test_what_it_cannot_cut_faithfully_is_refused(code, why):
     with pytest.raises(CannotSplit, match=why):
         split(code)
+
+
+def test_template_kernels_are_declared_in_the_host_and_instantiated_as_the_host_calls_them():
+    code = (
+        "template <typename scalar_t, int V>\n__global__ void k(const scalar_t* x, scalar_t* y, int n) {}\n"
+        "void f(float* x, int n) {\n  k<float, 4><<<(n + 255) / 256, 256, 0, s>>>(x, x, n);\n}\n"
+    )
+    units = split(code)
+    assert units.templates == ["k"] and units.host.count("\n") == code.count("\n")
+    assert "template <typename scalar_t, int V>\n void k(const scalar_t* x, scalar_t* y, int n);" in units.host
+    assert "(__cudaPushCallConfiguration((n + 255) / 256, 256, 0, s) ? (void)0 : k<float, 4>(x, x, n))" in units.host
+    symbols = ["void k<float, 4>(float const*, float*, int)", "cudaLaunchKernel", "void kk<int>(int)", "at::empty(...)"]
+    assert units.instantiations(symbols) == ["template __global__ void k<float, 4>(float const*, float*, int);"]
+    assert split(code.replace("template <typename scalar_t, int V>\n", "").replace("<float, 4>", "")).templates == []
+
+
+def test_a_constant_table_the_host_fills_is_the_variable_the_device_unit_registers():
+    code = (
+        "__constant__ float coeffs[8];\n__global__ void k(float* y) { y[0] = coeffs[1]; }\n"
+        "void f(const float* c) { cudaMemcpyToSymbol(coeffs, c, sizeof(coeffs)); }\n"
+    )
+    units = split(code)
+    assert units.host.count("\n") == units.device.count("\n") == code.count("\n")
+    host_decl, device_decl = units.host.splitlines()[0], units.device.splitlines()[0]
+    assert host_decl == (
+        'extern "C" void* kforge_symbol_0_coeffs(); '
+        "static float (&coeffs)[8] = *static_cast<float (*)[8]>(kforge_symbol_0_coeffs());"
+    )
+    assert device_decl == '__constant__ float coeffs[8]; extern "C" void* kforge_symbol_0_coeffs() { return (void*)&coeffs; }'
 
 
 def test_device_errors_blamed_on_the_candidate_only_when_they_are_its_own():

@@ -54,7 +54,9 @@ def own_name(output: str, file: str) -> str:
     return re.sub(r"(^|[\s(])" + re.escape(SHARED_NAME) + r"(?=[:(])", lambda m: m.group(1) + file, output, flags=re.M)
 
 
-def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, file: str, import_module=True):
+def split_build(
+    real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, file: str, import_module=True, link=True
+):
     """(module, info) from the split build; (None, info) sends the caller to the stock build.
     A device-unit error located in the candidate's own code is the candidate's: raised at once."""
     settings = Settings.read()
@@ -80,6 +82,7 @@ def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_di
             build_dir,
             settings.cuda_pch_on,
             import_module,
+            link,
         )
     except FastBuildError as e:
         e.output = own_name(e.output, file)
@@ -93,9 +96,16 @@ def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_di
 
 
 def load_candidate(
-    source: Source, capability: tuple[int, int], workdir: Path, builds: list[BuildInfo], prebuild: bool = False
+    source: Source,
+    capability: tuple[int, int],
+    workdir: Path,
+    builds: list[BuildInfo],
+    prebuild: bool = False,
+    link: bool = True,
 ) -> types.ModuleType:
-    """Import the candidate with its load_inline builds done here (``prebuild``: built, not imported)."""
+    """Import the candidate with its load_inline builds done here (``prebuild``: built, not imported;
+    ``link=False`` as well: the split build's units compiled and nothing linked, which needs no GPU and
+    no CUDA build of torch)."""
     import torch
 
     major, minor = capability
@@ -144,7 +154,7 @@ def load_candidate(
         try:
             with FileLock(str(build_dir) + ".lock", timeout=1800):
                 module, info = split_build(
-                    real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, source.name, not prebuild
+                    real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, source.name, not prebuild, link
                 )
                 builds.append(info)
                 if prebuild:  # the candidate's import goes on with stand-ins; the GPU worker imports the build
