@@ -88,7 +88,10 @@ def test_a_constant_table_the_host_fills_is_the_variable_the_device_unit_registe
         'extern "C" void* kforge_symbol_0_coeffs(); '
         "static float (&coeffs)[8] = *static_cast<float (*)[8]>(kforge_symbol_0_coeffs());"
     )
-    assert device_decl == '__constant__ float coeffs[8]; extern "C" void* kforge_symbol_0_coeffs() { return (void*)&coeffs; }'
+    assert (
+        device_decl
+        == '__constant__ float coeffs[8]; extern "C" void* kforge_symbol_0_coeffs() { return (void*)&coeffs; }'
+    )
 
 
 def test_device_errors_blamed_on_the_candidate_only_when_they_are_its_own():

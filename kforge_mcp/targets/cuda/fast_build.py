@@ -106,6 +106,14 @@ CUDA_CONFIG_HEADER = "c10/cuda/impl/cuda_cmake_macros.h"
 NO_CUDA_CONFIG = "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"
 
 
+def cpu_torch_flags() -> list[str]:
+    """A CPU build of torch ships c10/cuda's headers without the one its CUDA build generates, which on
+    Linux only marks c10_cuda's exports; this define tells c10/cuda/CUDAMacros.h to do without it."""
+    from torch.utils.cpp_extension import include_paths
+
+    return [] if (Path(include_paths()[0]) / CUDA_CONFIG_HEADER).exists() else [NO_CUDA_CONFIG]
+
+
 def plan_build(real_load_inline, module_name: str, cpp_src, cuda_src, functions, kwargs: dict, where: Path) -> Plan:
     """Let torch write its build (flags for this torch, toolkit and arch) without running it."""
     import torch.utils.cpp_extension as ce
@@ -126,9 +134,7 @@ def plan_build(real_load_inline, module_name: str, cpp_src, cuda_src, functions,
         ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER, ce.CUDA_HOME = saved
     ninja = (where / "build.ninja").read_text()
     var = {m.group(1): m.group(2) for m in re.finditer(r"^(\w+) = (.*)$", ninja, re.M)}
-    # A CPU build of torch ships c10/cuda's headers without the one its CUDA build generates, which on
-    # Linux only marks c10_cuda's exports; this define tells c10/cuda/CUDAMacros.h to do without it.
-    no_cuda_config = [] if (Path(ce.include_paths()[0]) / CUDA_CONFIG_HEADER).exists() else [NO_CUDA_CONFIG]
+    no_cuda_config = cpu_torch_flags()
     return Plan(
         cxx=shlex.split(var.get("cxx", "c++")),
         nvcc=shlex.split(var["nvcc"]),
@@ -393,6 +399,35 @@ def build(
     shutil.rmtree(work, ignore_errors=True)
     info.seconds = round(time.perf_counter() - started, 2)
     return info
+
+
+def check_host(plan: Plan, cache_root: Path, use_pch: bool = True) -> tuple[bool, str]:
+    """The split host unit compiled as build() compiles it (the lean header, then the full one), syntax
+    only: (ok, the compiler's output). The check `compile` runs, so it rejects what the build rejects.
+    Raises CannotSplit for a source the split build does not take."""
+    units = split(plan.cuda_cu)
+    pch = pchs_for(plan, cache_root, toolchain_id(plan), ["host"])["host"] if use_pch else None
+    work = Path(tempfile.mkdtemp(prefix="host-check-"))
+    output = ""
+    try:
+        for lean in (True, False):
+            source = _EXTENSION_INCLUDE.sub(LEAN_HOST_HEADER, units.host) if lean else units.host
+            if lean and pch is not None and pch.ready:
+                include = pch.flags()
+            else:
+                (work / "prelude.h").write_text(LEAN_PRELUDE if lean else PRELUDE)
+                include = ["-include", str(work / "prelude.h")]
+            (work / "host.cpp").write_text(source)
+            cmd = [*plan.cxx, *plan.host_cflags, *include, "-fsyntax-only", "-x", "c++", "host.cpp", *plan.post_cflags]
+            run = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=900)
+            if run.returncode == 0:
+                return True, ""
+            output = run.stdout + run.stderr
+        return False, output
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if pch is not None and not pch.ready:
+            pch.start_build()
 
 
 def load_split(

@@ -165,6 +165,7 @@ namespace py = pybind11;
 #define AT_ERROR(...) ((void)0)
 #define C10_CUDA_KERNEL_LAUNCH_CHECK() ((void)0)
 #define C10_CUDA_CHECK(expr) ((void)(expr))
+#define AT_CUDA_CHECK(expr) ((void)(expr))
 #define C10_HOST_DEVICE __host__ __device__
 #define C10_DEVICE __device__
 #define C10_HOST __host__

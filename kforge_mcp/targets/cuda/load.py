@@ -23,14 +23,24 @@ from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError, import_source
 from kforge_mcp.targets.cuda.build import (
     CUTLASS_HEADER,
+    InlineBuild,
     StubExtension,
     _as_list,
     cutlass_include_dir,
     extension_cache_dir,
     patched_load_inline,
 )
-from kforge_mcp.targets.cuda.fast_build import BuildInfo, FastBuildError, candidate_errors, load_split, torch_versions
+from kforge_mcp.targets.cuda.fast_build import (
+    BuildInfo,
+    FastBuildError,
+    candidate_errors,
+    check_host,
+    load_split,
+    plan_build,
+    torch_versions,
+)
 from kforge_mcp.targets.cuda.nvcc import build_errors
+from kforge_mcp.targets.cuda.split import CannotSplit
 from kforge_mcp.targets.nvidia import tool_version
 from kforge_mcp.targets.source_map import map_pieces
 
@@ -93,6 +103,36 @@ def split_build(
     except Exception as e:  # noqa: BLE001  (planning the build uses torch's internals: never the candidate's fault)
         info.fallback = f"split build could not start: {type(e).__name__}: {e}"
     return None, info
+
+
+def check_host_unit(build: InlineBuild, source: Source, arch: str, workdir: Path) -> tuple[bool, str] | None:
+    """One load_inline call's host unit compiled as the split build compiles it, without a GPU: (ok, the
+    compiler's output at the candidate's lines); None when the split build does not take the source."""
+    import torch.utils.cpp_extension as ce
+
+    cuda_src = shared_names(
+        [p.annotated(source.name) for p in map_pieces(build.cuda, source.text, "cuda_sources")], source.name
+    )
+    cpp_src = shared_names(
+        [p.annotated(source.name) for p in map_pieces(build.cpp, source.text, "cpp_sources")], source.name
+    )
+    kwargs = {k: v for k, v in build.kwargs.items() if k not in ("name", "cpp_sources", "cuda_sources", "functions")}
+    kwargs.pop("build_directory", None)
+    kwargs["verbose"] = False
+    number = arch.removeprefix("sm_")
+    env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{number[:-1]}.{number[-1]}"  # the plan's host flags do not depend on it
+    try:
+        plan = plan_build(ce.load_inline, build.name, cpp_src, cuda_src, build.functions, kwargs, workdir / "host-plan")
+        ok, output = check_host(plan, extension_cache_dir(), Settings.read().cuda_pch_on)
+    except CannotSplit:
+        return None
+    finally:
+        if env_arch is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
+    return ok, own_name(output, source.name)
 
 
 def load_candidate(
