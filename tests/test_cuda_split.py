@@ -94,6 +94,21 @@ def test_a_constant_table_the_host_fills_is_the_variable_the_device_unit_registe
     )
 
 
+def test_the_device_unit_gets_what_torch_headers_give_kernels_where_they_use_it():
+    """Under nvcc torch's headers bring cuda_fp16.h, cuda_bf16.h and c10's macros to a load_inline source;
+    the device unit, without torch's headers, includes each only where its kernels use it (each costs the
+    rebuild after a kernel edit)."""
+    from kforge_mcp.targets.cuda.fast_build import device_prelude
+
+    assert device_prelude("__global__ void k(float* x) { x[0] = 1.0f; }") == ""
+    half = device_prelude("C10_DEVICE __half f(__half v) { return v; }")
+    assert "<cuda_fp16.h>" in half and "<c10/macros/Macros.h>" in half
+    assert "<cuda_bf16.h>" not in half and "<c10/util/Half.h>" not in half
+    assert "<cuda_bf16.h>" in device_prelude("__global__ void k(__nv_bfloat16* x) {}")
+    dispatched = device_prelude("template __global__ void k<c10::Half>(c10::Half const*, int);")
+    assert "<c10/util/Half.h>" in dispatched and "using c10::Half;" in dispatched
+
+
 def test_device_errors_blamed_on_the_candidate_only_when_they_are_its_own():
     own = 'cand.py(12): error: identifier "blockIdy" is undefined\n'
     torch_name = 'cand.py(12): error: name followed by "::" must be a class or namespace name: at\n'

@@ -43,6 +43,9 @@ PRELUDE = """// kforge: what the host unit needs before the candidate's own text
 #include <torch/extension.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
+// what torch's headers bring under nvcc (c10's Half and BFloat16 include them when __CUDACC__ is set)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 // how nvcc lowers k<<<grid, block, smem, stream>>>(args): push the configuration, call k's stub
 extern "C" unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim = 1, size_t sharedMem = 0,
                                                 struct CUstream_st *stream = 0);
@@ -218,18 +221,27 @@ def bindings_unit(main_cpp: str) -> tuple[str | None, str, str]:
     return "bindings-python", main_cpp.replace(FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER, 1), LEAN_BINDINGS_HEADER
 
 
-# c10's scalar types for a device unit whose kernels take them (template kernels dispatched on at::Half,
-# at::BFloat16): the same types the host unit's stub calls name, so the symbols match
-C10_SCALAR = re.compile(r"\b(at|c10)::(Half|BFloat16)\b")
-DEVICE_SCALAR_PRELUDE = """// kforge: c10's scalar types for the device unit (torch's other headers stay out)
-#pragma once
-#include <c10/util/Half.h>
-#include <c10/util/BFloat16.h>
-namespace at {
-using c10::BFloat16;
-using c10::Half;
-}
-"""
+# What the device unit gets of what torch's headers give device code under nvcc (load_inline's cuda.cu
+# always starts with torch/types.h), each where the kernels use it (a header costs the kernel-edit
+# rebuild time): cuda_fp16.h, cuda_bf16.h, c10's macros (C10_DEVICE, C10_LAUNCH_BOUNDS_1), and c10's
+# scalar types where kernels take them (template kernels dispatched on at::Half, at::BFloat16), the same
+# types the host unit's stub calls name, so the symbols match.
+DEVICE_PRELUDES = [
+    (re.compile(r"half"), "#include <cuda_fp16.h>\n"),
+    (re.compile(r"bfloat16"), "#include <cuda_bf16.h>\n"),
+    (re.compile(r"\bC10_"), "#include <c10/macros/Macros.h>\n"),
+    (
+        re.compile(r"\b(at|c10)::(Half|BFloat16)\b"),
+        "#include <c10/util/Half.h>\n#include <c10/util/BFloat16.h>\n"
+        "namespace at {\nusing c10::BFloat16;\nusing c10::Half;\n}\n",
+    ),
+]
+
+
+def device_prelude(device_source: str) -> str:
+    """What the device unit includes first ('' when nothing)."""
+    parts = [text for pattern, text in DEVICE_PRELUDES if pattern.search(device_source)]
+    return "// kforge: what torch's headers give these kernels\n#pragma once\n" + "".join(parts) if parts else ""
 
 
 def undefined_symbols(obj: Path) -> list[str]:
@@ -301,7 +313,7 @@ def build(
         source = units.device
         if instantiations:  # after the candidate's lines, under a name of their own
             source += '\n#line 1 "kforge-instantiations"\n' + "\n".join(instantiations) + "\n"
-        prelude = DEVICE_SCALAR_PRELUDE if C10_SCALAR.search(source) else ""
+        prelude = device_prelude(source)
         include = included("device", prelude) if prelude else []
         weak_stubs = ["-static-global-template-stub=false"] if units.templates else []
         (work / "device.cu").write_text(source)

@@ -244,6 +244,16 @@ class CudaTarget(Target):
             )
         if run.ok:
             self._resources(run, report, build)
+        elif not lean_failed:
+            diags.append(
+                Diagnostic(
+                    severity="note",
+                    file=source.name,
+                    line=build.call_line,
+                    message="no kernel resources: kforge's lean stand-in for torch's headers does not cover this "
+                    "host code (the host code itself was judged with torch's real headers)",
+                )
+            )
         host_ok = host is None or host[0]
         if host is not None:
             diags.append(
