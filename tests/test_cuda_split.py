@@ -76,6 +76,14 @@ def test_template_kernels_are_declared_in_the_host_and_instantiated_as_the_host_
     assert split(code.replace("template <typename scalar_t, int V>\n", "").replace("<float, 4>", "")).templates == []
 
 
+def test_functions_marked_with_c10s_macros_go_where_they_run():
+    code = "C10_DEVICE float d(float v) { return v; }\nC10_HOST_DEVICE float b(float v) { return v; }\n"
+    code += "__global__ void k(float* x) { x[0] = d(b(x[0])); }\nvoid f(float* x) { b(1.0f); k<<<1, 1>>>(x); }\n"
+    units = split(code)
+    assert "float d(" in units.device and "float d(" not in units.host
+    assert "float b(" in units.device and "float b(" in units.host
+
+
 def test_a_constant_table_the_host_fills_is_the_variable_the_device_unit_registers():
     code = (
         "__constant__ float coeffs[8];\n__global__ void k(float* y) { y[0] = coeffs[1]; }\n"

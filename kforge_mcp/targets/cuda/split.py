@@ -39,6 +39,11 @@ DEVICE_NAMESPACES = re.compile(r"\b(nvcuda|cooperative_groups|cute|cutlass|cub)\
 TORCH_NAMES = re.compile(r"\b(torch|at|c10|py|pybind11)\s*::|\bTORCH_|\bAT_|\bC10_|\bnamespace\s+(torch|at|c10)\b")
 
 
+# where a function runs, as written or through c10's macros for it
+DEVICE_MARK = re.compile(r"\b(__device__|C10_DEVICE|C10_HOST_DEVICE)\b")
+HOST_MARK = re.compile(r"\b(__host__|C10_HOST|C10_HOST_DEVICE)\b")
+
+
 class CannotSplit(Exception):
     """The source uses something the split build does not reproduce faithfully."""
 
@@ -98,8 +103,8 @@ def _kind(header: str) -> str:
         return "statement"  # an initializer (a table, a lambda), not a function body
     if "__global__" in h:
         return "kernel"
-    if "__device__" in h:
-        return "both_fn" if "__host__" in h else "device_fn"
+    if DEVICE_MARK.search(h):
+        return "both_fn" if HOST_MARK.search(h) else "device_fn"
     return "host_fn"
 
 
