@@ -119,11 +119,15 @@ def check_host_unit(build: InlineBuild, source: Source, arch: str, workdir: Path
     kwargs = {k: v for k, v in build.kwargs.items() if k not in ("name", "cpp_sources", "cuda_sources", "functions")}
     kwargs.pop("build_directory", None)
     kwargs["verbose"] = False
-    number = arch.removeprefix("sm_")
+    number = re.fullmatch(r"(?:sm|compute)_(\d+)(\d)([a-z]?)", arch)
     env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{number[:-1]}.{number[-1]}"  # the plan's host flags do not depend on it
+    # torch plans for this arch; the host unit's flags do not depend on it
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{number[1]}.{number[2]}{number[3]}" if number else "9.0"
     try:
-        plan = plan_build(ce.load_inline, build.name, cpp_src, cuda_src, build.functions, kwargs, workdir / "host-plan")
+        try:
+            plan = plan_build(ce.load_inline, build.name, cpp_src, cuda_src, build.functions, kwargs, workdir / "plan")
+        except Exception:  # noqa: BLE001  (planning uses torch's internals: never the candidate's fault)
+            return None
         ok, output = check_host(plan, extension_cache_dir(), Settings.read().cuda_pch_on)
     except CannotSplit:
         return None
