@@ -322,3 +322,33 @@ def test_a_precompiled_header_is_built_in_the_background_and_a_dead_builds_marke
         assert (pch.dir / "building").read_text() == str(live.pid)  # left to it
     finally:
         live.kill()
+
+
+@needs_nvcc
+def test_a_host_unit_that_passed_its_check_is_not_compiled_again(tmp_path, monkeypatch):
+    """compile checks the host unit beside every lean compile; after a kernel edit the host unit is the same
+    text, and its pass is remembered by content instead of compiled again."""
+    import torch.utils.cpp_extension as ce
+
+    from kforge_mcp.targets.cuda import fast_build as fb
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    host = "torch::Tensor f(torch::Tensor x) {\n  k<<<1, 1>>>(x.data_ptr<float>());\n  return x;\n}\n"
+    plans = [
+        fb.plan_build(ce.load_inline, "x", "torch::Tensor f(torch::Tensor x);", kernel + host, ["f"], {}, tmp_path / n)
+        for n, kernel in (
+            ("a", "__global__ void k(float* y) { y[0] = 1.0f; }\n"),
+            ("b", "__global__ void k(float* y) { y[0] = 2.0f; }\n"),
+        )
+    ]
+    fb.toolchain_id(plans[0])  # the compilers' versions, asked once per process
+    compiles = []
+
+    def compiler(cmd, **kwargs):
+        compiles.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(fb.subprocess, "run", compiler)
+    assert fb.check_host(plans[0], tmp_path / "cache", use_pch=False) == (True, "")
+    assert fb.check_host(plans[1], tmp_path / "cache", use_pch=False) == (True, "")  # only the kernel changed
+    assert len(compiles) == 1 and "-fsyntax-only" in compiles[0]

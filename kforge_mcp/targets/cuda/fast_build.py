@@ -418,7 +418,12 @@ def check_host(plan: Plan, cache_root: Path, use_pch: bool = True) -> tuple[bool
     only: (ok, the compiler's output). The check `compile` runs, so it rejects what the build rejects.
     Raises CannotSplit for a source the split build does not take."""
     units = split(plan.cuda_cu)
-    pch = pchs_for(plan, cache_root, toolchain_id(plan), ["host"])["host"] if use_pch else None
+    versions = toolchain_id(plan)
+    # a host unit that passed once passes again (a kernel edit leaves it as it was): remembered by content
+    passed = cache_root / "host-checks" / digest(units.host, plan.cxx, plan.host_cflags, plan.post_cflags, versions)
+    if passed.exists():
+        return True, ""
+    pch = pchs_for(plan, cache_root, versions, ["host"])["host"] if use_pch else None
     work = Path(tempfile.mkdtemp(prefix="host-check-"))
     output = ""
     try:
@@ -433,6 +438,8 @@ def check_host(plan: Plan, cache_root: Path, use_pch: bool = True) -> tuple[bool
             cmd = [*plan.cxx, *plan.host_cflags, *include, "-fsyntax-only", "-x", "c++", "host.cpp", *plan.post_cflags]
             run = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=900)
             if run.returncode == 0:
+                passed.parent.mkdir(parents=True, exist_ok=True)
+                passed.touch()
                 return True, ""
             output = run.stdout + run.stderr
         return False, output
