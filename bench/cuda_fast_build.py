@@ -213,6 +213,8 @@ def main() -> None:
     from device_label import device_label  # a sibling in bench/
 
     label = device_label()
+    if label == "cpu" and not args.compile_only:
+        sys.exit("no CUDA GPU here: --compile-only compiles the units without one")
     if args.compile_only and label != "cpu":
         label += "-compile-only"
     result = {
