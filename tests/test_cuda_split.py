@@ -51,8 +51,8 @@ def test_launch_lowering_matches_nvcc_form():
 @pytest.mark.parametrize(
     "code, why",
     [
-        ("template <typename T> __global__ void k(T* x) {}\nvoid f() { k<float><<<1, 1>>>(0); }\n", "template"),
-        ("__constant__ float c[4];\n__global__ void k() {}\nvoid f() { cudaMemcpyToSymbol(c, 0, 4); }\n", "'c'"),
+        ("__managed__ int c;\n__global__ void k() {}\nvoid f() { c = 1; }\n", "'c'"),
+        ("__constant__ float a[2], b[2];\n__global__ void k() {}\nvoid f() { cudaMemcpyToSymbol(a, 0, 4); }\n", "'a'"),
         ("__global__ void k() {}\nPYBIND11_MODULE(m, x) {}\n", "own module"),
         ("void f() {}\n", "no kernel"),
     ],
@@ -60,6 +60,61 @@ def test_launch_lowering_matches_nvcc_form():
 def test_what_it_cannot_cut_faithfully_is_refused(code, why):
     with pytest.raises(CannotSplit, match=why):
         split(code)
+
+
+def test_template_kernels_are_declared_in_the_host_and_instantiated_as_the_host_calls_them():
+    code = (
+        "template <typename scalar_t, int V>\n__global__ void k(const scalar_t* x, scalar_t* y, int n) {}\n"
+        "void f(float* x, int n) {\n  k<float, 4><<<(n + 255) / 256, 256, 0, s>>>(x, x, n);\n}\n"
+    )
+    units = split(code)
+    assert units.templates == ["k"] and units.host.count("\n") == code.count("\n")
+    assert "template <typename scalar_t, int V>\n void k(const scalar_t* x, scalar_t* y, int n);" in units.host
+    assert "(__cudaPushCallConfiguration((n + 255) / 256, 256, 0, s) ? (void)0 : k<float, 4>(x, x, n))" in units.host
+    symbols = ["void k<float, 4>(float const*, float*, int)", "cudaLaunchKernel", "void kk<int>(int)", "at::empty(...)"]
+    assert units.instantiations(symbols) == ["template __global__ void k<float, 4>(float const*, float*, int);"]
+    assert split(code.replace("template <typename scalar_t, int V>\n", "").replace("<float, 4>", "")).templates == []
+
+
+def test_functions_marked_with_c10s_macros_go_where_they_run():
+    code = "C10_DEVICE float d(float v) { return v; }\nC10_HOST_DEVICE float b(float v) { return v; }\n"
+    code += "__global__ void k(float* x) { x[0] = d(b(x[0])); }\nvoid f(float* x) { b(1.0f); k<<<1, 1>>>(x); }\n"
+    units = split(code)
+    assert "float d(" in units.device and "float d(" not in units.host
+    assert "float b(" in units.device and "float b(" in units.host
+
+
+def test_a_constant_table_the_host_fills_is_the_variable_the_device_unit_registers():
+    code = (
+        "__constant__ float coeffs[8];\n__global__ void k(float* y) { y[0] = coeffs[1]; }\n"
+        "void f(const float* c) { cudaMemcpyToSymbol(coeffs, c, sizeof(coeffs)); }\n"
+    )
+    units = split(code)
+    assert units.host.count("\n") == units.device.count("\n") == code.count("\n")
+    host_decl, device_decl = units.host.splitlines()[0], units.device.splitlines()[0]
+    assert host_decl == (
+        'extern "C" void* kforge_symbol_0_coeffs(); '
+        "static float (&coeffs)[8] = *static_cast<float (*)[8]>(kforge_symbol_0_coeffs());"
+    )
+    assert (
+        device_decl
+        == '__constant__ float coeffs[8]; extern "C" void* kforge_symbol_0_coeffs() { return (void*)&coeffs; }'
+    )
+
+
+def test_the_device_unit_gets_what_torch_headers_give_kernels_where_they_use_it():
+    """Under nvcc torch's headers bring cuda_fp16.h, cuda_bf16.h and c10's macros to a load_inline source;
+    the device unit, without torch's headers, includes each only where its kernels use it (each costs the
+    rebuild after a kernel edit)."""
+    from kforge_mcp.targets.cuda.fast_build import device_prelude
+
+    assert device_prelude("__global__ void k(float* x) { x[0] = 1.0f; }") == ""
+    half = device_prelude("C10_DEVICE __half f(__half v) { return v; }")
+    assert "<cuda_fp16.h>" in half and "<c10/macros/Macros.h>" in half
+    assert "<cuda_bf16.h>" not in half and "<c10/util/Half.h>" not in half
+    assert "<cuda_bf16.h>" in device_prelude("__global__ void k(__nv_bfloat16* x) {}")
+    dispatched = device_prelude("template __global__ void k<c10::Half>(c10::Half const*, int);")
+    assert "<c10/util/Half.h>" in dispatched and "using c10::Half;" in dispatched
 
 
 def test_device_errors_blamed_on_the_candidate_only_when_they_are_its_own():
@@ -267,3 +322,33 @@ def test_a_precompiled_header_is_built_in_the_background_and_a_dead_builds_marke
         assert (pch.dir / "building").read_text() == str(live.pid)  # left to it
     finally:
         live.kill()
+
+
+@needs_nvcc
+def test_a_host_unit_that_passed_its_check_is_not_compiled_again(tmp_path, monkeypatch):
+    """compile checks the host unit beside every lean compile; after a kernel edit the host unit is the same
+    text, and its pass is remembered by content instead of compiled again."""
+    import torch.utils.cpp_extension as ce
+
+    from kforge_mcp.targets.cuda import fast_build as fb
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    host = "torch::Tensor f(torch::Tensor x) {\n  k<<<1, 1>>>(x.data_ptr<float>());\n  return x;\n}\n"
+    plans = [
+        fb.plan_build(ce.load_inline, "x", "torch::Tensor f(torch::Tensor x);", kernel + host, ["f"], {}, tmp_path / n)
+        for n, kernel in (
+            ("a", "__global__ void k(float* y) { y[0] = 1.0f; }\n"),
+            ("b", "__global__ void k(float* y) { y[0] = 2.0f; }\n"),
+        )
+    ]
+    fb.toolchain_id(plans[0])  # the compilers' versions, asked once per process
+    compiles = []
+
+    def compiler(cmd, **kwargs):
+        compiles.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(fb.subprocess, "run", compiler)
+    assert fb.check_host(plans[0], tmp_path / "cache", use_pch=False) == (True, "")
+    assert fb.check_host(plans[1], tmp_path / "cache", use_pch=False) == (True, "")  # only the kernel changed
+    assert len(compiles) == 1 and "-fsyntax-only" in compiles[0]

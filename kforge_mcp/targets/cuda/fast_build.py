@@ -35,6 +35,7 @@ from filelock import FileLock, Timeout
 
 from kforge_mcp.targets.cuda.build_cache import ObjectCache, Pch, digest, seal, sealed, start_detached, write_whole
 from kforge_mcp.targets.cuda.split import CannotSplit, split
+from kforge_mcp.targets.nvidia import find_tool
 
 PRELUDE = """// kforge: what the host unit needs before the candidate's own text (precompiled when ready)
 #pragma once
@@ -42,6 +43,9 @@ PRELUDE = """// kforge: what the host unit needs before the candidate's own text
 #include <torch/extension.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
+// what torch's headers bring under nvcc (c10's Half and BFloat16 include them when __CUDACC__ is set)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 // how nvcc lowers k<<<grid, block, smem, stream>>>(args): push the configuration, call k's stub
 extern "C" unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim = 1, size_t sharedMem = 0,
                                                 struct CUstream_st *stream = 0);
@@ -101,29 +105,45 @@ class BuildInfo:
     first_build: dict | None = None  # a reused extension: how it was built (often ahead, by a CPU worker)
 
 
+CUDA_CONFIG_HEADER = "c10/cuda/impl/cuda_cmake_macros.h"
+NO_CUDA_CONFIG = "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"
+
+
+def cpu_torch_flags() -> list[str]:
+    """A CPU build of torch ships c10/cuda's headers without the one its CUDA build generates, which on
+    Linux only marks c10_cuda's exports; this define tells c10/cuda/CUDAMacros.h to do without it."""
+    from torch.utils.cpp_extension import include_paths
+
+    return [] if (Path(include_paths()[0]) / CUDA_CONFIG_HEADER).exists() else [NO_CUDA_CONFIG]
+
+
 def plan_build(real_load_inline, module_name: str, cpp_src, cuda_src, functions, kwargs: dict, where: Path) -> Plan:
     """Let torch write its build (flags for this torch, toolkit and arch) without running it."""
     import torch.utils.cpp_extension as ce
 
     where.mkdir(parents=True, exist_ok=True)
-    saved = (ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER)
+    saved = (ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER, ce.CUDA_HOME)
     ce._run_ninja_build = lambda *a, **k: None
     ce._import_module_from_library = lambda *a, **k: None
     ce.JIT_EXTENSION_VERSIONER = ce.ExtensionVersioner()  # a fresh one: torch keeps the name as given
+    nvcc = find_tool("nvcc")
+    if ce.CUDA_HOME is None and nvcc:  # a CPU build of torch: the toolkit found here stands in for its own
+        ce.CUDA_HOME = str(Path(nvcc).resolve().parents[1])
     try:
         real_load_inline(
             module_name, cpp_src, cuda_sources=cuda_src, functions=functions, build_directory=str(where), **kwargs
         )
     finally:
-        ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER = saved
+        ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER, ce.CUDA_HOME = saved
     ninja = (where / "build.ninja").read_text()
     var = {m.group(1): m.group(2) for m in re.finditer(r"^(\w+) = (.*)$", ninja, re.M)}
+    no_cuda_config = cpu_torch_flags()
     return Plan(
         cxx=shlex.split(var.get("cxx", "c++")),
         nvcc=shlex.split(var["nvcc"]),
-        cflags=shlex.split(var.get("cflags", "")),
+        cflags=shlex.split(var.get("cflags", "")) + no_cuda_config,
         post_cflags=shlex.split(var.get("post_cflags", "")),
-        cuda_cflags=shlex.split(var.get("cuda_cflags", "")),
+        cuda_cflags=shlex.split(var.get("cuda_cflags", "")) + no_cuda_config,
         cuda_post_cflags=shlex.split(var.get("cuda_post_cflags", "")),
         ldflags=shlex.split(var.get("ldflags", "")),
         main_cpp=(where / "main.cpp").read_text(),
@@ -201,13 +221,48 @@ def bindings_unit(main_cpp: str) -> tuple[str | None, str, str]:
     return "bindings-python", main_cpp.replace(FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER, 1), LEAN_BINDINGS_HEADER
 
 
+# What the device unit gets of what torch's headers give device code under nvcc (load_inline's cuda.cu
+# always starts with torch/types.h), each where the kernels use it (a header costs the kernel-edit
+# rebuild time): cuda_fp16.h, cuda_bf16.h, c10's macros (C10_DEVICE, C10_LAUNCH_BOUNDS_1), and c10's
+# scalar types where kernels take them (template kernels dispatched on at::Half, at::BFloat16), the same
+# types the host unit's stub calls name, so the symbols match.
+DEVICE_PRELUDES = [
+    (re.compile(r"half"), "#include <cuda_fp16.h>\n"),
+    (re.compile(r"bfloat16"), "#include <cuda_bf16.h>\n"),
+    (re.compile(r"\bC10_"), "#include <c10/macros/Macros.h>\n"),
+    (
+        re.compile(r"\b(at|c10)::(Half|BFloat16)\b"),
+        "#include <c10/util/Half.h>\n#include <c10/util/BFloat16.h>\n"
+        "namespace at {\nusing c10::BFloat16;\nusing c10::Half;\n}\n",
+    ),
+]
+
+
+def device_prelude(device_source: str) -> str:
+    """What the device unit includes first ('' when nothing)."""
+    parts = [text for pattern, text in DEVICE_PRELUDES if pattern.search(device_source)]
+    return "// kforge: what torch's headers give these kernels\n#pragma once\n" + "".join(parts) if parts else ""
+
+
+def undefined_symbols(obj: Path) -> list[str]:
+    """The demangled names an object needs from others (``nm -C --undefined-only``)."""
+    nm = shutil.which("nm")
+    if nm is None:
+        raise FastBuildError("device", "nm not found: the template kernels' instantiations cannot be read")
+    out = subprocess.run([nm, "-C", "--undefined-only", str(obj)], capture_output=True, text=True, timeout=60)
+    return [ln.strip()[2:] for ln in out.stdout.splitlines() if ln.strip().startswith("U ")]
+
+
 def pchs_for(plan: Plan, cache_root: Path, versions: tuple, names=tuple(PCH_PRELUDES)) -> dict[str, Pch]:
     """The precompiled lean preludes, by name."""
     return {name: Pch(cache_root, plan.cxx, plan.host_cflags, versions, name, PCH_PRELUDES[name]) for name in names}
 
 
-def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch: bool = True) -> BuildInfo:
-    """Compile what the caches lack, side by side, and link ``out_dir/<module_name>.so``."""
+def build(
+    plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch: bool = True, link: bool = True
+) -> BuildInfo:
+    """Compile what the caches lack, side by side, and link ``out_dir/<module_name>.so`` (``link=False``:
+    the objects only, as a machine without a CUDA build of torch can make them)."""
     started = time.perf_counter()
     info = BuildInfo()
     try:
@@ -254,17 +309,25 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
             [*plan.cxx, *plan.host_cflags, *include, "-x", "c++", "-c", "host.cpp", "-o", "host.o", *plan.post_cflags],
         )
 
+    def device_job(instantiations: list[str]) -> tuple[str, list[str]]:
+        source = units.device
+        if instantiations:  # after the candidate's lines, under a name of their own
+            source += '\n#line 1 "kforge-instantiations"\n' + "\n".join(instantiations) + "\n"
+        prelude = device_prelude(source)
+        include = included("device", prelude) if prelude else []
+        weak_stubs = ["-static-global-template-stub=false"] if units.templates else []
+        (work / "device.cu").write_text(source)
+        return (
+            digest("device", source, plan.nvcc, plan.cuda_cflags, plan.cuda_post_cflags, versions, prelude),
+            [*plan.nvcc, *plan.cuda_cflags, *include, *weak_stubs, "-c", "device.cu", "-o", "device.o"]
+            + plan.cuda_post_cflags,
+        )
+
     lean = {"main": main_prelude is not None, "host": True}
     full_jobs = {"main": main_job, "host": host_job}
-    (work / "device.cu").write_text(units.device)
-    jobs = {
-        "main": main_job(lean["main"]),
-        "host": host_job(lean["host"]),
-        "device": (
-            digest("device", units.device, plan.nvcc, plan.cuda_cflags, plan.cuda_post_cflags, versions),
-            [*plan.nvcc, *plan.cuda_cflags, "-c", "device.cu", "-o", "device.o", *plan.cuda_post_cflags],
-        ),
-    }
+    jobs = {"main": main_job(lean["main"]), "host": host_job(lean["host"])}
+    if not units.templates:  # else the host object says which instantiations the device unit compiles
+        jobs["device"] = device_job([])
     found, running = {}, {}
 
     def take(unit: str, wait: float) -> bool:
@@ -304,14 +367,17 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
             if running:
                 time.sleep(0.02)
 
-    # a batch's builds share objects (the bindings): one compiles each; the others first finish
-    # what only they need, holding no lock, then wait for it
-    waiting = [u for u in jobs if not take(u, 0)]
-    finish()
-    for unit in waiting:
-        if not take(unit, 900):
-            raise FastBuildError(unit, "another build held this object for 900 s")
-    finish()
+    def run(units_now: list[str]) -> None:
+        # a batch's builds share objects (the bindings): one compiles each; the others first finish
+        # what only they need, holding no lock, then wait for it
+        waiting = [u for u in units_now if not take(u, 0)]
+        finish()
+        for unit in waiting:
+            if not take(unit, 900):
+                raise FastBuildError(unit, "another build held this object for 900 s")
+        finish()
+
+    run(list(jobs))
     again = [u for u in full_jobs if lean[u] and any(f.unit == u for f in failures)]  # needed more than the lean header
     if again:
         failures[:] = [f for f in failures if f.unit not in again]
@@ -320,24 +386,67 @@ def build(plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch
             info.headers[unit] += " (the lean header was not enough)"
             take(unit, 900)
         finish()
+    if "device" not in jobs and "host" in found:
+        jobs["device"] = device_job(units.instantiations(undefined_symbols(found["host"])))
+        run(["device"])
     failed = failures[0] if failures else None
     for p in pchs.values():
         if not p.ready:
             p.start_build()  # the next build of that unit parses torch's headers from it
     if failed is not None:
         raise failed
-    link = subprocess.run(
+    if not link:
+        shutil.rmtree(work, ignore_errors=True)
+        info.seconds = round(time.perf_counter() - started, 2)
+        return info
+    linked = subprocess.run(
         [*plan.cxx, str(found["main"]), str(found["host"]), str(found["device"]), *plan.ldflags, "-o", "ext.so"],
         cwd=work,
         capture_output=True,
         text=True,
     )
-    if link.returncode != 0:
-        raise FastBuildError("link", link.stdout + link.stderr)
+    if linked.returncode != 0:
+        raise FastBuildError("link", linked.stdout + linked.stderr)
     os.replace(work / "ext.so", out_dir / f"{module_name}.so")
     shutil.rmtree(work, ignore_errors=True)
     info.seconds = round(time.perf_counter() - started, 2)
     return info
+
+
+def check_host(plan: Plan, cache_root: Path, use_pch: bool = True) -> tuple[bool, str]:
+    """The split host unit compiled as build() compiles it (the lean header, then the full one), syntax
+    only: (ok, the compiler's output). The check `compile` runs, so it rejects what the build rejects.
+    Raises CannotSplit for a source the split build does not take."""
+    units = split(plan.cuda_cu)
+    versions = toolchain_id(plan)
+    # a host unit that passed once passes again (a kernel edit leaves it as it was): remembered by content
+    passed = cache_root / "host-checks" / digest(units.host, plan.cxx, plan.host_cflags, plan.post_cflags, versions)
+    if passed.exists():
+        return True, ""
+    pch = pchs_for(plan, cache_root, versions, ["host"])["host"] if use_pch else None
+    work = Path(tempfile.mkdtemp(prefix="host-check-"))
+    output = ""
+    try:
+        for lean in (True, False):
+            source = _EXTENSION_INCLUDE.sub(LEAN_HOST_HEADER, units.host) if lean else units.host
+            if lean and pch is not None and pch.ready:
+                include = pch.flags()
+            else:
+                (work / "prelude.h").write_text(LEAN_PRELUDE if lean else PRELUDE)
+                include = ["-include", str(work / "prelude.h")]
+            (work / "host.cpp").write_text(source)
+            cmd = [*plan.cxx, *plan.host_cflags, *include, "-fsyntax-only", "-x", "c++", "host.cpp", *plan.post_cflags]
+            run = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=900)
+            if run.returncode == 0:
+                passed.parent.mkdir(parents=True, exist_ok=True)
+                passed.touch()
+                return True, ""
+            output = run.stdout + run.stderr
+        return False, output
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if pch is not None and not pch.ready:
+            pch.start_build()
 
 
 def load_split(
@@ -350,9 +459,11 @@ def load_split(
     build_dir: Path,
     pch: bool,
     import_module: bool = True,
+    link: bool = True,
 ):
-    """The extension from the split build: (module, info), or (None, info) when the stock build must run.
-    Raises FastBuildError when a unit fails (the caller decides whether that is the candidate's error)."""
+    """The extension from the split build: (module, info), or (None, info) when the stock build must run
+    (``link=False``: the units compiled, nothing linked or loaded). Raises FastBuildError when a unit
+    fails (the caller decides whether that is the candidate's error)."""
     from torch.utils.cpp_extension import _import_module_from_library
 
     def load():
@@ -367,8 +478,8 @@ def load_split(
         return load(), BuildInfo(reused=["extension"], first_build=first)
     started = time.perf_counter()
     plan = plan_build(real_load_inline, module_name, cpp_src, cuda_src, functions, kwargs, build_dir / "plan")
-    info = build(plan, module_name, build_dir, build_dir.parent, use_pch=pch)
-    if info.path != "split":
+    info = build(plan, module_name, build_dir, build_dir.parent, use_pch=pch, link=link)
+    if info.path != "split" or not link:
         return None, info
     info.seconds = round(time.perf_counter() - started, 2)
     write_whole(so.with_name(so.name + ".build.json"), json.dumps(vars(info)).encode())

@@ -23,14 +23,24 @@ from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError, import_source
 from kforge_mcp.targets.cuda.build import (
     CUTLASS_HEADER,
+    InlineBuild,
     StubExtension,
     _as_list,
     cutlass_include_dir,
     extension_cache_dir,
     patched_load_inline,
 )
-from kforge_mcp.targets.cuda.fast_build import BuildInfo, FastBuildError, candidate_errors, load_split, torch_versions
+from kforge_mcp.targets.cuda.fast_build import (
+    BuildInfo,
+    FastBuildError,
+    candidate_errors,
+    check_host,
+    load_split,
+    plan_build,
+    torch_versions,
+)
 from kforge_mcp.targets.cuda.nvcc import build_errors
+from kforge_mcp.targets.cuda.split import CannotSplit
 from kforge_mcp.targets.nvidia import tool_version
 from kforge_mcp.targets.source_map import map_pieces
 
@@ -54,7 +64,9 @@ def own_name(output: str, file: str) -> str:
     return re.sub(r"(^|[\s(])" + re.escape(SHARED_NAME) + r"(?=[:(])", lambda m: m.group(1) + file, output, flags=re.M)
 
 
-def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, file: str, import_module=True):
+def split_build(
+    real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, file: str, import_module=True, link=True
+):
     """(module, info) from the split build; (None, info) sends the caller to the stock build.
     A device-unit error located in the candidate's own code is the candidate's: raised at once."""
     settings = Settings.read()
@@ -80,6 +92,7 @@ def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_di
             build_dir,
             settings.cuda_pch_on,
             import_module,
+            link,
         )
     except FastBuildError as e:
         e.output = own_name(e.output, file)
@@ -92,10 +105,51 @@ def split_build(real, name, cpp_src, cuda_src, functions, args, kwargs, build_di
     return None, info
 
 
+def check_host_unit(build: InlineBuild, source: Source, arch: str, workdir: Path) -> tuple[bool, str] | None:
+    """One load_inline call's host unit compiled as the split build compiles it, without a GPU: (ok, the
+    compiler's output at the candidate's lines); None when the split build does not take the source."""
+    import torch.utils.cpp_extension as ce
+
+    cuda_src = shared_names(
+        [p.annotated(source.name) for p in map_pieces(build.cuda, source.text, "cuda_sources")], source.name
+    )
+    cpp_src = shared_names(
+        [p.annotated(source.name) for p in map_pieces(build.cpp, source.text, "cpp_sources")], source.name
+    )
+    kwargs = {k: v for k, v in build.kwargs.items() if k not in ("name", "cpp_sources", "cuda_sources", "functions")}
+    kwargs.pop("build_directory", None)
+    kwargs["verbose"] = False
+    number = re.fullmatch(r"(?:sm|compute)_(\d+)(\d)([a-z]?)", arch)
+    env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    # torch plans for this arch; the host unit's flags do not depend on it
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{number[1]}.{number[2]}{number[3]}" if number else "9.0"
+    try:
+        try:
+            plan = plan_build(ce.load_inline, build.name, cpp_src, cuda_src, build.functions, kwargs, workdir / "plan")
+        except Exception:  # noqa: BLE001  (planning uses torch's internals: never the candidate's fault)
+            return None
+        ok, output = check_host(plan, extension_cache_dir(), Settings.read().cuda_pch_on)
+    except CannotSplit:
+        return None
+    finally:
+        if env_arch is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
+    return ok, own_name(output, source.name)
+
+
 def load_candidate(
-    source: Source, capability: tuple[int, int], workdir: Path, builds: list[BuildInfo], prebuild: bool = False
+    source: Source,
+    capability: tuple[int, int],
+    workdir: Path,
+    builds: list[BuildInfo],
+    prebuild: bool = False,
+    link: bool = True,
 ) -> types.ModuleType:
-    """Import the candidate with its load_inline builds done here (``prebuild``: built, not imported)."""
+    """Import the candidate with its load_inline builds done here (``prebuild``: built, not imported;
+    ``link=False`` as well: the split build's units compiled and nothing linked, which needs no GPU and
+    no CUDA build of torch)."""
     import torch
 
     major, minor = capability
@@ -144,7 +198,7 @@ def load_candidate(
         try:
             with FileLock(str(build_dir) + ".lock", timeout=1800):
                 module, info = split_build(
-                    real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, source.name, not prebuild
+                    real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, source.name, not prebuild, link
                 )
                 builds.append(info)
                 if prebuild:  # the candidate's import goes on with stand-ins; the GPU worker imports the build

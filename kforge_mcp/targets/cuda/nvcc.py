@@ -212,6 +212,12 @@ def _locate(raw: RawDiag, file: str, pieces: list[Piece], blocks) -> tuple[Piece
     return None, None, None
 
 
+def in_host_glue(r: RawDiag, file: str, pieces: list[Piece], blocks) -> bool:
+    """Whether a message sits in host code of the candidate (a function neither __global__ nor __device__)."""
+    _, block, _ = _locate(r, file, pieces, blocks)
+    return block is not None and block.host_glue
+
+
 def lean_errors_trusted(raw: list[RawDiag], file: str, pieces: list[Piece], blocks) -> bool:
     """Lean-path errors stand only when every one sits in device code of the candidate and
     names nothing the stand-in header could have got wrong."""

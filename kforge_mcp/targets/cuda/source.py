@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kforge_mcp.targets.cuda.split import DEVICE_MARK
+
 
 @dataclass
 class Block:
@@ -21,7 +23,7 @@ class Block:
 
     @property
     def host_glue(self) -> bool:
-        return "__global__" not in self.header and "__device__" not in self.header
+        return "__global__" not in self.header and not DEVICE_MARK.search(self.header)
 
 
 def top_level_blocks(code: str) -> list[Block]:

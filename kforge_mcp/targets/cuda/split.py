@@ -11,22 +11,37 @@ Nearly all of a stock ``load_inline`` build is torch's headers parsed three time
   ``(__cudaPushCallConfiguration(g, b, s, st) ? (void)0 : k(args))``.
 
 Both keep the source's line count, so ``#line`` directives still point at the Python file.
-Anything this cannot cut faithfully (template kernels, device variables used by host code, a
-module defined in the CUDA source) is refused with a reason; the caller then runs the stock build.
+
+Template kernels: the host unit declares each as a template of its stub and calls ``k<T>(args)``;
+which ``k<T>`` it needs is known once it is compiled (its undefined symbols), and the device unit
+then instantiates exactly those (``instantiations``), compiled with weak stubs so the host unit's
+calls link to them. A ``__constant__`` or ``__device__`` variable the host code uses (a table filled
+by ``cudaMemcpyToSymbol``) is, in the host unit, a reference to the variable's host shadow, which
+the device unit hands out through an accessor beside the variable.
+
+Anything this cannot cut faithfully (a device variable it cannot declare again, a ``__managed__``
+variable used by host code, a module defined in the CUDA source) is refused with a reason; the
+caller then runs the stock build.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch/|ATen/|c10/|pybind11/|THC/|Python\.h)')
-# headers only nvcc can read: the host unit leaves them out
+# headers only nvcc can read: the host unit leaves them out (torch's c10/cuda/ and ATen/cuda/ stay)
 DEVICE_ONLY_INCLUDE = re.compile(
-    r"(mma|cooperative_groups|cuda_pipeline|cuda_awbarrier|sm_\d+_intrinsics)|cub/|cute/|cutlass/|cuda/"
+    r'^\s*#\s*include\s*[<"](mma\.h|cooperative_groups|cuda_pipeline|cuda_awbarrier|sm_\d+_intrinsics|cub/|cute/'
+    r"|cutlass/|cuda/)"
 )
 DEVICE_NAMESPACES = re.compile(r"\b(nvcuda|cooperative_groups|cute|cutlass|cub)\b")
 TORCH_NAMES = re.compile(r"\b(torch|at|c10|py|pybind11)\s*::|\bTORCH_|\bAT_|\bC10_|\bnamespace\s+(torch|at|c10)\b")
+
+
+# where a function runs, as written or through c10's macros for it
+DEVICE_MARK = re.compile(r"\b(__device__|C10_DEVICE|C10_HOST_DEVICE)\b")
+HOST_MARK = re.compile(r"\b(__host__|C10_HOST|C10_HOST_DEVICE)\b")
 
 
 class CannotSplit(Exception):
@@ -88,8 +103,8 @@ def _kind(header: str) -> str:
         return "statement"  # an initializer (a table, a lambda), not a function body
     if "__global__" in h:
         return "kernel"
-    if "__device__" in h:
-        return "both_fn" if "__host__" in h else "device_fn"
+    if DEVICE_MARK.search(h):
+        return "both_fn" if HOST_MARK.search(h) else "device_fn"
     return "host_fn"
 
 
@@ -178,14 +193,23 @@ LAUNCH = re.compile(r"<<<")
 
 
 def _callee_start(code: str, at: int) -> int:
+    """Where the launched kernel's name starts: ``k``, ``ns::k`` or ``k<scalar_t, 4>``."""
     j = at
     while j > 0 and code[j - 1].isspace():
         j -= 1
-    if j > 0 and code[j - 1] == ">":
-        raise CannotSplit("a launch of a template kernel")
+    if j > 0 and code[j - 1] == ">":  # template arguments: back to their '<'
+        depth = 0
+        while j > 0:
+            j -= 1
+            depth += {">": 1, "<": -1}.get(code[j], 0)
+            if depth == 0:
+                break
+        while j > 0 and code[j - 1].isspace():
+            j -= 1
+    name_end = j
     while j > 0 and (code[j - 1].isalnum() or code[j - 1] in "_:"):
         j -= 1
-    if j == at:
+    if j == name_end:
         raise CannotSplit("a launch whose kernel is not a name")
     return j
 
@@ -239,6 +263,24 @@ class Split:
     host: str
     device: str
     kernels: list[str]
+    templates: list[str] = field(default_factory=list)  # the kernels that are templates
+
+    def instantiations(self, host_symbols: list[str]) -> list[str]:
+        """The explicit instantiations the device unit needs, from the host object's undefined symbols
+        as ``nm -C`` writes them (``void k<float>(float const*, float*, int)``)."""
+        wanted = re.compile(r"^void (?:\w+::)*(?:" + "|".join(map(re.escape, self.templates)) + r")<.*\)$")
+        return [f"template __global__ {s};" for s in host_symbols if self.templates and wanted.match(s)]
+
+
+def _device_variable(text: str) -> tuple[str, str, str] | None:
+    """``static __constant__ float table[4] = {...};`` -> ("float", "table", "[4]"); None when it is
+    not one plain declarator."""
+    decl = re.sub(r"\b(static|extern|__constant__|__device__)\b", " ", text).strip().rstrip(";")
+    decl = re.split(r"=|\{", decl, maxsplit=1)[0].strip()
+    m = re.fullmatch(r"(?P<type>[\w:<>\s\*&]+?)\s*\b(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]*\]\s*)*)", decl)
+    if m is None or not m["type"].strip() or "," in m["type"]:
+        return None
+    return " ".join(m["type"].split()), m["name"], "".join(m["dims"].split())
 
 
 def split(code: str) -> Split:
@@ -246,12 +288,10 @@ def split(code: str) -> Split:
     if "PYBIND11_MODULE" in code or "TORCH_LIBRARY" in code:
         raise CannotSplit("the CUDA source defines its own module")
     items = scan(code)
-    host, device, kernels = [], [], []
-    device_vars: list[str] = []
+    host, device, kernels, templates = [], [], [], []
+    device_vars: dict[str, tuple[int, str]] = {}  # name -> (its part, its declaration)
     for it in items:
         text = code[it.start : it.end]
-        if it.kind == "kernel" and re.search(r"\btemplate\b", it.header):
-            raise CannotSplit("a template kernel")
         if it.kind == "pp":
             include = re.match(r"\s*#\s*include", text)
             keep_host = not include or not DEVICE_ONLY_INCLUDE.search(text)
@@ -260,6 +300,8 @@ def split(code: str) -> Split:
         elif it.kind == "kernel":
             names = [x for x in re.findall(r"(\w+)\s*\(", it.header) if not x.startswith("__")]
             kernels.append(names[-1] if names else "?")
+            if re.search(r"\btemplate\b", it.header):
+                templates.append(kernels[-1])
             host.append(_stub_declaration(it.header) + _rest(it.header, text))
             device.append(re.sub(r"\bstatic\b", "", text, count=1) if text.lstrip().startswith("static") else text)
         elif it.kind == "device_fn":
@@ -279,7 +321,8 @@ def split(code: str) -> Split:
                 re.search(r"\b(__constant__|__device__|__shared__|__managed__)\b", text)
                 and "(" not in text.split("=")[0]
             ):
-                device_vars += re.findall(r"(\w+)\s*(?:\[|=|;)", text)[:1]
+                for name in re.findall(r"(\w+)\s*(?:\[|=|;|\{)", text)[:1]:
+                    device_vars[name] = (len(host), text)
                 host.append(_blank(text))
                 device.append(text)
                 continue
@@ -292,12 +335,22 @@ def split(code: str) -> Split:
             host.append(_blank(text) if alias and DEVICE_NAMESPACES.search(text) else text)
             device.append(_blank(text) if TORCH_NAMES.search(text) else text)
     host_text = "".join(_join(code, items, host))
-    for var in device_vars:
-        if re.search(rf"\b{re.escape(var)}\b", host_text):
+    for n, (var, (part, text)) in enumerate(device_vars.items()):
+        if not re.search(rf"\b{re.escape(var)}\b", host_text):
+            continue
+        parsed = _device_variable(text)
+        if "__managed__" in text or parsed is None:
             raise CannotSplit(f"host code uses the device variable '{var}'")
+        kind, name, dims = parsed
+        accessor = f"kforge_symbol_{n}_{name}"
+        head = f'extern "C" void* {accessor}(); static {kind} (&{name}){dims} = *static_cast<{kind} (*){dims}>({accessor}());'
+        host[part] = head + _blank(text)
+        device[part] = text + f' extern "C" void* {accessor}() {{ return (void*)&{name}; }}'
+    if device_vars:
+        host_text = "".join(_join(code, items, host))
     if not kernels:
         raise CannotSplit("no kernel in the CUDA source")
-    return Split(lower_launches(host_text), "".join(_join(code, items, device)), kernels)
+    return Split(lower_launches(host_text), "".join(_join(code, items, device)), kernels, templates)
 
 
 def _join(code: str, items: list[Item], parts: list[str]):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import sysconfig
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kforge_mcp.core.errors import InputError
@@ -41,14 +42,16 @@ from kforge_mcp.targets.cuda.build import (
     cutlass_include_dir,
     extension_cache_dir,
 )
-from kforge_mcp.targets.cuda.fast_build import BuildInfo, start_pch_prewarm
+from kforge_mcp.targets.cuda.fast_build import BuildInfo, cpu_torch_flags, start_pch_prewarm
 from kforge_mcp.targets.cuda.lean_header import TORCH_LEAN_H
-from kforge_mcp.targets.cuda.load import load_candidate
+from kforge_mcp.targets.cuda.load import check_host_unit, load_candidate
 from kforge_mcp.targets.cuda.nvcc import (
     NvccRun,
     binding_diagnostics,
+    build_errors,
     cubin_sass,
     demangle,
+    in_host_glue,
     lean_errors_trusted,
     parse_compiler_output,
     parse_ptxas_resources,
@@ -217,22 +220,52 @@ class CudaTarget(Target):
         lean_cu.write_text(
             '#include "kforge_torch_lean.h"\n' + "\n".join(lean_piece(p).annotated(source.name) for p in pieces) + "\n"
         )
-        run = run_nvcc(lean_cu, arch, [str(workdir), *includes], flags, workdir)
+        # the host unit as the split build compiles it, beside the lean compile: its verdict on host code is
+        # the real build's (the lean header stands in loosely)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            host_check = pool.submit(check_host_unit, build, source, arch, workdir)
+            run = run_nvcc(lean_cu, arch, [str(workdir), *includes], flags, workdir)
+            host = host_check.result()
         mode = "lean"
         raw = parse_compiler_output(run.output)
-        if not run.ok and not lean_errors_trusted(raw, source.name, pieces, blocks):
+        if host is not None:  # host-code errors of the stand-in give way to the real headers' verdict
+            raw = [r for r in raw if not (r.severity == "error" and in_host_glue(r, source.name, pieces, blocks))]
+            diags += [] if host[0] else build_errors(host[1], source.name)
+        lean_failed = any(r.severity == "error" for r in raw)
+        if lean_failed and not lean_errors_trusted(raw, source.name, pieces, blocks):
             full_cu = workdir / f"full_{index}.cu"
             full_cu.write_text(LOAD_INLINE_CUDA_PREFIX + "\n".join(p.annotated(source.name) for p in pieces) + "\n")
-            run = run_nvcc(full_cu, arch, [*torch_include_dirs(), *includes], flags, workdir)
+            run = run_nvcc(full_cu, arch, [*torch_include_dirs(), *includes], flags + cpu_torch_flags(), workdir)
             mode = "full"
             raw = parse_compiler_output(run.output)
         diags += to_diagnostics(raw, source, pieces, blocks, run)
-        if not run.ok and not any(d.severity == "error" for d in diags):
+        if not run.ok and lean_failed and not any(d.severity == "error" for d in diags):
             diags.append(
                 Diagnostic(file=source.name, line=build.call_line, message="nvcc failed: " + run.output.strip()[-2000:])
             )
         if run.ok:
             self._resources(run, report, build)
+        elif not lean_failed:
+            diags.append(
+                Diagnostic(
+                    severity="note",
+                    file=source.name,
+                    line=build.call_line,
+                    message="no kernel resources: kforge's lean stand-in for torch's headers does not cover this "
+                    "host code (the host code itself was judged with torch's real headers)",
+                )
+            )
+        host_ok = host is None or host[0]
+        if host is not None:
+            diags.append(
+                Diagnostic(
+                    severity="note",
+                    file=source.name,
+                    line=build.call_line,
+                    message=f"load_inline '{build.name}': host code compiled as the split build compiles it "
+                    f"(torch's real headers): {'ok' if host_ok else 'failed'}",
+                )
+            )
         diags.append(
             Diagnostic(
                 severity="note",
@@ -248,7 +281,7 @@ class CudaTarget(Target):
                 + f") in {run.seconds:.1f} s",
             )
         )
-        return run.ok, diags
+        return (run.ok or not lean_failed) and host_ok, diags
 
     def _resources(self, run: NvccRun, report: CompileReport, build: InlineBuild) -> None:
         usage = parse_ptxas_resources(run.output)
