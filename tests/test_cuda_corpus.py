@@ -27,6 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS_DIR = ROOT / "tests/cuda_sources"
 CORPUS = json.loads((CORPUS_DIR / "corpus.json").read_text())["sources"]
 IDS = [e["candidate"].removesuffix(".py") for e in CORPUS]
+# Each twin pays the stock build its split host unit falls back to (minutes on 2 cores): CI breaks one source of
+# each kind, both kinds of break among them (a KernelBench example, template dispatch, host code with cub, the
+# __constant__ table); KFORGE_TEST_ALL_TWINS=1 breaks every source.
+TWINS = (
+    IDS
+    if os.environ.get("KFORGE_TEST_ALL_TWINS")
+    else ["kernelbench_fuse_gelu", "dispatch_floating_vectorized", "cub_block_reduce", "constant_tables"]
+)
 needs_nvcc = pytest.mark.skipif(
     shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(), reason="needs nvcc"
 )
@@ -138,7 +146,7 @@ def test_every_source_builds_on_the_split_path_and_compile_accepts_it(entry, ext
 
 @needs_nvcc
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", CORPUS, ids=IDS)
+@pytest.mark.parametrize("entry", [e for e in CORPUS if e["candidate"].removesuffix(".py") in TWINS], ids=TWINS)
 def test_compile_rejects_the_broken_twin_as_the_real_host_build_does(entry, extension_cache, tmp_path):
     from kforge_mcp.targets.cuda.target import CudaTarget
 
