@@ -54,6 +54,7 @@ FLOORS = [
     ("kforge_mcp.suite", 9),
     ("kforge_mcp.suite_report", 9),
     ("kforge_mcp.api", 9),
+    ("kforge_mcp.engine", 9),
     ("kforge_mcp.prompts", 2),  # one-shot examples: data, imported by nothing at runtime
     ("kforge_mcp.tools", 10),
     ("kforge_mcp.server", 11),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
@@ -29,6 +31,7 @@ from kforge_mcp.tools import (
 )
 from kforge_mcp.tools import compile as compile_tool
 from kforge_mcp.tools.common import App, invalid_params, logger
+from kforge_mcp.tools.schemas import compact_input, compact_output
 
 INSTRUCTIONS = """\
 kforge turns a PyTorch reference module into a faster kernel. A problem is KernelBench-form
@@ -78,13 +81,19 @@ async def log_refusals(ctx, call_next):
 
 class KforgeServer(MCPServer):
     kforge_app: App  # set by build_server: the CLI and tests reach the engine through it
+    _listed: list | None = None  # the tools as published: they do not change once the server is built
 
     async def list_tools(self):
-        tools = await super().list_tools()
-        for tool in tools:  # 2025-11-25 tool-level task negotiation (tools/tasks.py)
-            if tool.name in tasks.TASK_TOOLS:
-                tool.execution = ToolExecution(task_support="optional")
-        return tools
+        if self._listed is None:
+            tools = await super().list_tools()
+            for tool in tools:
+                tool.description = inspect.cleandoc(tool.description or "")  # a docstring, less its indentation
+                tool.input_schema = compact_input(tool.input_schema)  # every session loads these (tools/schemas.py)
+                tool.output_schema = compact_output(tool.output_schema)
+                if tool.name in tasks.TASK_TOOLS:  # 2025-11-25 tool-level task negotiation (tools/tasks.py)
+                    tool.execution = ToolExecution(task_support="optional")
+            self._listed = tools
+        return self._listed
 
     async def get_prompt(self, name, arguments=None, context=None):
         if name not in {p.name for p in await self.list_prompts()}:

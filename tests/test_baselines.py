@@ -12,7 +12,7 @@ import torch
 from conftest import example, problem
 
 from kforge_mcp.core.problem import seed_everything
-from kforge_mcp.core.requests import BaselinesRequest
+from kforge_mcp.core.requests import BaselinesRequest, Done
 from kforge_mcp.judge import baselines
 from kforge_mcp.judge.device_guard import DeviceGuard
 
@@ -119,8 +119,8 @@ def test_the_baselines_job_keeps_them_for_the_next_call(engine):
     )
     first = engine.executor.run("cpu", request, timeout_s=120)
     second = engine.executor.run("cpu", request, timeout_s=120)
-    assert first["ok"] and first["value"]["baselines"] == ["eager"] and not first["value"]["kept_already"]
-    assert second["ok"] and second["value"]["kept_already"]
+    assert isinstance(first, Done) and isinstance(second, Done), (first, second)
+    assert first.value["baselines"] == ["eager"] and not first.value["kept_already"] and second.value["kept_already"]
 
 
 def test_a_verify_reports_where_its_time_went(engine):

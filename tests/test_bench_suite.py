@@ -334,7 +334,7 @@ def test_cli_bench_json_end_to_end(tmp_path):
         "1",
         "--baselines",
         "eager",
-        "--timing-budget-s",
+        "--timing-budget",
         "0.2",
     ]
     env = {**os.environ, "COLUMNS": "160"}

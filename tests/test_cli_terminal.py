@@ -144,7 +144,7 @@ def test_bench_fits(terminal, tmp_path):
         "1",
         "--baselines",
         "eager",
-        "--timing-budget-s",
+        "--timing-budget",
         "0.2",
         "--no-plot",
     )

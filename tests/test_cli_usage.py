@@ -4,6 +4,7 @@ device's roofline, and profiles saved as JSON read back."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -16,6 +17,7 @@ import uuid
 import pytest
 from conftest import ROOT, example, problem
 
+from kforge_mcp.core.errors import InputError
 from kforge_mcp.profiling.loader import load_profile
 from kforge_mcp.store import RunStore
 
@@ -163,3 +165,70 @@ def test_a_fitted_table_keeps_every_number_whole_at_any_width(width, monkeypatch
     assert shown[:2] == numbers[:2]  # the kept columns, whole
     left = re.search(r"left out at \d+ columns: (.*) \(--json", text.replace("\n", " "))
     assert len(shown) == len(numbers) if width == 200 else left and len(shown) + left[1].count("metric") == 6
+
+
+# ---- one CLI: the same names for the same thing in every verb, from the calls' models ----
+
+RUNS_A_WORKER = ("compile", "verify", "verify-batch", "profile", "bench", "run-loop")
+
+
+def verbs():
+    from kforge_mcp.cli.main import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+def option(verb, flag):
+    return next((a for a in verbs()[verb]._actions if flag in a.option_strings), None)
+
+
+def test_every_verb_that_runs_a_worker_takes_timeout_in_seconds():
+    for verb in RUNS_A_WORKER:
+        timeout = option(verb, "--timeout")
+        assert timeout is not None and timeout.dest == "timeout_s" and timeout.metavar == "S", verb
+        assert not any(s.endswith("-s") for a in verbs()[verb]._actions for s in a.option_strings), verb
+
+
+def test_a_list_option_is_comma_separated_in_every_verb():
+    from kforge_mcp.cli.main import build_parser
+
+    required = {
+        "verify": ["p.py", "c.py", "--target", "triton"],
+        "verify-batch": ["p.py", "c.py", "--target", "triton"],
+        "bench": ["--problems", "p", "--candidates", "c", "--out", "o", "--target", "triton"],
+        "run-loop": ["p.py", "--target", "triton", "--provider", "openai"],
+    }
+    for verb, args in required.items():
+        parsed = build_parser().parse_args([verb, *args, "--baselines", "eager,compiled"])
+        assert parsed.baselines == ["eager", "compiled"], verb
+        assert option(verb, "--baselines").nargs is None, verb  # one value, comma-separated
+
+
+def test_a_shared_option_says_what_the_tools_model_says():
+    from kforge_mcp.core.options import VerifyOptions
+
+    for verb in ("verify", "verify-batch", "bench", "run-loop"):
+        for flag, name in (("--trials", "trials"), ("--timeout", "timeout_s")):
+            assert option(verb, flag).help.startswith(VerifyOptions.model_fields[name].description), (verb, flag)
+    assert option("verify", "--precision").choices == ["fp32", "tf32", "bf16", "fp16"]
+
+
+def test_run_loop_usage_shows_what_it_requires_and_every_target():
+    from kforge_mcp.targets import TARGETS
+
+    usage = verbs()["run-loop"].format_usage()
+    first = usage.splitlines()[0]
+    assert "PROBLEM --target {" + ",".join(TARGETS) + "} --provider {anthropic,openai}" in first, usage
+    assert "[--target" not in usage and "[--provider {anthropic,openai}]" in usage.splitlines()[1]  # resume's default
+    assert "--resume RUN_ID" in usage
+
+
+def test_library_arguments_are_checked_once_against_the_model_and_name_the_field(engine):
+    with pytest.raises(InputError, match=r"verify: trials must be an integer in \[1, 100\], got 0"):
+        engine.verify(problem("row_softmax"), example("row_softmax", "triton"), "triton", trials=0)
+    with pytest.raises(InputError, match=r"unknown argument 'trals' \(did you mean 'trials'\?\)"):
+        engine.verify(problem("row_softmax"), example("row_softmax", "triton"), "triton", trals=1)
+    with pytest.raises(InputError, match=r"profile: depth must be 'timeline' or 'metrics', got 'deep'"):
+        engine.profile(problem("row_softmax"), target="triton", depth="deep")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kforge_mcp.api import Engine
-from kforge_mcp.core.requests import ProbeRequest
+from kforge_mcp.core.requests import Done, ProbeRequest
 from kforge_mcp.devices import driver_probe
 from kforge_mcp.devices.device import discover
 from kforge_mcp.devices.driver_probe import discover_without_torch, torch_build
@@ -112,9 +112,9 @@ def test_a_warm_up_runs_only_while_its_lane_is_idle(tmp_path):
 
     pool = WorkerPool(tmp_path)
     try:
-        assert pool.run("compile", ProbeRequest(), 120, warm_up=True)["ok"]  # idle: it runs
-        assert pool.run("compile", ProbeRequest(), 120, warm_up=True)["ok"]  # only warm-ups so far: still idle
-        assert pool.run("compile", ProbeRequest(), 120)["ok"]
+        assert isinstance(pool.run("compile", ProbeRequest(), 120, warm_up=True), Done)  # idle: it runs
+        assert isinstance(pool.run("compile", ProbeRequest(), 120, warm_up=True), Done)  # only warm-ups so far
+        assert isinstance(pool.run("compile", ProbeRequest(), 120), Done)
         assert pool.run("compile", ProbeRequest(), 120, warm_up=True) is None  # real work has run here
         for first in ("job", "warm-up"):  # a fresh lane that a job is waiting for, as a verify sent at once
             replies: dict = {}
@@ -133,6 +133,6 @@ def test_a_warm_up_runs_only_while_its_lane_is_idle(tmp_path):
                         time.sleep(0.01)
             for t in threads:
                 t.join(120)
-            assert replies["warm-up"] is None and replies["job"]["ok"], (first, replies)
+            assert replies["warm-up"] is None and isinstance(replies["job"], Done), (first, replies)
     finally:
         pool.shutdown()

@@ -14,7 +14,7 @@ import pytest
 from conftest import example, problem
 
 from kforge_mcp.api import Engine
-from kforge_mcp.core.requests import WarmUpRequest
+from kforge_mcp.core.requests import Done, WarmUpRequest
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -167,7 +167,7 @@ def test_the_gpu_warm_up_leaves_a_worker_whose_compiled_baseline_still_judges(tm
     engine = Engine(home=tmp_path)
     try:
         reply = engine.executor.run("cuda:0", WarmUpRequest(device="cuda:0"), timeout_s=300)
-        assert reply["ok"] and reply["value"]["seconds"] > 0, reply
+        assert isinstance(reply, Done) and reply.value["seconds"] > 0, reply
         report = engine.verify(problem("fused_bias_gelu"), example("fused_bias_gelu", "triton"), target="triton")
         assert report.verdict == "pass" and report.timing.compiled is not None, report.findings
         assert not [f for f in report.findings if f.code == "compiled_baseline_unavailable"]

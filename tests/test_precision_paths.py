@@ -15,6 +15,7 @@ from kforge_mcp.core.problem import load_problem
 from kforge_mcp.core.requests import RooflineRequest
 from kforge_mcp.core.schemas import VerifyReport
 from kforge_mcp.core.source import Source
+from kforge_mcp.engine.verify import bound_from_paths
 from kforge_mcp.judge.precision_paths import PATH_SPECS, emulate_product, measure_reference, round_to, split
 from kforge_mcp.judge.roofline import count_problem, from_measured
 
@@ -167,11 +168,11 @@ def test_a_device_verify_takes_its_bound_from_the_measured_paths(engine):
     """What the engine does with a GPU verify's report once the paths are measured (the report built here: no GPU)."""
     src = Source(text=GEMM_BIAS_K4096, name="gemm_bias_k4096.py")
     report = VerifyReport(verdict="pass", timing=timed(1e-3), device_state={"name": H200}, sol_ms=5e-4)
-    engine._bound_from_paths(report, engine._paths_soon(src, None, 1e-4, 1e-4, 120), time.perf_counter() + 120)
+    bound_from_paths(report, engine.paths.soon(src, (None, 1e-4, 1e-4), 120), time.perf_counter() + 120)
     assert report.sol_path.startswith("bf16x3") and "max error" in report.sol_path
     assert 0 < report.fraction_of_sol <= 1 and {p.path for p in report.compute_paths} >= {"bf16x3", "3xtf32"}
     beat = VerifyReport(verdict="pass", timing=timed(1e-5), device_state={"name": H200}, sol_ms=5e-4)
-    engine._bound_from_paths(beat, engine._paths_soon(src, None, 1e-4, 1e-4, 120), time.perf_counter() + 120)
+    bound_from_paths(beat, engine.paths.soon(src, (None, 1e-4, 1e-4), 120), time.perf_counter() + 120)
     assert 0 < beat.fraction_of_sol <= 1 and [f.code for f in beat.findings] == ["below_speed_of_light_model"]
 
 
@@ -183,7 +184,7 @@ def test_profile_with_a_problem_shows_the_measured_paths(engine):
 
 def test_calls_for_one_problem_share_one_measurement(engine):
     src = Source(text=GEMM_BIAS_K4096.replace("64]", "48]"), name="g48.py")
-    futures = [engine._paths_soon(src, None, 1e-4, 1e-4, 120) for _ in range(4)]
+    futures = [engine.paths.soon(src, (None, 1e-4, 1e-4), 120) for _ in range(4)]
     assert all(f is futures[0] for f in futures) and futures[0].result(120).errors["bf16x3"] <= 0.5
 
 
@@ -192,6 +193,6 @@ def test_a_measurement_still_running_leaves_the_rounding_bound_and_says_so(engin
 
     report = VerifyReport(verdict="pass", timing=timed(1e-3), device_state={"name": H200}, sol_ms=5e-4)
     report.sol_path, report.fraction_of_sol = "3xtf32 (compute-bound on H200): rounding", 0.5
-    engine._bound_from_paths(report, Future(), time.perf_counter())  # nothing measured yet
+    bound_from_paths(report, Future(), time.perf_counter())  # nothing measured yet
     assert report.fraction_of_sol == 0.5 and report.sol_path.startswith("3xtf32")
     assert "still being measured" in report.sol_path

@@ -364,7 +364,8 @@ async def test_a_finished_loop_attempt_links_its_run_best_candidate_and_report(s
         run_id = start.structured_content["run_id"]
         done = await client.call_tool("loop_submit", {"run_id": run_id, "candidate": candidate, "wait_s": 600})
         assert done.structured_content["done"] and done.structured_content["verdict"] == "pass", done.content
-        assert json.loads(done.content[0].text)["run_id"] == run_id  # the JSON text as before
+        first = done.content[0].text.splitlines()[0]  # a summary, not the JSON again
+        assert first.startswith(f"run {run_id}, attempt ") and ": pass" in first, first
         links = {c.uri: c for c in done.content if c.type == "resource_link"}
         base = f"kforge://runs/{run_id}"
         assert set(links) == {base, f"{base}/best", f"{base}/report"}, links

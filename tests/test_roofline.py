@@ -11,6 +11,7 @@ import pytest
 
 from kforge_mcp.core.problem import Source, load_problem
 from kforge_mcp.core.schemas import VerifyReport
+from kforge_mcp.engine.verify import bound_from_paths
 from kforge_mcp.judge.roofline import conv_gemm, count_problem, make_roofline, reference_roofline, with_measured
 from kforge_mcp.judge.structure import reference_levers
 
@@ -175,7 +176,7 @@ def test_verify_and_analyze_carry_the_levers_to_the_bound(engine):
     fold = next(lv for lv in roof.levers if lv.kind == "fold_reduction")
     ms = (fold.sol_ms_after + roof.byte_ms) / 2
     report = VerifyReport(verdict="pass", timing=timed(ms), device_state={"name": H200}, sol_ms=roof.sol_ms)
-    engine._bound_from_paths(report, engine._paths_soon(src, None, None, None, 120), time.perf_counter() + 120)
+    bound_from_paths(report, engine.paths.soon(src, (None, None, None), 120), time.perf_counter() + 120)
     assert report.sol_ms == pytest.approx(fold.sol_ms_after) and "the kernel takes the lever" in report.sol_path
     assert [f.code for f in report.findings] == ["below_speed_of_light_model"]
     profile = {"source": "ncu", "device_name": H200, "device_ms_per_forward": ms, "forwards": 1}

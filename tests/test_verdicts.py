@@ -101,7 +101,7 @@ def test_a_problem_declares_its_precision_and_tolerance(engine, tmp_path):
 @pytest.mark.parametrize(
     ("args", "declared", "expected"),
     [
-        ({"precision": "fp8"}, "", "precision 'fp8' is not one of fp32, tf32, bf16, fp16"),
+        ({"precision": "fp8"}, "", "precision must be 'fp32', 'tf32', 'bf16' or 'fp16', got 'fp8'"),
         ({"atol": -1.0}, "", "atol must be >= 0"),
         ({"seed": -3}, "", "seed must be an integer"),
         ({}, 'PRECISION = "int4"\n', "PRECISION: precision 'int4' is not one of"),

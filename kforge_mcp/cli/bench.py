@@ -16,7 +16,8 @@ from kforge_mcp.cli.console import (
     out,
     print_json,
 )
-from kforge_mcp.core.options import BASELINES, VERIFY
+from kforge_mcp.cli.options import add_options, add_target, given
+from kforge_mcp.core.options import VerifyOptions
 
 LAYOUT = """Layout: every *.py in --problems is a problem (a KernelBench level1/ folder works as it is). Its
 candidates are --candidates/<problem stem>/*.py, or flat --candidates/<problem stem>.py. A candidate file
@@ -24,10 +25,6 @@ named after a target (triton.py, triton_naive.py, cuda-v2.py, cute.py) is judged
 any other file (sample_0.py) is judged under --target. Results go to --out as they finish
 (results.jsonl); a rerun judges only new or changed files. Failing, crashing, hanging and cheating
 candidates are results: the exit code is 0 unless the command itself was wrong (2)."""
-
-
-def _baselines(values: list[str]) -> list[str]:
-    return [b.strip() for v in values for b in v.split(",") if b.strip()]
 
 
 def add_parser(sub, parents, add_executor_options) -> None:
@@ -43,7 +40,7 @@ def add_parser(sub, parents, add_executor_options) -> None:
     )
     p.add_argument("--problems", required=True, metavar="DIR", help="folder of problems (KernelBench form)")
     p.add_argument("--candidates", metavar="DIR", help="folder of candidates: <problem stem>/*.py or <problem stem>.py")
-    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
+    add_target(p)
     p.add_argument(
         "--out", required=True, metavar="DIR", help="where results.jsonl, summary.json, bench.png, bench.html go"
     )
@@ -52,31 +49,7 @@ def add_parser(sub, parents, add_executor_options) -> None:
     p.add_argument("--model", help="model name (default: $KFORGE_MODEL or the provider's default)")
     p.add_argument("--base-url", help="an API-compatible endpoint for the provider")
     p.add_argument("--iterations", type=int, default=8, help="loop attempts per problem with --generate (default 8)")
-    p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
-    p.add_argument(
-        "--trials", type=int, default=VERIFY.trials, help=f"correctness trials per candidate (default {VERIFY.trials})"
-    )
-    p.add_argument(
-        "--timeout-s",
-        type=float,
-        default=VERIFY.timeout_s,
-        metavar="S",
-        help=f"per candidate: kill its worker after S s (default {VERIFY.timeout_s:g})",
-    )
-    p.add_argument(
-        "--timing-budget-s",
-        type=float,
-        default=VERIFY.timing_budget_s,
-        metavar="S",
-        help=f"timing budget per candidate (default {VERIFY.timing_budget_s:g})",
-    )
-    p.add_argument(
-        "--baselines",
-        nargs="+",
-        default=list(BASELINES),
-        metavar="B",
-        help="baselines to time: eager compiled (default both; commas work too)",
-    )
+    add_options(p, VerifyOptions, ("device", "trials", "timeout_s", "baselines", "timing_budget_s"))
     p.add_argument("--no-plot", action="store_true", help="skip bench.png and bench.html")
     add_executor_options(p)
     p.set_defaults(handler=cmd_bench)
@@ -96,7 +69,6 @@ def cmd_bench(args) -> int:
     if args.generate and not args.provider:
         err.print("bench --generate needs --provider anthropic or openai")
         return EXIT_INPUT
-    baselines = _baselines(args.baselines)
     discover(args.problems, args.candidates, args.target)  # bad folders fail here, before any worker starts
     roots = default_allowed_roots() + [Path(d).resolve() for d in (args.problems, args.candidates, args.out) if d]
     result, failure, cancel = {}, [], threading.Event()
@@ -128,14 +100,10 @@ def cmd_bench(args) -> int:
                     model=args.model,
                     base_url=args.base_url,
                     iterations=args.iterations,
-                    device=args.device,
-                    trials=args.trials,
-                    timeout_s=args.timeout_s,
-                    baselines=baselines,
-                    timing_budget_s=args.timing_budget_s,
                     plot=not args.no_plot,
                     on_progress=on_progress,
                     cancel=cancel,
+                    **given(args),
                 )
             except BaseException as e:  # noqa: BLE001  (re-raised on the main thread)
                 failure.append(e)

@@ -23,6 +23,7 @@ from kforge_mcp.cli.console import (
     print_json,
     with_status,
 )
+from kforge_mcp.cli.options import given
 from kforge_mcp.cli.reports import (
     print_analysis,
     print_batch,
@@ -77,9 +78,7 @@ def cmd_compile(args) -> int:
     with open_engine(args.home) as engine:
         report = with_status(
             f"compiling {candidate}",
-            lambda p: engine.compile(
-                args.target, candidate, arch=args.arch, problem=args.problem, emit_ptx=emit, on_progress=p
-            ),
+            lambda p: engine.compile(args.target, candidate, emit_ptx=emit, on_progress=p, **given(args)),
         )
     written = write_assembly(report, args.out) if args.out else []
     if args.json:
@@ -95,32 +94,13 @@ def cmd_verify(args) -> int:
     with open_engine(args.home, args=args) as engine:
         report = with_status(
             "verifying",
-            lambda p: engine.verify(
-                args.problem,
-                args.candidate,
-                target=args.target,
-                device=args.device,
-                trials=args.trials,
-                atol=args.atol,
-                rtol=args.rtol,
-                timeout_s=args.timeout,
-                baselines=args.baselines,
-                precision=args.precision,
-                seed=args.seed,
-                timing_sets=args.timing_sets,
-                on_progress=p,
-            ),
+            lambda p: engine.verify(args.problem, args.candidate, args.target, on_progress=p, **given(args)),
         )
     if args.json:
         print_json(report)
     else:
         print_verify(report, args.candidate)
     return EXIT_OK if report.verdict == "pass" else EXIT_NOT_OK
-
-
-def judging(args) -> dict:
-    """The judging options given (verify-batch passes only these, so each item keeps its defaults)."""
-    return {k: getattr(args, k) for k in ("atol", "rtol", "precision", "seed") if getattr(args, k) is not None}
 
 
 def cmd_verify_batch(args) -> int:
@@ -143,16 +123,7 @@ def cmd_verify_batch(args) -> int:
                     )
 
             started = time.perf_counter()
-            reports = engine.verify_batch(
-                items,
-                on_result=on_result,
-                target=args.target,
-                device=args.device,
-                trials=args.trials,
-                timeout_s=args.timeout,
-                baselines=args.baselines,
-                **judging(args),
-            )
+            reports = engine.verify_batch(items, on_result=on_result, target=args.target, **given(args))
     report = VerifyBatchReport(reports=reports, summary=summarize_batch(reports, time.perf_counter() - started))
     if args.json:
         print_json(report)
@@ -165,18 +136,7 @@ def cmd_profile(args) -> int:
     with open_engine(args.home) as engine:
         report = with_status(
             "profiling",
-            lambda p: engine.profile(
-                args.problem,
-                args.candidate,
-                target=args.target,
-                device=args.device,
-                depth=args.depth,
-                iterations=args.iterations,
-                proton=args.proton,
-                device_model=args.device_model,
-                timeout_s=args.timeout,
-                on_progress=p,
-            ),
+            lambda p: engine.profile(args.problem, args.candidate, args.target, on_progress=p, **given(args)),
         )
         analysis = engine.analyze_profile(profile=report.model_dump()) if args.advise and not report.errors else None
     if args.json and analysis is not None:  # both reports, so --advise keeps its recommendations
@@ -204,9 +164,7 @@ def cmd_analyze(args) -> int:
         )
         report = with_status(
             f"analyzing {args.file}",
-            lambda p: engine.analyze_profile(
-                path=None if image else args.file, image=image, problem=args.problem, forwards=args.forwards
-            ),
+            lambda p: engine.analyze_profile(path=None if image else args.file, image=image, **given(args)),
         )
     if args.json:
         print_json(report)

@@ -16,36 +16,13 @@ from rich.text import Text
 from kforge_mcp import __version__
 from kforge_mcp.cli import bench, run_loop
 from kforge_mcp.cli.commands import cmd_analyze, cmd_compile, cmd_profile, cmd_targets, cmd_verify, cmd_verify_batch
-from kforge_mcp.cli.console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, comma_list, err
+from kforge_mcp.cli.console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, err
+from kforge_mcp.cli.options import add_options, add_target
 from kforge_mcp.cli.serve import add_serve_options
 from kforge_mcp.core.errors import KforgeError
-from kforge_mcp.core.options import BASELINES, PRECISION_TOLERANCE, PROFILE, TRIAL_LIMIT_TEXT, VERIFY
+from kforge_mcp.core.options import AnalyzeCall, CompileCall, ProfileCall, VerifyOptions
 
-
-def add_verify_options(p: argparse.ArgumentParser, trials_help: str, timeout_help: str) -> None:
-    """--trials, --timeout and --baselines of verify and verify-batch, with the library's defaults."""
-    p.add_argument("--trials", type=int, default=VERIFY.trials, help=f"{trials_help} (default {VERIFY.trials})")
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=VERIFY.timeout_s,
-        metavar="S",
-        help=f"{timeout_help} (default {VERIFY.timeout_s:g}); {TRIAL_LIMIT_TEXT}",
-    )
-    p.add_argument(
-        "--baselines",
-        type=comma_list,
-        default=list(BASELINES),
-        help=f"comma-separated baselines to time (default {','.join(BASELINES)})",
-    )
-
-
-def add_judging_options(p: argparse.ArgumentParser) -> None:
-    """--atol, --rtol, --precision and --seed: what judges a candidate (verify and verify-batch)."""
-    p.add_argument("--atol", type=float, help="absolute tolerance (default per precision)")
-    p.add_argument("--rtol", type=float, help="relative tolerance (default per precision)")
-    p.add_argument("--precision", choices=list(PRECISION_TOLERANCE), help="dtype and default tolerance to judge at")
-    p.add_argument("--seed", type=int, help="seed of inputs and weights (default: fresh per call, reported)")
+JUDGING = ("device", "trials", "atol", "rtol", "precision", "seed", "timeout_s", "baselines", "timing_budget_s")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,9 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", parents=[report], help="compile a candidate without running it")
     p.add_argument("file", nargs="?", metavar="candidate", help="candidate source (.py)")
     p.add_argument("--candidate", "--source", dest="candidate", help="the candidate, as an option (as in verify)")
-    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
-    p.add_argument("--arch", help="e.g. sm_90a (default: this GPU's, or the target's default)")
-    p.add_argument("--problem", help="problem file: trace the real launches for exact kernel signatures")
+    add_target(p)
+    add_options(p, CompileCall, ("arch", "problem", "timeout_s"))
     p.add_argument("--ptx", action="store_true", help="also print the PTX (and SASS where the target gives it)")
     p.add_argument(
         "--out", metavar="FILE", help="write the PTX of every kernel to FILE (SASS beside it, as .sass); implies --ptx"
@@ -81,54 +57,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", parents=[report], help="check a candidate against its reference and time it")
     p.add_argument("problem", help="reference in KernelBench form (.py)")
     p.add_argument("candidate", help="source defining class ModelNew (.py)")
-    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
-    p.add_argument("--device", help="e.g. cuda:0, xpu:0 or cpu (default: the best one here)")
-    add_verify_options(p, "correctness trials, each on fresh inputs", "kill the worker after S seconds")
-    add_judging_options(p)
-    p.add_argument(
-        "--timing-sets",
-        choices=("main", "all"),
-        default=VERIFY.timing_sets,
-        help="time get_inputs() only (main, the default) or also each get_input_sets() shape (all): "
-        "the speedup per set and their geomean",
-    )
+    add_target(p)
+    add_options(p, VerifyOptions, (*JUDGING, "timing_sets"))
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify)
 
     p = sub.add_parser("verify-batch", parents=[report], help="verify many candidates of one problem at once")
     p.add_argument("problem", help="reference in KernelBench form (.py)")
     p.add_argument("candidates", nargs="+", help="sources defining class ModelNew (.py)")
-    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
-    p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
-    add_verify_options(p, "correctness trials per candidate", "per candidate: kill its worker after S seconds")
-    add_judging_options(p)
+    add_target(p)
+    add_options(p, VerifyOptions, JUDGING)
     add_executor_options(p)
     p.set_defaults(handler=cmd_verify_batch)
 
     p = sub.add_parser("profile", parents=[report], help="profile a candidate (or the reference): kernels and roofline")
     p.add_argument("problem", help="reference in KernelBench form (.py)")
     p.add_argument("candidate", nargs="?", help="source defining class ModelNew (.py); omit to profile the reference")
-    p.add_argument("--target", required=True, help="cuda, cute, triton or metal")
-    p.add_argument("--device", help="e.g. cuda:0 or cpu (default: the best one here)")
-    p.add_argument(
-        "--depth",
-        choices=("timeline", "metrics"),
-        default=PROFILE.depth,
-        help="timeline: torch.profiler; metrics: also Nsight Compute when ncu is on PATH",
-    )
-    p.add_argument(
-        "--iterations", type=int, default=PROFILE.iterations, help=f"profiled forwards (default {PROFILE.iterations})"
-    )
-    p.add_argument("--proton", action="store_true", help="also run Triton's proton profiler")
-    p.add_argument(
-        "--device-model",
-        metavar="NAME",
-        help="give the roofline of this device of the peaks table (e.g. h200, b200) from any machine, as a model",
-    )
+    add_target(p)
+    add_options(p, ProfileCall, ("device", "depth", "iterations", "proton", "device_model", "timeout_s"))
     p.add_argument("--advise", action="store_true", help="also print the analysis agent's recommendations")
-    p.add_argument(
-        "--timeout", type=float, default=PROFILE.timeout_s, metavar="S", help="kill the worker after S seconds"
-    )
     p.set_defaults(handler=cmd_profile)
 
     p = sub.add_parser(
@@ -137,8 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="recommendations from a captured profile (ncu CSV, torch.profiler trace, proton .hatchet) or a screenshot",
     )
     p.add_argument("file", help="the captured profile")
-    p.add_argument("--problem", help="the reference (.py): adds its roofline")
-    p.add_argument("--forwards", type=int, help="forwards the file holds (default: inferred from launch counts)")
+    add_options(p, AnalyzeCall, ("problem", "forwards"))
     p.set_defaults(handler=cmd_analyze)
 
     run_loop.add_parser(sub, [report])

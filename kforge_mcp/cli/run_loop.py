@@ -8,11 +8,12 @@ import time
 from pydantic import BaseModel, Field
 from rich.text import Text
 
+from kforge_mcp.agents.providers import PROVIDERS
+from kforge_mcp.agents.results import LoopOptions
 from kforge_mcp.cli.console import (
     EXIT_NOT_OK,
     EXIT_OK,
     Col,
-    comma_list,
     err,
     fitted_table,
     fmt,
@@ -20,52 +21,45 @@ from kforge_mcp.cli.console import (
     out,
     print_json,
 )
+from kforge_mcp.cli.options import add_options, given
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.home import default_home
-from kforge_mcp.core.options import BASELINES, VERIFY
+from kforge_mcp.core.options import TARGET_TEXT
 from kforge_mcp.store import RunStore
+from kforge_mcp.targets import TARGETS
+
+LOOP_OPTIONS = (
+    "max_iterations",
+    "max_seconds",
+    "max_tokens",
+    "candidates_per_round",
+    "trials",
+    "baselines",
+    "timeout_s",
+    "profile",
+)
 
 
 def add_parser(sub, parents) -> None:
-    p = sub.add_parser("run-loop", parents=parents, help="generate, repair and optimize a kernel with an LLM provider")
-    p.add_argument("problem", nargs="?", help="reference in KernelBench form (.py); not with --resume")
-    p.add_argument("--target", help="triton, cuda or cute (targets with prompt templates)")
+    targets, providers = "{" + ",".join(TARGETS) + "}", "{" + ",".join(PROVIDERS) + "}"
+    usage = (
+        f"%(prog)s PROBLEM --target {targets} --provider {providers} [options]\n"
+        f"       %(prog)s --resume RUN_ID [--provider {providers}] [options]"
+    )
+    p = sub.add_parser(
+        "run-loop", parents=parents, usage=usage, help="generate, repair and optimize a kernel with an LLM provider"
+    )
+    p.add_argument("problem", nargs="?", help="reference in KernelBench form (.py); required unless --resume")
+    p.add_argument("--target", metavar=targets, help=f"{TARGET_TEXT}; required unless --resume")
     p.add_argument(
         "--provider",
-        choices=("anthropic", "openai"),
-        default=None,
-        help="LLM provider (key from ANTHROPIC_API_KEY / OPENAI_API_KEY); with --resume, default: the run's",
+        choices=PROVIDERS,
+        help="LLM provider (key from ANTHROPIC_API_KEY / OPENAI_API_KEY); required unless --resume, which "
+        "defaults to the run's",
     )
     p.add_argument("--model", help="model name (default: $KFORGE_MODEL or the provider's default)")
     p.add_argument("--base-url", help="an API-compatible endpoint for the provider")
-    p.add_argument("--max-iterations", type=int, help="attempts in all (default 8; with --resume, the run's)")
-    p.add_argument("--max-seconds", type=float, help="wall-time budget")
-    p.add_argument(
-        "--max-tokens",
-        type=int,
-        help="token budget of the run (prompt + completion, all attempts, as the "
-        "provider reports them); stops with max_tokens",
-    )
-    p.add_argument(
-        "--candidates-per-round",
-        type=int,
-        metavar="N",
-        help="ask for N replies to each prompt at once and check them side by side (default 1; each "
-        "counts toward --max-iterations)",
-    )
-    p.add_argument("--trials", type=int, help=f"correctness trials per attempt (default {VERIFY.trials})")
-    p.add_argument(
-        "--baselines",
-        type=comma_list,
-        help=f"comma-separated baselines (default {','.join(BASELINES)})",
-    )
-    p.add_argument(
-        "--no-profile",
-        dest="profile",
-        action="store_false",
-        default=None,
-        help="do not profile correct candidates (no analysis-agent advice)",
-    )
+    add_options(p, LoopOptions, LOOP_OPTIONS)
     p.add_argument("--resume", metavar="RUN_ID", help="continue this run from its last attempt instead of starting one")
     p.add_argument("--output", "-o", help="write the best candidate here")
     p.set_defaults(handler=cmd_run_loop)
@@ -82,18 +76,9 @@ def add_parser(sub, parents) -> None:
 
 def cmd_run_loop(args) -> int:
     from kforge_mcp.agents.loop import LoopDriver
-    from kforge_mcp.agents.providers import PROVIDERS, make_provider
+    from kforge_mcp.agents.providers import make_provider
 
-    opts = {
-        "max_iterations": args.max_iterations,
-        "max_seconds": args.max_seconds,
-        "trials": args.trials,
-        "baselines": args.baselines,
-        "profile": args.profile,
-        "max_tokens": args.max_tokens,
-        "candidates_per_round": args.candidates_per_round,
-    }
-    opts = {k: v for k, v in opts.items() if v is not None}
+    opts = given(args)
     store = None  # the engine's, unless resuming (read before any engine starts)
     provider, model, base_url = args.provider, args.model, args.base_url
     if args.resume:

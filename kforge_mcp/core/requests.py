@@ -1,15 +1,18 @@
-"""The jobs a worker does, one typed request each. A request is built once at the entry (Engine),
-travels through the executor as JSON and is validated again on arrival in the worker: no job reads
-an untyped dict. Each default is written once, in options.py (VerifyOptions, ProfileOptions), which
-the verify and profile requests extend."""
+"""The jobs a worker does, one typed request each, and the one typed reply every job gets back. A
+request is built once by the Engine from a call already validated (options.py, whose option models the
+verify and profile requests extend), travels through the executor as JSON and is validated again on
+arrival in the worker, the other side of a process boundary: no job reads an untyped dict. The reply
+comes back the same way and is read as a ``Reply``: the value on success, the diagnostics of bad input
+or the traceback of a failure."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from kforge_mcp.core.options import ProfileOptions, VerifyOptions
+from kforge_mcp.core.schemas import Diagnostic
 from kforge_mcp.core.source import Source
 
 
@@ -18,6 +21,13 @@ class JobRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     kind: ClassVar[str]
+
+    @classmethod
+    def of(cls, call: BaseModel, **resolved: Any) -> Self:
+        """The request for a call already validated: the fields it shares with the call, then those the Engine
+        resolved (sources, device). Not validated again here: the worker validates it on arrival."""
+        values = {name: getattr(call, name) for name in cls.model_fields if name in type(call).model_fields}
+        return cast(Self, cls.model_construct(**(values | resolved)))
 
 
 class ProbeRequest(JobRequest):
@@ -113,3 +123,35 @@ REQUESTS: dict[str, type[JobRequest]] = {
 def parse_request(kind: str, payload: dict) -> JobRequest:
     """The typed request a worker received (a pydantic ValidationError names the bad field)."""
     return REQUESTS[kind].model_validate(payload)
+
+
+class ReplyBase(BaseModel):
+    node: str | None = None  # the cluster node that ran the job (Ray executor)
+
+
+class Done(ReplyBase):
+    """The job's value: a report's JSON, or what a head-start job says it did."""
+
+    status: Literal["ok"] = "ok"
+    value: dict[str, Any]
+    recycle: bool = False  # the worker must not serve another job (a poisoned device, patched clocks, ...)
+
+
+class InputFailure(ReplyBase):
+    """The job refused its input (InputError in the worker): the caller's mistake, with diagnostics."""
+
+    status: Literal["input"] = "input"
+    message: str
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+
+
+class InternalFailure(ReplyBase):
+    """The job raised something it did not expect: the message and the worker's traceback."""
+
+    status: Literal["internal"] = "internal"
+    message: str
+    traceback: str = ""
+
+
+Reply = Annotated[Done | InputFailure | InternalFailure, Field(discriminator="status")]
+REPLY: TypeAdapter[Reply] = TypeAdapter(Reply)

@@ -11,17 +11,30 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
 from kforge_mcp.core.errors import KforgeError
-from kforge_mcp.core.options import DEFAULT_TARGET
-from kforge_mcp.core.requests import BaselinesRequest, PrebuildRequest, VerifyRequest
+from kforge_mcp.core.options import VerifyCall
+from kforge_mcp.core.requests import BaselinesRequest, Done, PrebuildRequest, VerifyRequest
 from kforge_mcp.core.source import Source
+from kforge_mcp.runtime.executor import Executor
 from kforge_mcp.targets import TARGETS
 
 PREBUILD_TIMEOUT_S = 900
 BASELINE_TIMEOUT_S = 600
+Progress = Callable[[str], None] | None
+
+
+class Lanes(Protocol):
+    """What the pipeline needs of an engine: its executor, the lane a verify runs on, a source resolved."""
+
+    executor: Executor
+
+    def lane_for(self, target: str, device: str | None) -> str: ...
+
+    def resolve_source(self, value: str, role: str) -> Source: ...
 
 
 class Prebuilds:
@@ -50,7 +63,7 @@ def worth_a_head_start(target: str, lane: str) -> bool:
     return known is not None and known.builds_ahead and lane.startswith("cuda")
 
 
-def warm_baselines(engine, request: BaselinesRequest, on_progress: Callable[[str], None] | None, cancel) -> None:
+def warm_baselines(engine: Lanes, request: BaselinesRequest, on_progress: Progress, cancel) -> None:
     """The ``baselines`` job on the verify's lane: it compiles the reference and times the baselines
     while the candidate builds on a CPU worker. A head start only: the verify does it itself if
     this fails."""
@@ -61,54 +74,49 @@ def warm_baselines(engine, request: BaselinesRequest, on_progress: Callable[[str
         reply = engine.executor.run(request.device, request, timeout_s=BASELINE_TIMEOUT_S, cancel=cancel)
     except Exception:  # noqa: BLE001  (the verify compiles and times the baselines itself)
         return
-    value = reply.get("value") or {}
-    if on_progress and reply.get("ok") and not value.get("kept_already"):
+    if on_progress and isinstance(reply, Done) and not reply.value.get("kept_already"):
         on_progress(
-            f"baselines ({', '.join(value.get('baselines', []))}) compiled and timed on the GPU "
+            f"baselines ({', '.join(reply.value.get('baselines', []))}) compiled and timed on the GPU "
             f"in {time.perf_counter() - started:.1f} s while the candidate builds"
         )
 
 
-def head_start_one(engine, request: VerifyRequest, on_progress, cancel) -> None:
+def head_start_one(engine: Lanes, request: VerifyRequest, on_progress: Progress, cancel) -> None:
     """Before one verify of a CUDA candidate on a GPU: a CPU worker starts building it while the GPU
     worker compiles and times the baselines. The verify then waits only for what is left of the build
     (the build's lock), and reuses the baselines."""
     if worth_a_head_start(request.target, request.device):
-        item = {"candidate": request.candidate, "target": request.target, "device": request.device}
-        start_prebuilds(engine, [item], on_progress, cancel, at_least=1)
-        baselines = BaselinesRequest.model_validate(request.model_dump(exclude={"candidate"}))
-        warm_baselines(engine, baselines, on_progress, cancel)
+        prebuild(engine, [(0, request.target, request.device, request.candidate)], on_progress, cancel)
+        warm_baselines(engine, BaselinesRequest.of(request), on_progress, cancel)
 
 
-def items_worth_a_head_start(engine, items: list[dict], role: str):
-    """(index, target, lane, source of ``role``) of each item worth a head start whose source resolves
-    (one that does not is left to its verify, which reports it; one already resolved is used as it is)."""
-    for i, args in enumerate(items):
-        target = args.get("target", DEFAULT_TARGET)
-        lane = engine.lane_for(target, args.get("device"))
-        if not worth_a_head_start(target, lane):
+Ahead = tuple[int, str, str, Source]  # (item index, target, lane, source)
+
+
+def items_worth_a_head_start(engine: Lanes, calls: Mapping[int, VerifyCall], role: str) -> Iterator[Ahead]:
+    """(index, target, lane, source of ``role``) of each call worth a head start whose source resolves
+    (one that does not is left to its verify, which reports it)."""
+    for i, call in calls.items():
+        lane = engine.lane_for(call.target, call.device)
+        if not worth_a_head_start(call.target, lane):
             continue
-        if isinstance(args[role], Source):
-            source = args[role]
-        else:
-            try:
-                source = engine.resolve_source(args[role], role)
-            except KforgeError:
-                continue
-        yield i, target, lane, source
+        try:
+            source = engine.resolve_source(getattr(call, role), role)
+        except KforgeError:
+            continue
+        yield i, call.target, lane, source
 
 
 def start_prebuilds(
-    engine,
-    items: list[dict],
-    on_progress: Callable[[str], None] | None,
-    cancel: threading.Event | None,
-    at_least: int = 2,
+    engine: Lanes, calls: Mapping[int, VerifyCall], on_progress: Progress, cancel: threading.Event | None
 ) -> Prebuilds:
-    """Start building ahead the items worth it, when there are ``at_least`` of them."""
-    todo = list(items_worth_a_head_start(engine, items, "candidate"))
-    if len(todo) < at_least:
-        return Prebuilds()
+    """Start building ahead the calls of a batch worth it, when there are two or more of them."""
+    todo = list(items_worth_a_head_start(engine, calls, "candidate"))
+    return prebuild(engine, todo, on_progress, cancel) if len(todo) >= 2 else Prebuilds()
+
+
+def prebuild(engine: Lanes, todo: list[Ahead], on_progress: Progress, cancel: threading.Event | None) -> Prebuilds:
+    """Each candidate of ``todo`` built on a CPU worker for its lane, as many at once as the compile lane has."""
     pool = ThreadPoolExecutor(max_workers=engine.executor.slots("compile"), thread_name_prefix="kforge-prebuild")
 
     def one(i: int, target: str, device: str, source) -> None:
@@ -121,7 +129,7 @@ def start_prebuilds(
         except Exception:  # noqa: BLE001  (a head start only; the GPU worker builds it otherwise)
             return
         if on_progress:
-            value = (reply.get("value") or {}) if reply.get("ok") else {}
+            value = reply.value if isinstance(reply, Done) else {}
             how = "; ".join(map(describe_build, value.get("builds", []))) or "not built ahead"
             inside = f"{value['seconds']:.1f} s in the worker; " if "seconds" in value else ""
             wall = time.perf_counter() - started
@@ -132,13 +140,12 @@ def start_prebuilds(
     return Prebuilds(futures)
 
 
-def warm_batch_baselines(engine, items: list[dict], on_progress: Callable[[str], None] | None, cancel) -> None:
-    """One ``baselines`` job per distinct problem and verify options among a batch's items built ahead."""
+def warm_batch_baselines(engine: Lanes, calls: Mapping[int, VerifyCall], on_progress: Progress, cancel) -> None:
+    """One ``baselines`` job per distinct problem and judging options among a batch's calls built ahead."""
     seen = set()
-    for i, target, lane, problem in items_worth_a_head_start(engine, items, "problem"):
-        args = items[i]
-        options = {k: args[k] for k in ("precision", "atol", "rtol", "baselines", "timing_budget_s") if k in args}
-        request = BaselinesRequest(problem=problem, target=target, device=lane, **options)
+    for i, target, lane, problem in items_worth_a_head_start(engine, calls, "problem"):
+        judging = calls[i].model_dump(include={"precision", "atol", "rtol", "baselines", "timing_budget_s"})
+        request = BaselinesRequest(problem=problem, target=target, device=lane, **judging)
         key = request.model_dump_json()
         if key not in seen:
             seen.add(key)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kforge_mcp.core.errors import InputError
-from kforge_mcp.core.requests import JobRequest, WarmUpRequest
+from kforge_mcp.core.requests import JobRequest, Reply, WarmUpRequest
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.runtime.pool import JobCancelled, WorkerPool
 
@@ -35,8 +35,8 @@ class Executor(Protocol):
         timeout_s: float,
         on_progress: Progress = None,
         cancel: threading.Event | None = None,
-    ) -> dict:
-        """Run one worker job; the worker's reply (``{"ok": ..., "value"/"kind"/"message"}``).
+    ) -> Reply:
+        """Run one worker job; the worker's reply (its value, or why the job refused its input or failed).
         Raises pool.WorkerFailure (or JobCancelled) when the job has no result."""
         ...
 
@@ -46,7 +46,7 @@ class Executor(Protocol):
 
     def prewarm(self, lane: str) -> None: ...
 
-    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> dict | None:
+    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> Reply | None:
         """A ``warm_up`` job run only while the lane is idle (pool.run's ``warm_up``); None when not run."""
         ...
 
@@ -79,7 +79,7 @@ class LocalExecutor:
         timeout_s: float,
         on_progress: Progress = None,
         cancel: threading.Event | None = None,
-    ) -> dict:
+    ) -> Reply:
         if self.slots(lane) == 1:
             return self.pool.run(lane, request, timeout_s, on_progress, cancel)
         i = self._take(lane, cancel)
@@ -109,7 +109,7 @@ class LocalExecutor:
     def prewarm(self, lane: str) -> None:
         self.pool.prewarm(lane)
 
-    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> dict | None:
+    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> Reply | None:
         return self.pool.run(lane, request, timeout_s, warm_up=True)
 
     def describe(self) -> dict:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal, overload
 
 from kforge_mcp.core.errors import KforgeError
-from kforge_mcp.core.requests import JobRequest
+from kforge_mcp.core.requests import REPLY, Done, InternalFailure, JobRequest, Reply
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.runtime import sandbox
 from kforge_mcp.runtime.environment import worker_environment
@@ -260,7 +260,7 @@ class Worker:
         memory_limit: int | None,
         on_progress: Callable[[str], None] | None,
         cancel: threading.Event | None,
-    ) -> dict:
+    ) -> Reply:
         kind = request.kind
         self.job_started_at = self.lines_seen
         self.to_worker.send_bytes(json.dumps({"kind": kind, "payload": request.model_dump(mode="json")}).encode())
@@ -272,7 +272,11 @@ class Worker:
             if msg.get("type") == "progress":
                 step.begin(str(msg.get("message", ""))[:500], msg.get("limit_s"), msg.get("limit_why"))
             elif msg.get("type") == "result":
-                return msg
+                try:
+                    return REPLY.validate_python(msg)
+                except ValueError as e:
+                    self.kill()
+                    raise self._failure("internal", f"worker sent a malformed reply: {str(e)[:300]}") from None
 
 
 class Step:
@@ -414,7 +418,7 @@ class WorkerPool:
         on_progress: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
         warm_up: Literal[False] = False,
-    ) -> dict: ...
+    ) -> Reply: ...
     @overload
     def run(
         self,
@@ -425,7 +429,7 @@ class WorkerPool:
         cancel: threading.Event | None = None,
         *,
         warm_up: bool,
-    ) -> dict | None: ...
+    ) -> Reply | None: ...
     def run(
         self,
         lane: str,
@@ -434,7 +438,7 @@ class WorkerPool:
         on_progress: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
         warm_up: bool = False,
-    ) -> dict | None:
+    ) -> Reply | None:
         """The worker's reply. ``warm_up``: a job that only helps later ones, run only while the lane is idle
         (no job waiting for it, none but warm-ups run on it yet); None when it was not run."""
         # we must see our workers' exit status: something in this process (ray.init) may have set
@@ -463,7 +467,7 @@ class WorkerPool:
                 state.worker.kill()
                 state.worker = None
                 raise
-            if reply.get("recycle") or (not reply.get("ok") and reply.get("kind") == "internal"):
+            if isinstance(reply, InternalFailure) or (isinstance(reply, Done) and reply.recycle):
                 # a poisoned device context, or a failure we did not expect: do not reuse that process
                 state.worker.kill()
                 state.worker = None

@@ -21,12 +21,13 @@ import time
 import uuid
 from typing import Any
 
-from kforge_mcp.core.requests import JobRequest, WarmUpRequest
+from kforge_mcp.core.requests import Done, JobRequest, Reply, WarmUpRequest
 from kforge_mcp.devices.device import KINDS as DEVICE_KINDS
 from kforge_mcp.runtime.pool import STARTUP_TIMEOUT_S, JobCancelled, WorkerFailure
 from kforge_mcp.runtime.ray_nodes import (
     HIDDEN_RESOURCES,
     LOCAL_LANE,
+    NodeAnswer,
     NodeWorker,
     _killed,
     _shutdown_actor,
@@ -268,10 +269,10 @@ class RayExecutor:
         timeout_s: float,
         on_progress=None,
         cancel: threading.Event | None = None,
-    ) -> dict:
+    ) -> Reply:
         kind, payload = request.kind, request.model_dump(mode="json")
         if kind == "probe":  # list_targets: what the whole cluster offers, node by node
-            return {"ok": True, "value": self.probe_cluster(timeout_s)}
+            return Done(value=self.probe_cluster(timeout_s))
         key, need = self._need(lane, getattr(request, "target", None))
         lost: list[str] = []
         for _attempt in range(2):
@@ -307,7 +308,7 @@ class RayExecutor:
         timeout_s: float,
         on_progress,
         cancel: threading.Event | None,
-    ) -> dict:
+    ) -> Reply:
         ray = self.ray
         actor, node = slot
         where = f"node {node['address']} ({node['node_id'][:12]})"
@@ -321,7 +322,7 @@ class RayExecutor:
             ready, _ = ray.wait([ref], timeout=POLL_S)
             if ready:
                 try:
-                    reply = ray.get(ref)
+                    answer = NodeAnswer.model_validate(ray.get(ref))
                 except ray.exceptions.RayTaskError as e:  # the actor method raised: our bug, not the node's
                     raise WorkerFailure("internal", f"{kind} on {where} failed: {_first_line(e)}") from None
                 except ray.exceptions.RayError as e:  # actor died, node died, worker crashed
@@ -329,21 +330,16 @@ class RayExecutor:
                         f"the Ray worker for lane '{lane}' on {where} was lost during {kind}: "
                         f"{type(e).__name__}: {_first_line(e)}"
                     ) from None
-                log = reply.pop("progress_log", [])
                 if on_progress:
-                    for line in log[seen:]:
+                    for line in answer.progress_log[seen:]:
                         on_progress(line)
-                failure = reply.pop("failure", None)
-                if failure:
-                    if failure["reason"] == "cancelled":
+                if answer.failure is not None:
+                    if answer.failure.reason == "cancelled":
                         raise JobCancelled()
-                    raise WorkerFailure(
-                        failure["reason"],
-                        f"{failure['message']} (on {where})",
-                        failure.get("stderr_tail") or "",
-                        failure.get("line"),
-                    )
-                return reply
+                    lost = answer.failure
+                    raise WorkerFailure(lost.reason, f"{lost.message} (on {where})", lost.stderr_tail, lost.line)
+                assert answer.reply is not None  # an answer carries a reply or a failure
+                return answer.reply.model_copy(update={"node": answer.node})
             now = time.monotonic()
             if cancel is not None and cancel.is_set():
                 if cancelled_at is None:
@@ -407,7 +403,7 @@ class RayExecutor:
     def prewarm(self, lane: str) -> None:
         pass  # actors start on the first job; a cluster's nodes may not even be there yet
 
-    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> dict | None:
+    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> Reply | None:
         return None  # which actor serves a cluster's first job is not known: nothing to warm ahead
 
     def describe(self) -> dict:

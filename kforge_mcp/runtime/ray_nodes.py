@@ -9,8 +9,10 @@ import os
 import threading
 from pathlib import Path
 
+from pydantic import BaseModel, Field
+
 from kforge_mcp.core.home import check_home, default_home
-from kforge_mcp.core.requests import ProbeRequest, parse_request
+from kforge_mcp.core.requests import Done, ProbeRequest, Reply, parse_request
 from kforge_mcp.runtime.pool import WorkerFailure, WorkerPool
 
 LOCAL_LANE = {"cuda": "cuda:0", "xpu": "xpu:0"}  # the lane inside the actor: the node's first device it was given
@@ -20,6 +22,25 @@ HIDDEN_RESOURCES = ("node:", "memory", "object_store")  # Ray bookkeeping, not w
 
 
 EMPTIED_BY_RAY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ONEAPI_DEVICE_SELECTOR")
+
+
+class Lost(BaseModel):
+    """Why a job on a node has no reply: its WorkerFailure, sent back as data."""
+
+    reason: str
+    message: str
+    stderr_tail: str = ""
+    line: int | None = None
+
+
+class NodeAnswer(BaseModel):
+    """What a node's actor sends back for one job: the worker's reply, or why there is none, and every
+    progress line the job wrote."""
+
+    node: str
+    reply: Reply | None = None
+    failure: Lost | None = None
+    progress_log: list[str] = Field(default_factory=list)
 
 
 def lane_kind(lane: str) -> str:
@@ -58,18 +79,18 @@ class NodeWorker:
         return self.node
 
     def run(self, job_id: str, kind: str, payload: dict, timeout_s: float) -> dict:
+        """A NodeAnswer, as plain data for Ray to carry."""
         cancel = threading.Event()
         log: list[str] = []
         self.jobs[job_id] = (cancel, log)
+        answer = NodeAnswer(node=self.node["node_id"], progress_log=log)
         try:
-            reply = self.pool.run(self.lane, parse_request(kind, payload), timeout_s, log.append, cancel)
+            answer.reply = self.pool.run(self.lane, parse_request(kind, payload), timeout_s, log.append, cancel)
         except WorkerFailure as e:  # JobCancelled too: sent back as data, re-raised by the caller
-            reply = {
-                "failure": {"reason": e.reason, "message": e.message, "stderr_tail": e.stderr_tail, "line": e.line}
-            }
+            answer.failure = Lost(reason=e.reason, message=e.message, stderr_tail=e.stderr_tail, line=e.line)
         finally:
             self.jobs.pop(job_id, None)
-        return {**reply, "node": self.node["node_id"], "progress_log": log}
+        return answer.model_dump()
 
     def progress(self, job_id: str, since: int) -> list[str]:
         job = self.jobs.get(job_id)
@@ -95,9 +116,9 @@ def probe_node(home: str | None, memory_limit_mb: int | None, timeout_s: float) 
         return {**_node_info(), "error": f"probe failed: {e.message}"}
     finally:
         pool.shutdown()
-    if not reply.get("ok"):
-        return {**_node_info(), "error": f"probe failed: {reply.get('message')}"}
-    return {**_node_info(), "report": reply["value"]}
+    if not isinstance(reply, Done):
+        return {**_node_info(), "error": f"probe failed: {reply.message}"}
+    return {**_node_info(), "report": reply.value}
 
 
 def merge_probes(results: list[dict], resources: dict[str, dict], host_extra: dict[str, str]) -> dict:

@@ -99,7 +99,7 @@ def serve(
         """A step of the job; ``limit_s``: the server kills this worker if the step outlives it (``why``: whence)."""
         send({"type": "progress", "message": text} | ({"limit_s": limit_s, "limit_why": why} if limit_s else {}))
 
-    from kforge_mcp.core.requests import parse_request
+    from kforge_mcp.core.requests import Done, InputFailure, InternalFailure, Reply, parse_request
     from kforge_mcp.runtime import refusals, sandbox
 
     clean_timers = None  # taken once torch is in: a job that patches these leaves a worker we do not reuse
@@ -111,6 +111,22 @@ def serve(
             import torch  # noqa: F401  (warm: a verify must not pay for this)
 
             clean_timers = timer_snapshot()
+
+    def answer(kind: str, payload: dict, workdir: Path, device: str | None) -> Reply:
+        try:
+            value = handlers[kind](parse_request(kind, payload), progress, workdir, state)
+            # a poisoned device, patched clocks, threads the candidate left running (they would run on into
+            # the next job), or device state that could not be put back: this process is not reused
+            left_threads = any(f.get("code") == "spawned_threads" for f in value.get("findings", []))
+            patched = clean_timers is not None and timer_snapshot() != clean_timers  # (None: our probe ran)
+            recycle = not device_healthy() or patched or left_threads
+            recycle = recycle or bool(device and device_state_left(device, clean_devices[device]))
+            recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
+            return Done(value=value, recycle=recycle)
+        except InputError as e:  # the problem's own code among them: say so when the sandbox refused it something
+            return InputFailure(message=refusals.explained(e.message, e, e.diagnostics), diagnostics=e.diagnostics)
+        except BaseException as e:  # noqa: BLE001  (a candidate may raise SystemExit; report it, keep serving)
+            return InternalFailure(message=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-4000:])
 
     # The compile lane's first job is the probe, which asks the driver rather than torch where it can
     # (driver_probe.py): it answers before torch's import (seconds on a cold machine), then imports it.
@@ -132,37 +148,8 @@ def serve(
         workdir = Path(tempfile.mkdtemp(prefix="job-", dir=settings.worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
         try:
-            value = handlers[request["kind"]](
-                parse_request(request["kind"], request["payload"]), progress, workdir, state
-            )
-            # a poisoned device, patched clocks, threads the candidate left running (they would run
-            # on into the next job), or device state that could not be put back: this process is not reused
-            left_threads = any(f.get("code") == "spawned_threads" for f in (value or {}).get("findings", []))
-            patched = clean_timers is not None and timer_snapshot() != clean_timers  # (None: our probe ran)
-            recycle = not device_healthy() or patched or left_threads
-            recycle = recycle or bool(device and device_state_left(device, clean_devices[device]))
-            recycle = recycle or sandbox.leftover_processes() > MAX_LEFTOVER_CHILDREN  # a candidate forked
-            send({"type": "result", "ok": True, "value": value, "recycle": recycle})
-        except InputError as e:  # the problem's own code among them: say so when the sandbox refused it something
-            send(
-                {
-                    "type": "result",
-                    "ok": False,
-                    "kind": "input",
-                    "message": refusals.explained(e.message, e, e.diagnostics),
-                    "diagnostics": [d.model_dump() for d in e.diagnostics],
-                }
-            )
-        except BaseException as e:  # noqa: BLE001  (a candidate may raise SystemExit; report it, keep serving)
-            send(
-                {
-                    "type": "result",
-                    "ok": False,
-                    "kind": "internal",
-                    "message": f"{type(e).__name__}: {e}",
-                    "traceback": traceback.format_exc()[-4000:],
-                }
-            )
+            reply = answer(request["kind"], request["payload"], workdir, device)
+            send({"type": "result", **reply.model_dump()})
         finally:
             os.chdir(workdir.parent)
             shutil.rmtree(workdir, ignore_errors=True)

@@ -1,8 +1,10 @@
-"""What every tool shares: the engine, the job table, and running work under a wait budget
-with progress notifications."""
+"""What every tool shares: the engine, the job table, tools made from their argument models, and running
+work under a wait budget with progress notifications."""
 
 from __future__ import annotations
 
+import copy
+import inspect
 import logging
 import math
 import time
@@ -10,14 +12,15 @@ from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import anyio
-from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, ToolAnnotations
+from mcp_types import INVALID_PARAMS, CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field, JsonValue
+from pydantic.fields import FieldInfo
 
 from kforge_mcp.api import Engine
 from kforge_mcp.core.errors import KforgeError
@@ -45,17 +48,62 @@ def hints(read_only: bool, idempotent: bool = True, destructive: bool = False, o
     )
 
 
-def target_names() -> str:
-    """The targets found at start, as a description names them: 'cuda, cute, triton or metal'."""
-    names = list(TARGETS)
-    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
-
-
-def target_field(description: str | None = None, optional: bool = False):
+def target_field(description: str, optional: bool = False):
     """``target`` is a closed set: the targets found at start, as an enum hosts can offer. Pydantic
     still takes any string, so an unknown one gets the engine's error naming the known ones."""
     names: list[JsonValue] = list(TARGETS) + ([None] if optional else [])
-    return Field(description=description or target_names(), json_schema_extra={"enum": names})
+    return Field(description=description, json_schema_extra={"enum": names})
+
+
+Call = TypeVar("Call", bound=BaseModel)
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
+WAIT_S = Annotated[float, Field(ge=0, description="return a job_id if not done by then")]
+
+
+def model_tool(
+    mcp: MCPServer,
+    model: type[Call],
+    report: type[BaseModel],
+    annotations: ToolAnnotations,
+    meta: dict[str, Any] | None = None,
+    waits: bool = True,
+    described: dict[str, str] | None = None,
+) -> Callable[[Callable[[Call, float, Context], Awaitable[CallToolResult]]], None]:
+    """Register ``fn(call, wait_s, ctx)`` as the MCP tool of its name whose arguments are ``model``'s fields (and
+    ``wait_s`` when it ``waits``), and whose structured result is a ``report``. The SDK builds its input schema
+    from the model's own descriptions, bounds and defaults, and validates a call against them once; ``fn`` gets
+    the model. ``described``: a field's description where only a floor above core can write it (the formats or
+    profilers the platforms found)."""
+
+    def register(fn: Callable[[Call, float, Context], Awaitable[CallToolResult]]) -> None:
+        own = list(vars(model).get("__annotations__", {}))  # the tool's own fields first, then the shared ones
+        names = own + [n for n in model.model_fields if n not in own]
+        params = [argument(name, model.model_fields[name], (described or {}).get(name)) for name in names]
+        if waits:
+            params.append(inspect.Parameter("wait_s", KEYWORD, default=DEFAULT_WAIT_S, annotation=WAIT_S))
+        params.append(inspect.Parameter("ctx", KEYWORD, annotation=Context))
+        returns = Annotated[CallToolResult, report]
+
+        async def tool(ctx: Context, wait_s: float = DEFAULT_WAIT_S, **arguments: Any) -> CallToolResult:
+            return await fn(model.model_construct(**arguments), wait_s, ctx)  # validated already, by the SDK
+
+        tool.__name__, tool.__doc__ = fn.__name__, fn.__doc__
+        tool.__signature__ = inspect.Signature(params, return_annotation=returns)  # type: ignore[attr-defined]
+        tool.__annotations__ = {p.name: p.annotation for p in params} | {"return": returns}
+        mcp.tool(annotations=annotations, meta=meta)(tool)
+
+    return register
+
+
+def argument(name: str, info: FieldInfo, description: str | None = None) -> inspect.Parameter:
+    """A model's field as a tool function's keyword argument: its type, and as its default the field itself
+    (bounds, default, description), which the SDK's argument model takes as it is; ``target`` also lists the
+    registered targets."""
+    if name == "target" or description:
+        info = copy.copy(info)
+        info.json_schema_extra = {"enum": list(TARGETS)} if name == "target" else info.json_schema_extra
+        info.description = description or info.description
+    return inspect.Parameter(name, KEYWORD, default=info, annotation=info.annotation)
 
 
 # reports only: compile builds in a sandboxed worker and changes nothing the user sees but caches

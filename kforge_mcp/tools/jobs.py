@@ -6,42 +6,56 @@ from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.schemas import JobInfo
+from kforge_mcp.runtime.jobs import Job
 from kforge_mcp.tools.common import READ_ONLY, App, hints, wait_for
+from kforge_mcp.tools.links import result
+from kforge_mcp.tools.summaries import summary
+
+JobId = Annotated[str, Field(description="the job_id a call answered with when it outlived its wait_s")]
+
+
+def with_result(job: Job) -> CallToolResult:
+    """The job's info with its own result whole in the structured content, and in the text its summary."""
+    answer = result(job.info(with_result=True))
+    if job.result is not None:
+        answer.content.append(TextContent(type="text", text=summary(job.result)))
+    return answer
 
 
 def register(mcp: MCPServer, app: App) -> None:
-    def find(job_id: str):
+    def find(job_id: str) -> Job:
         try:
             return app.jobs.get(job_id)
         except KforgeError as e:
             raise ToolError(str(e)) from None
 
     @mcp.tool(annotations=READ_ONLY)
-    async def job_status(job_id: str) -> JobInfo:
+    async def job_status(job_id: JobId) -> Annotated[CallToolResult, JobInfo]:
         """Status of a job (queued, running, done, failed, cancelled) and its latest progress."""
-        return find(job_id).info()
+        return result(find(job_id).info())
 
     @mcp.tool(annotations=READ_ONLY)
     async def job_result(
-        job_id: str,
+        job_id: JobId,
         ctx: Context,
         wait_s: Annotated[float, Field(ge=0, le=55, description="wait this long for it to finish")] = 0.0,
-    ) -> JobInfo:
+    ) -> Annotated[CallToolResult, JobInfo]:
         """The job's own result (the verify or compile report) once done; the error if it failed."""
         job = find(job_id)
         await wait_for(job, wait_s, ctx)
-        return job.info(with_result=True)
+        return with_result(job)
 
     # destructive: the job's worker is killed and its unfinished work lost
     @mcp.tool(annotations=hints(read_only=False, destructive=True))
-    async def job_cancel(job_id: str) -> JobInfo:
+    async def job_cancel(job_id: JobId) -> Annotated[CallToolResult, JobInfo]:
         """Cancel a job: its worker is killed and replaced; the server keeps serving."""
         job = find(job_id)
         if not job.done.is_set():
             job.cancel.set()
             await wait_for(job, 5.0, None)
-        return job.info()
+        return result(job.info())
