@@ -86,6 +86,10 @@ def pairs(**fields: object) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in fields.items() if v not in (None, "", [], {}))
 
 
+def prefixed(head: str, text: str) -> str | None:
+    return head + text if text else None
+
+
 def bullets(title: str, lines: Iterable[str], most: int = 8) -> Lines:
     lines = list(lines)
     if not lines:
@@ -195,20 +199,20 @@ def roofline_lines(roof: Roofline | None) -> Lines:
 
 def profile_lines(r: ProfileReport) -> Lines:
     kernels = sorted(r.kernels, key=lambda k: -k.device_ms)
+    per_forward = pairs(
+        device_ms=num(r.device_ms_per_forward) if r.device_ms_per_forward is not None else None,
+        launches=num(r.launches_per_forward) if r.launches_per_forward is not None else None,
+        host_overhead_ms=num(r.host_overhead_ms) if r.host_overhead_ms is not None else None,
+    )
     return [
         f"profile ({r.source or 'no profiler'}): "
         + pairs(
             target=r.target, device=r.device, device_name=r.device_name, execution=r.execution, forwards=r.forwards
         ),
-        "per forward: "
-        + pairs(
-            device_ms=num(r.device_ms_per_forward) if r.device_ms_per_forward is not None else None,
-            launches=num(r.launches_per_forward) if r.launches_per_forward is not None else None,
-            host_overhead_ms=num(r.host_overhead_ms) if r.host_overhead_ms is not None else None,
-        ),
+        prefixed("per forward: ", per_forward),
         *roofline_lines(r.roofline),
         *bullets(f"kernels by device time ({len(kernels)})", map(kernel, kernels), most=KERNELS),
-        *bullets("ncu rules", [f"{n.kernel}: {n.rule} {cut(n.description, 160)}" for n in r.ncu_rules], most=4),
+        *bullets("ncu rules", [f"{n.kernel}: {n.rule}: {cut(n.description, 120)}" for n in r.ncu_rules], most=3),
         *bullets("notes", (cut(n) for n in r.notes), most=5),
         *bullets("errors", map(error, filter(None, r.errors)), most=3),
         "next: analyze_profile with this result as profile, for ranked advice",
@@ -217,15 +221,15 @@ def profile_lines(r: ProfileReport) -> Lines:
 
 def analysis_lines(r: AnalysisReport) -> Lines:
     recs = []
-    for i, rec in enumerate(r.recommendations, 1):
+    for rec in r.recommendations:
         evidence = "; ".join(
             f"{e.metric} {e.value}" + (f" (good: {e.good})" if e.good else "") for e in rec.evidence[:3]
         )
         recs.append(
-            f"{i}. [{rec.priority}] {rec.title}: expected gain {rec.expected_gain:.0%}"
-            + (f" ({cut(rec.gain_basis, 120)})" if rec.gain_basis else "")
-            + f"\n  action: {cut(rec.action, 400)}"
-            + (f"\n  evidence: {cut(evidence, 300)}" if evidence else "")
+            f"[{rec.priority}] {rec.title}: expected gain {rec.expected_gain:.0%}"
+            + (f" ({cut(rec.gain_basis, 100)})" if rec.gain_basis else "")
+            + f"\n  action: {cut(rec.action, 360)}"
+            + (f"\n  evidence: {cut(evidence, 200)}" if evidence else "")
         )
     return [
         f"summary: {cut(r.summary, 600)}" if r.summary else None,
@@ -350,7 +354,7 @@ def submit_lines(r: SubmitResult) -> Lines:
 SUMMARIES: list[tuple[type[BaseModel], Callable[[Any], Lines], int | None]] = [
     (VerifyReport, verify_lines, 3000),
     (ProfileReport, profile_lines, 4000),
-    (AnalysisReport, analysis_lines, 3000),
+    (AnalysisReport, analysis_lines, 4000),
     (CompileReport, compile_lines, 3000),
     (VerifyBatchReport, batch_lines, 4000),
     (TargetsReport, targets_lines, 3000),
