@@ -58,6 +58,7 @@ def main() -> None:
         print(text_out.getvalue(), flush=True)
 
     from kforge_mcp.api import Engine
+    from kforge_mcp.core.requests import Done
     from kforge_mcp.runtime.executor import LocalExecutor
     from kforge_mcp.runtime.pool import WorkerPool
 
@@ -71,7 +72,7 @@ def main() -> None:
             started = time.perf_counter()
             reply = engine.executor.run("compile", request, timeout_s=900)
             rows.append({"where": "worker", "step": label, "wall_s": round(time.perf_counter() - started, 2)})
-            rows[-1]["builds"] = (reply.get("value") or {}).get("builds") if reply.get("ok") else reply
+            rows[-1]["builds"] = reply.value.get("builds") if isinstance(reply, Done) else reply.model_dump()
             print(json.dumps(rows[-1]), flush=True)
     finally:
         engine.close()

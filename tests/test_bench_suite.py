@@ -264,9 +264,14 @@ def test_resume_skips_done_pairs_and_rejudges_changed_files(engine, tmp_path, mo
             "cands/small_softmax/triton_hang.py": TESTS / "candidates" / "hang.py",
         },
     )
-    calls = []
-    real_verify = engine.verify
-    monkeypatch.setattr(engine, "verify", lambda *a, **k: calls.append(k.get("candidate")) or real_verify(*a, **k))
+    calls = []  # the candidates sent to be verified
+    real_batch = engine.batch_call
+
+    def batch_call(items, *args, **kwargs):
+        calls.extend(item.candidate for item in items)
+        return real_batch(items, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "batch_call", batch_call)
 
     def bench():
         calls.clear()

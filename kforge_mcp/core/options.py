@@ -68,7 +68,7 @@ DEFAULT_TIMEOUT_S = 300.0
 
 TARGET_TEXT = "the kernel language (list_targets names them)"
 PROBLEM: Any = Field(
-    description="reference in KernelBench form (class Model, get_inputs, get_init_inputs): text or path"
+    description="reference in KernelBench form (class Model, get_inputs, get_init_inputs): text or a .py path"
 )
 CANDIDATE: Any = Field(description="source defining class ModelNew: text or a .py path")
 TARGET: Any = Field(DEFAULT_TARGET, description=TARGET_TEXT)

@@ -15,6 +15,7 @@ from kforge_mcp.core.schemas import (
     CompileReport,
     Diagnostic,
     Finding,
+    JobAware,
     JobInfo,
     Mismatch,
     Roofline,
@@ -45,12 +46,12 @@ def summary(result: BaseModel) -> str:
 
 def field_lines(result: BaseModel) -> Lines:
     """Any other result, field by field: text whole (a prompt reads as itself), a report it holds summarized,
-    the rest as compact JSON; nulls and empty fields left out."""
+    the rest as compact JSON; nulls, empty fields and a finished call's job fields left out."""
     lines: Lines = []
     for field, info in type(result).model_fields.items():
         name, value = info.serialization_alias or field, getattr(result, field)
-        if value in (None, "", [], {}):
-            continue
+        if value in (None, "", [], {}) or (isinstance(result, JobAware) and field in JobAware.model_fields):
+            continue  # (a call still running is said above)
         written = next((w for kind, w, _ in SUMMARIES if isinstance(value, kind)), None)
         if written is not None:
             lines += written(value)
