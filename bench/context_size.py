@@ -21,7 +21,9 @@ from pathlib import Path
 
 from mcp import Client
 
-ROOT = Path(__file__).resolve().parents[1]
+import kforge_mcp
+
+ROOT = Path(kforge_mcp.__file__).resolve().parents[1]  # the checkout measured: its examples, its allowed folder
 PROBLEM = ROOT / "examples" / "problems" / "row_softmax.py"
 CANDIDATE = ROOT / "examples" / "candidates" / "row_softmax" / "triton.py"
 QUICK = {"trials": 2, "baselines": ["eager"], "wait_s": 600}
@@ -88,7 +90,16 @@ def table(before: dict | None, after: dict) -> str:
         for c in ("verify", "profile", "analyze_profile")
         for kind in ("text", "structured")
     ]
-    lines = [" ; ".join(f"{r['label']}: {r['date']}" for r in runs), "", f"| characters | {' | '.join(names)} |"]
+    lines = [
+        "# Context an agent pays: tools/list and three results",
+        "",
+        f"`python bench/context_size.py`: the real server and the SDK's client in-process; the calls are a verify and a "
+        f"profile of `{CANDIDATE.relative_to(ROOT)}` on `{PROBLEM.relative_to(ROOT)}` (CPU, Triton interpreter) and "
+        "analyze_profile of that profile. Characters of compact JSON, as on the wire; text: the result's text blocks. "
+        + "; ".join(f"{r['label']}: {r['date']}" for r in runs),
+        "",
+        f"| characters | {' | '.join(names)} |",
+    ]
     lines += ["| --- |" + " ---: |" * len(runs)]
     lines += [f"| {name} | {' | '.join(str(dig(r, path)) for r in runs)} |" for name, path in sizes]
     parts = ("all", "input_schema", "output_schema")
