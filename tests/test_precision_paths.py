@@ -11,12 +11,23 @@ import torch
 from conftest import problem
 from mcp import Client
 
+from kforge_mcp.api import Engine
+from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.problem import load_problem
 from kforge_mcp.core.requests import RooflineRequest
 from kforge_mcp.core.schemas import VerifyReport
 from kforge_mcp.core.source import Source
 from kforge_mcp.engine.verify import bound_from_paths
-from kforge_mcp.judge.precision_paths import PATH_SPECS, emulate_product, measure_reference, round_to, split
+from kforge_mcp.judge.precision_paths import (
+    PATH_SPECS,
+    emulate_product,
+    measure_reference,
+    paths_for,
+    round_to,
+    sample_factor,
+    split,
+    varying_share,
+)
 from kforge_mcp.judge.roofline import count_problem, from_measured
 
 H200 = "NVIDIA H200"
@@ -61,6 +72,59 @@ class Model(nn.Module):
 
 def get_inputs():
     return [torch.randn(2, 256, 8, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+# KernelBench Level 2's Conv2d + GELU + GlobalAvgPool at its published size: 4.2 GB of fp64 conv output per forward
+CONV_GAP_L2 = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+
+    def forward(self, x):
+        x = torch.nn.functional.gelu(self.conv(x))
+        return torch.nn.functional.adaptive_avg_pool2d(x, 1).squeeze(-1).squeeze(-1)
+
+
+batch_size = 128
+in_channels = 8
+out_channels = 64
+height, width = 256, 256
+kernel_size = 3
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]
+"""
+
+KILLS_ITS_WORKER = """
+import os
+import signal
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def get_inputs():
+    return [torch.rand(4, 4)]
 
 
 def get_init_inputs():
@@ -196,3 +260,49 @@ def test_a_measurement_still_running_leaves_the_rounding_bound_and_says_so(engin
     bound_from_paths(report, Future(), time.perf_counter())  # nothing measured yet
     assert report.fraction_of_sol == 0.5 and report.sol_path.startswith("3xtf32")
     assert "still being measured" in report.sol_path
+
+
+@pytest.mark.slow
+def test_a_large_convolution_is_measured_on_a_reduced_instance_within_the_caps(tmp_path):
+    engine = Engine(home=tmp_path / "home", memory_limit_mb=4096)  # a worker over 4 GiB is killed
+    try:
+        m = engine.measured_paths(Source(text=CONV_GAP_L2, name="conv_gelu_gap.py"))
+    finally:
+        engine.close()
+    assert m.peak_rss_bytes is not None and 0 < m.peak_rss_bytes <= 4 * 2**30
+    assert m.reduction.sizes[0].name == "batch_size" and m.reduction.sizes[0].reduced < 128
+    assert [x[1] for x in m.reduction.reduced_inputs] == [8] and m.flops == 2 * 128 * 64 * 8 * 9 * 254 * 254
+    # the error of fp16 comes from the weights' rounding, the same for every sample: not scaled up by more samples
+    assert m.scaled_by["fp16"] < 1.1 < m.scaled_by["fp16x2"]
+    assert m.errors["fp16"] > m.margin >= m.errors["fp16x2"]
+    r = from_measured(m, H200)
+    assert r.path == "fp16x2" and "batch_size 128 ->" in " ".join(r.notes)
+
+
+def test_a_failed_measurement_is_kept_and_not_paid_again(engine):
+    src = Source(text=KILLS_ITS_WORKER, name="kills_its_worker.py")
+    with pytest.raises(KforgeError, match="the worker failed") as first:
+        engine.measured_paths(src)
+    with pytest.raises(KforgeError, match="kept from an earlier call") as again:
+        engine.measured_paths(src)
+    assert str(first.value) in str(again.value)
+
+
+def test_paths_left_by_the_time_budget_are_judged_by_rounding_and_said_so(tmp_path):
+    src = Source(text=GEMM_BIAS_K4096, name="gemm_bias_k4096.py")
+    problem = load_problem(src, tmp_path)
+    request = RooflineRequest(problem=src, atol=1e-4, rtol=1e-4)
+    m = measure_reference(problem, request, count_problem(problem, "cpu"), budget_s=0.0)
+    assert m.errors == {} and set(m.unmeasured) == set(paths_for("fp32"))
+    r = from_measured(m, H200)
+    assert r.path == "3xtf32" and not r.paths_measured  # the rounding model's choice: bf16x3 needs a measurement
+    assert "not measured within the 0 s budget" in r.path_reason
+    assert all("not measured within" in p.why for p in r.paths)
+
+
+def test_more_elements_give_a_larger_max_only_where_the_error_varies():
+    assert sample_factor(1000, 1000) == 1.0 and sample_factor(1000, 2000) == 1.0
+    assert 1 < sample_factor(10**6, 10**4) < sample_factor(10**8, 10**4) < 2
+    a = torch.randn(10_000, dtype=torch.float64)
+    assert varying_share(a, a) == 0.0 and varying_share(a, 3 * a) > 0.5
+    assert 0.9 < varying_share(a, torch.randn(10_000, dtype=torch.float64)) <= 1.0

@@ -1,5 +1,6 @@
 """Each problem's compute paths measured once per tolerance (judge/precision_paths.py): in a worker (the
-reference is code too), on a thread of their own while a verify or profile runs, kept under the home."""
+reference is code too), on a thread of their own while a verify or profile runs, kept under the home (a failure
+too)."""
 
 from __future__ import annotations
 
@@ -38,15 +39,19 @@ class ComputePaths:
             kind="precision_paths", problem=problem.text, precision=precision, atol=atol, rtol=rtol, code=code_digest()
         )
         hit = self.cache.get(key)
+        if hit is not None and "failure" in hit:
+            raise KforgeError(f"{hit['failure']} (kept from an earlier call under the home)")
         if hit is not None:
             return MeasuredPaths.model_validate({**hit, "cached": True})
         request = RooflineRequest(problem=problem, measure_paths=True, precision=precision, atol=atol, rtol=rtol)
         try:
             m = report_of(self.executor.run("compile", request, timeout_s), MeasuredPaths)
         except WorkerFailure as e:
-            raise KforgeError(f"measuring the compute paths: the worker failed: {e.message}") from None
-        if isinstance(m, InternalFailure):
-            raise KforgeError(f"measuring the compute paths failed: {m.message}")
+            m = InternalFailure(message=f"the worker failed: {e.message}")
+        if isinstance(m, InternalFailure):  # kept too: a retry would pay for the same failure again
+            failure = f"measuring the compute paths failed: {m.message}"
+            self.cache.put(key, {"failure": failure})
+            raise KforgeError(failure)
         self.cache.put(key, m.model_dump())
         return m
 

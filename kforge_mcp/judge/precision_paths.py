@@ -13,18 +13,29 @@ input_precision='bf16x6'); bf16x2 and fp16x2
 split one operand only (hi*b + lo*b, after Markidis et al.'s refinement of one side), the one whose
 rounding loses more. fp8 is e4m3 with a power-of-two per-tensor scale. fp32 is the FMA pipe: each
 product computed in fp64 and rounded once to fp32, an ideal fp32 kernel.
+
+Bounded memory and time: the reference runs on a reduced instance of the problem (core/reduced.py: the batch,
+then the spatial sizes shrunk, channels, features and kernels kept) planned to take PLAN_S at CPU_RATES and
+MEMORY_BYTES of intermediates, and measuring stops at the budget (BUDGET_S): the paths left are reported as not
+measured, fastest first so the ones left matter least. The max over fewer elements is smaller: each path's max is
+scaled up by sample_factor(full, reduced), the ratio of the medians of the max of that many |normal| draws, times
+the share of its error that varies between two input sets (varying_share: a weight's rounding seen through a
+mean over many pixels is the same for every sample, and more samples do not raise its max).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 
 from pydantic import BaseModel, Field
 
+from kforge_mcp.core.reduced import Reduction
 from kforge_mcp.core.requests import RooflineRequest
 from kforge_mcp.core.schemas import Convolution, Lever
 
@@ -32,6 +43,12 @@ from kforge_mcp.core.schemas import Convolution, Lever
 # every trial and the GPU sums in another order, so a path at 0.9 of the tolerance here can fail there.
 MARGIN = 0.5
 SEEDS = (1, 2)  # input sets measured; the weights are drawn under seed 0
+BUDGET_S = 30.0  # measuring stops here (the paths left are reported unmeasured): a call answers within a minute
+PLAN_S = 12.0  # a reduced instance is sized to measure every path in this long at CPU_RATES
+MEMORY_BYTES = 256 * 2**20  # and to make at most this many bytes of intermediates per forward
+# FLOP/s and bytes/s the plan assumes of a CPU: the slow end of what 2 busy cores gave (a GEMM 8-17 GFLOP/s,
+# convolutions 1-20, transposed ones 0.2-7, element-wise work about 1 GB/s)
+CPU_RATES = {"matmul": 8e9, "convolution": 1.5e9, "conv_transpose": 1e9, "bytes": 1e9}
 
 
 @dataclass(frozen=True)
@@ -93,6 +110,17 @@ class MeasuredPaths(BaseModel):
     not_emulated: list[str] = Field(default_factory=list, description="ops with FLOPs the emulation leaves alone")
     seeds: list[int] = Field(default_factory=list)
     margin: float = MARGIN
+    unmeasured: dict[str, str] = Field(
+        default_factory=dict, description="path -> why it was not measured (the time budget); judged by rounding"
+    )
+    reduction: Reduction | None = Field(None, description="the instance measured: reduced sizes and shapes, or why not")
+    scaled_by: dict[str, float] = Field(
+        default_factory=dict,
+        description="path -> what its max error on the reduced instance was multiplied by to predict the full "
+        "problem's (more elements give a larger max: sample_factor times the share of the error that varies)",
+    )
+    budget_s: float = BUDGET_S
+    peak_rss_bytes: int | None = Field(None, description="the worker's peak resident memory while measuring")
     seconds: float = Field(0.0, description="the measurement's time in the worker")
     cached: bool = Field(False, description="read from the cache under the home, not measured by this call")
     notes: list[str] = Field(default_factory=list)
@@ -218,27 +246,41 @@ def _mode_class():
     return EmulatedPath
 
 
-def error_fraction(expected, got, atol: float | None, rtol: float | None) -> float | None:
-    """max |got - expected| / (atol + rtol |expected|) over every floating output, each at the tolerance verify
-    gives its dtype when none is set; None when not finite."""
+def error_fractions(expected, got, atol: float | None, rtol: float | None):
+    """(got - expected) / (atol + rtol |expected|) at every element of every floating output, in one flat fp64
+    tensor (0 where the reference is not finite), each output at the tolerance verify gives its dtype when none is
+    set; None when the path is not finite where the reference is."""
     import torch
 
     from kforge_mcp.judge.correctness import flatten_outputs, tolerance_for
 
-    worst = 0.0
+    parts = [torch.zeros(0, dtype=torch.float64)]
     for e, g in zip(flatten_outputs(expected), flatten_outputs(got), strict=True):
         if not (isinstance(e, torch.Tensor) and e.is_floating_point()) or e.numel() == 0:
             continue
         atol, rtol = tolerance_for(e.dtype, atol, rtol)
         e64, g64 = e.double(), g.double()
-        if bool((~torch.isfinite(g64) & torch.isfinite(e64)).any()):
-            return None
         ok = torch.isfinite(e64)
-        diff = (g64 - e64).abs()
-        frac = torch.where(diff == 0, 0.0, diff / (atol + rtol * e64.abs()))[ok]  # a zero tolerance: exact or inf
-        if frac.numel():
-            worst = max(worst, float(frac.max()))
-    return worst
+        if bool((~torch.isfinite(g64) & ok).any()):
+            return None
+        diff = torch.where(ok, g64 - e64, 0.0)
+        parts.append(torch.where(diff == 0, 0.0, diff / (atol + rtol * e64.abs())).flatten())  # a zero tolerance: inf
+    return torch.cat(parts)
+
+
+def error_fraction(expected, got, atol: float | None, rtol: float | None) -> float | None:
+    """max |got - expected| / (atol + rtol |expected|) over every floating output; None when not finite."""
+    f = error_fractions(expected, got, atol, rtol)
+    return None if f is None else float(f.abs().max()) if f.numel() else 0.0
+
+
+def varying_share(a, b) -> float:
+    """The share of two input sets' error fractions (``a``, ``b``: the same elements) that changes with the inputs:
+    rms(a - b) / sqrt(2) over the rms of both. Near 0 where the error is the same for any input (a weight's
+    rounding seen through a mean over many pixels), 1 where the two are independent."""
+    total = float(((a * a).mean() + (b * b).mean()) / 2) ** 0.5
+    varying = float(((a - b) ** 2).mean() / 2) ** 0.5
+    return min(1.0, varying / total) if total > 0 and math.isfinite(total) and math.isfinite(varying) else 1.0
 
 
 # the compute paths open to a problem of each dtype, slowest first
@@ -255,52 +297,215 @@ def paths_for(dtype: str) -> tuple[str, ...]:
     return PATHS_FOR.get(dtype, (dtype,))
 
 
-def measure_reference(problem, req: RooflineRequest, counts, seeds: tuple[int, ...] = SEEDS) -> MeasuredPaths:
+def sample_factor(full: int, reduced: int) -> float:
+    """How much larger the max of |error| over ``full`` elements is expected than over ``reduced`` of them: the
+    ratio of the medians of the max of that many |normal| draws (x with P(|Z| <= x)^n = 1/2). 1 when none are cut."""
+    if reduced <= 0 or full <= reduced:
+        return 1.0
+
+    def median_max(n: int) -> float:
+        return NormalDist().inv_cdf((1 + 0.5 ** (1 / n)) / 2)
+
+    return median_max(full) / median_max(reduced)
+
+
+def _work_counter():
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import conv_flop_count
+
+    convolutions = {torch.ops.aten.convolution.default, torch.ops.aten._convolution.default}
+
+    class WorkCounter(TorchDispatchMode):
+        """Bytes of every tensor a forward makes (more than it holds at once) and its convolutions' FLOPs, direct
+        and transposed apart (a CPU runs them at different rates)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.bytes = 0
+            self.conv_flops = {False: 0, True: 0}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func in convolutions:
+                transposed = bool(args[6])
+                self.conv_flops[transposed] += conv_flop_count(args[0].shape, args[1].shape, out.shape, transposed)
+            for t in out if isinstance(out, (list, tuple)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    self.bytes += t.numel() * t.element_size()
+            return out
+
+    return WorkCounter()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What measuring the paths on one instance is expected to cost on a CPU at CPU_RATES."""
+
+    product_s: float  # one forward's matrix products and convolutions
+    rest_s: float  # everything else of one forward
+    intermediates: float  # bytes one forward makes
+
+    def forward_s(self, path: str | None = None) -> float:
+        """One forward, the reference's (``path`` None) or emulated on ``path`` (a product per term, fp32's in fp64)."""
+        spec = PATH_SPECS.get(path or "")
+        terms = 1 if spec is None else len(spec.terms) * (2 if spec.base == "fp32" else 1)
+        return self.rest_s + self.product_s * terms
+
+    def seconds(self, paths: list[str], seeds: int) -> float:
+        return seeds * (self.forward_s() + sum(self.forward_s(p) for p in paths))
+
+
+def plan(model, inputs) -> Plan:
+    """The cost of ``model`` on ``inputs`` (on the meta device: counted, not run)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    flops, work = FlopCounterMode(display=False), _work_counter()
+    with torch.no_grad(), flops, work:
+        model(*inputs)
+    direct, transposed = work.conv_flops[False], work.conv_flops[True]
+    rest = max(0.0, flops.get_total_flops() - direct - transposed)  # matmul, attention
+    product_s = (
+        rest / CPU_RATES["matmul"] + direct / CPU_RATES["convolution"] + transposed / CPU_RATES["conv_transpose"]
+    )
+    return Plan(product_s, work.bytes / CPU_RATES["bytes"], float(work.bytes))
+
+
+def reset_peak_rss() -> None:
+    """Count this process's peak resident memory (VmHWM) from its size now (Linux; elsewhere nothing)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss() -> int | None:
+    """This process's peak resident memory in bytes since reset_peak_rss (since it started where that failed)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    line = next((x for x in status.splitlines() if x.startswith("VmHWM:")), None)
+    return int(line.split()[1]) * 1024 if line else None
+
+
+def _plan_of(problem) -> Plan | None:
+    """The plan of the problem as it stands (reduced or not), None where it cannot be built on the meta device."""
+    from kforge_mcp.core.reduced import meta_instance
+
+    try:
+        cost = plan(*meta_instance(problem))
+    except Exception:  # noqa: BLE001  (data-dependent code: each path's time is then guessed from its terms)
+        return None
+    return cost if cost.forward_s() > 0 else None
+
+
+@dataclass
+class _PathRun:
+    fractions: list  # each input set's error fractions
+    finite: bool = True
+    forwards: int = 0
+    products: int = 0
+    skipped: set[str] = field(default_factory=set)
+
+
+def _run_path(model, cases: list, mode, judge, last_start: float) -> _PathRun:
+    """The reference on each input set with its products on ``mode``'s path, none started after ``last_start``."""
+    import torch
+
+    from kforge_mcp.core.problem import seed_everything
+
+    run = _PathRun(fractions=[])
+    for seed, inputs, expected in cases:
+        if time.perf_counter() > last_start:
+            break
+        mode.count = 0
+        seed_everything(seed)
+        with mode:
+            got = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        run.forwards, run.products, run.skipped = run.forwards + 1, max(run.products, mode.count), mode.skipped
+        if not mode.count:
+            break
+        f = error_fractions(expected, got, judge.atol, judge.rtol)
+        if f is None:
+            run.finite = False
+            break
+        run.fractions.append(f)
+    return run
+
+
+def measure_reference(
+    problem, req: RooflineRequest, counts, seeds: tuple[int, ...] = SEEDS, budget_s: float = BUDGET_S
+) -> MeasuredPaths:
     """In a worker: with the problem's ``counts`` (roofline.count_problem), the error of every path open to
-    its dtype, at the tolerance verify would judge it at for ``req`` (precision, atol, rtol)."""
+    its dtype, at the tolerance verify would judge it at for ``req`` (precision, atol, rtol), measured on a reduced
+    instance of the problem (its full size when that fits) and stopped at ``budget_s``."""
     import torch
 
     from kforge_mcp.core.problem import reference_model, seed_everything
+    from kforge_mcp.core.reduced import reduce_problem
     from kforge_mcp.judge import precision
+    from kforge_mcp.judge.correctness import flatten_outputs
 
     started = time.perf_counter()
     judge = precision.resolve(req, problem)
     dtype = counts.dtype
-    model = reference_model(problem, "cpu", 0, judge.dtype)
+    # fastest first: what a budget leaves unmeasured is what the bound needs least
+    order = [p for p in reversed(paths_for(dtype)) if p in PATH_SPECS and not (p == dtype and p != "fp32")]
+
+    def fits(model, inputs) -> bool:
+        cost = plan(model, inputs)
+        return cost.seconds(order, len(seeds)) <= PLAN_S and cost.intermediates <= MEMORY_BYTES
+
+    reduction = reduce_problem(problem, fits)
+    growth = sample_factor(reduction.outputs * len(seeds), reduction.reduced_outputs * len(seeds))
+    deadline = started + budget_s
     mode_cls = _mode_class()
     errors: dict[str, float | None] = {}
-    products, skipped = 0, set[str]()
-    with torch.no_grad():
+    scaled_by: dict[str, float] = {}
+    unmeasured: dict[str, str] = {}
+    products, emulated, skipped = 0, 0, set[str]()
+    with reduction.applied(problem), torch.no_grad():
+        model = reference_model(problem, "cpu", 0, judge.dtype)
+        cases, reference_s = [], 0.0
         for seed in seeds:
             inputs = judge.cast(problem.make_inputs(seed, "cpu"))
             seed_everything(seed)
+            t0 = time.perf_counter()
             expected = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            reference_s = max(reference_s, time.perf_counter() - t0)
+            cases.append((seed, inputs, expected))
             if judge.atol is None or judge.rtol is None:
-                from kforge_mcp.judge.correctness import flatten_outputs
-
                 first = next((t for t in flatten_outputs(expected) if isinstance(t, torch.Tensor)), None)
                 if first is not None:
                     judge.settle(first.dtype)
-            for name in paths_for(dtype):
-                spec = PATH_SPECS.get(name)
-                if spec is None or (name == dtype and name != "fp32"):
-                    continue  # the problem's own dtype is the reference itself (fp32's FMA is measured)
-                if name in errors and errors[name] is None:
-                    continue
-                mode = mode_cls(spec)
-                seed_everything(seed)
-                with mode:
-                    got = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-                products, skipped = max(products, mode.count), skipped | mode.skipped
-                if products == 0:
-                    break  # nothing to emulate: every path gives the reference itself
-                err = error_fraction(expected, got, judge.atol, judge.rtol)
-                errors[name] = None if err is None else max(err, errors.get(name) or 0.0)
-            if products == 0:
-                errors = {}
+        cost = _plan_of(problem)
+        for name in order:
+            spec = PATH_SPECS[name]
+            expect_s = reference_s * (cost.forward_s(name) / cost.forward_s() if cost else len(spec.terms))
+            run = _run_path(model, cases, mode_cls(spec), judge, deadline - expect_s)
+            products, skipped = max(products, run.products), skipped | run.skipped
+            emulated += run.forwards
+            if run.forwards and not products:  # nothing to emulate: every path gives the reference itself
                 break
-    notes = []
-    if products == 0:
+            if run.finite and not run.fractions:
+                unmeasured[name] = f"not measured within the {budget_s:g} s budget"
+                continue
+            share = varying_share(run.fractions[0], run.fractions[1]) if len(run.fractions) > 1 else 1.0
+            scaled_by[name] = 1 + share * (growth - 1)
+            worst = max(float(f.abs().max()) if f.numel() else 0.0 for f in run.fractions) if run.finite else None
+            errors[name] = None if worst is None else worst * scaled_by[name]
+    if emulated and not products:
+        errors, scaled_by, unmeasured = {}, {}, {}
+    notes = [f"paths measured on {reduction.summary()}"]
+    if growth > 1 and scaled_by:
+        notes.append(
+            f"each path's max error scaled for {reduction.outputs} output elements rather than "
+            f"{reduction.reduced_outputs}: up to {growth:.3g}x where its error varies with the inputs, less where "
+            f"it does not (scaled_by)"
+        )
+    if unmeasured:
+        notes.append(f"{', '.join(unmeasured)} not measured within the {budget_s:g} s budget: judged by rounding")
+    if emulated and not products:
         notes.append("the reference does no matrix product or convolution: every path computes it alike")
     if skipped:
         notes.append(f"not emulated (computed in the problem's dtype): {', '.join(sorted(skipped))}")
@@ -313,6 +518,10 @@ def measure_reference(problem, req: RooflineRequest, counts, seeds: tuple[int, .
         atol=judge.atol,
         rtol=judge.rtol,
         errors=errors,
+        unmeasured=unmeasured,
+        reduction=reduction,
+        scaled_by=scaled_by,
+        budget_s=budget_s,
         products=products,
         flops_by_op=counts.flops_by_op,
         convs=list(counts.convs),

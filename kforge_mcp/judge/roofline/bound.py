@@ -108,7 +108,8 @@ def make_roofline(
         notes.append(f"{peaks.name}: {peaks.note}")
     tol = path_tolerance(dtype, atol, rtol)
     measured_any = measured is not None and bool(measured.errors)
-    reason = path_choice(paths, best, tol, measured_any) if best else no_path(flops, dtype, peaks.name)
+    left = measured.unmeasured if measured is not None else None
+    reason = path_choice(paths, best, tol, measured_any, left) if best else no_path(flops, dtype, peaks.name)
     by_peak = fastest(feasible)
     if best and by_peak and by_peak.path != best.path:
         reason += (

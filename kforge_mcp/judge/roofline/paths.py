@@ -82,6 +82,8 @@ def compute_paths(
             ok, why = True, f"operand rounding ~{u:.1e} (2u = {2 * u:.1e}) fits the tolerance {tol:g}"
         else:
             ok, why = False, f"operand rounding ~{u:.1e} (2u = {2 * u:.1e}) exceeds the tolerance {tol:g}"
+        if measured is not None and path in measured.unmeasured:
+            why = f"{measured.unmeasured[path]}; {why}"
         if terms > 1 and spec:
             why += f"; {spec.how} ({terms} {spec.base} MMAs per step)"
         out.append(ComputePath(path=path, peak_flops=peak, feasible=ok, why=why, terms=terms, max_error=err))
@@ -98,9 +100,11 @@ def fastest(paths: list[ComputePath], cost=None) -> ComputePath | None:
     return min((p for p in paths if cost(p) * 0.99 <= top), key=lambda p: (p.terms, cost(p)))
 
 
-def path_choice(paths: list[ComputePath], best: ComputePath, tol: float, measured: bool) -> str:
+def path_choice(
+    paths: list[ComputePath], best: ComputePath, tol: float, measured: bool, unmeasured: dict[str, str] | None = None
+) -> str:
     """Why the bound takes ``best``: its measured error (or rounding), its rate against the next passing path,
-    and the faster paths that miss the tolerance."""
+    the faster paths that miss the tolerance, and those ``unmeasured`` (path -> why) that rounding judged."""
     reason = f"{best.path} at {best.peak_flops / 1e12:.4g} TFLOP/s: the fastest path that meets the tolerance {tol:g}"
     if measured and best.max_error is not None:
         reason = f"{best.path}: max error {best.max_error:.2g} of the tolerance {tol:g} on this problem's inputs"
@@ -110,7 +114,12 @@ def path_choice(paths: list[ComputePath], best: ComputePath, tol: float, measure
         ratio = best.peak_flops / nxt.peak_flops
         rate = "twice" if abs(ratio - 2) < 0.05 else f"{ratio:.3g}x"
         reason += f", {rate} {nxt.path}'s rate ({best.peak_flops / 1e12:.4g} TFLOP/s)"
+    unmeasured = unmeasured or {}
     faster = sorted((p for p in paths if not p.feasible), key=lambda p: -p.peak_flops)
+    not_measured = [p.path for p in faster if p.path in unmeasured]
+    faster = [p for p in faster if p.path not in unmeasured]
+    if not_measured:
+        reason += f"; {', '.join(not_measured)} {unmeasured[not_measured[0]]}, judged by rounding"
     if faster and measured:
         miss = ", ".join(
             f"{p.path} {p.max_error:.2g}" if p.max_error is not None else f"{p.path} not finite" for p in faster
@@ -118,9 +127,9 @@ def path_choice(paths: list[ComputePath], best: ComputePath, tol: float, measure
         reason += f"; faster paths miss the margin {MARGIN:g} (max error: {miss})"
     elif faster:
         coarse = [p.path for p in faster if p.path not in MEASURED_ONLY]
-        unmeasured = [p.path for p in faster if p.path in MEASURED_ONLY]
+        to_measure = [p.path for p in faster if p.path in MEASURED_ONLY]
         said = [f"{', '.join(coarse)} round too coarsely for it"] if coarse else []
-        said += [f"{', '.join(unmeasured)} need a measurement on the problem's inputs"] if unmeasured else []
+        said += [f"{', '.join(to_measure)} need a measurement on the problem's inputs"] if to_measure else []
         reason += f" ({'; '.join(said)}; see paths)"
     return reason
 
