@@ -109,16 +109,16 @@ def handle_roofline(req: RooflineRequest, progress, workdir: Path, state: dict) 
 
     problem = load_problem(req.problem, workdir)
     if req.measure_paths:  # each compute path's error on the problem's own inputs (CPU), and the levers
-        from kforge_mcp.judge.precision_paths import measure_reference, peak_rss, reset_peak_rss
+        from kforge_mcp.judge.precision_paths import PeakRSS, measure_reference
         from kforge_mcp.judge.roofline import from_measured
 
         progress("measuring the compute paths on the problem's inputs")
-        reset_peak_rss()
-        m = measure_reference(problem, req, count_problem(problem, "cpu"))
-        roof = reference_levers(problem, "cpu", from_measured(m, None))
+        with PeakRSS() as rss:
+            m = measure_reference(problem, req, count_problem(problem, "cpu"))
+            roof = reference_levers(problem, "cpu", from_measured(m, None))
         m.levers = roof.levers
         m.notes += [n for n in roof.notes if n not in m.notes and ("not checked" in n or "levers" in n)]
-        m.peak_rss_bytes = peak_rss()
+        m.peak_rss_bytes = rss.peak
         return m.model_dump()
     roof = reference_roofline(problem, "cpu", req.device_name, req.measured_ms, req.peaks, req.atol, req.rtol)
     return reference_levers(problem, "cpu", roof).model_dump()

@@ -60,8 +60,7 @@ class Reduction(BaseModel):
         changed = ", ".join(f"{s.name} {s.full} -> {s.reduced}" for s in self.sizes)
         shapes = "; ".join(f"{a} -> {b}" for a, b in zip(self.inputs, self.reduced_inputs, strict=False) if a != b)
         text = (
-            f"a reduced instance ({changed}; inputs {shapes}; {self.reduced_outputs} of "
-            f"{self.outputs} output elements)"
+            f"a reduced instance ({changed}; inputs {shapes}; {self.reduced_outputs} of {self.outputs} output elements)"
         )
         averaged = [s.name for s in self.sizes if s.averaged]
         if averaged:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +122,9 @@ class MeasuredPaths(BaseModel):
         "problem's (more elements give a larger max: sample_factor times the share of the error that varies)",
     )
     budget_s: float = BUDGET_S
-    peak_rss_bytes: int | None = Field(None, description="the worker's peak resident memory while measuring")
+    peak_rss_bytes: int | None = Field(
+        None, description="the worker's peak resident memory while measuring (sampled every 20 ms)"
+    )
     seconds: float = Field(0.0, description="the measurement's time in the worker")
     cached: bool = Field(False, description="read from the cache under the home, not measured by this call")
     notes: list[str] = Field(default_factory=list)
@@ -372,20 +376,30 @@ def plan(model, inputs) -> Plan:
     return Plan(product_s, work.bytes / CPU_RATES["bytes"], float(work.bytes))
 
 
-def reset_peak_rss() -> None:
-    """Count this process's peak resident memory (VmHWM) from its size now (Linux; elsewhere nothing)."""
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")
+class PeakRSS:
+    """This process's peak resident memory while the block runs, sampled from /proc every 20 ms (the pool's
+    memory cap watches the same figure)."""
 
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="kforge-peak-rss", daemon=True)
 
-def peak_rss() -> int | None:
-    """This process's peak resident memory in bytes since reset_peak_rss (since it started where that failed)."""
-    try:
-        status = Path("/proc/self/status").read_text()
-    except OSError:
-        return None
-    line = next((x for x in status.splitlines() if x.startswith("VmHWM:")), None)
-    return int(line.split()[1]) * 1024 if line else None
+    def _sample(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        while True:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                self.peak = max(self.peak, int(Path("/proc/self/statm").read_text().split()[1]) * page)
+            if self._stop.wait(0.02):
+                return
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _plan_of(problem) -> Plan | None:
