@@ -20,6 +20,7 @@ from kforge_mcp.core.source import Source
 from kforge_mcp.engine.verify import bound_from_paths
 from kforge_mcp.judge.precision_paths import (
     PATH_SPECS,
+    Splits,
     emulate_product,
     measure_reference,
     paths_for,
@@ -187,6 +188,21 @@ def test_convolutions_and_transposed_convolutions_are_emulated(tmp_path):
     request = RooflineRequest(problem=src, atol=1e-4, rtol=1e-4)
     m = measure_reference(problem, request, count_problem(problem, "cpu"), seeds=(1,))
     assert m.products == 2 and m.errors["bf16"] > 1 and m.errors["3xtf32"] <= m.margin
+
+
+def test_a_weight_is_split_once_per_format_with_the_same_parts():
+    w, x = torch.randn(64, 32), torch.randn(8, 64)
+    splits = Splits([w])
+    hi = splits.split(w, "bf16", 1)[0]
+    three = splits.split(w, "bf16", 3)
+    assert three[0] is hi and all(torch.equal(a, b) for a, b in zip(three, split(w, "bf16", 3), strict=True))
+    assert splits.split(x, "bf16", 2) is not splits.split(x, "bf16", 2)  # an input is split afresh each time
+    for name in ("bf16x2", "bf16x3", "fp16x2", "3xtf32", "fp32"):
+        assert torch.equal(
+            emulate_product(PATH_SPECS[name], torch.mm, x, w, splits), emulate_product(PATH_SPECS[name], torch.mm, x, w)
+        )
+    splits.drop("bf16")
+    assert {k[-1] for k in splits.parts} == {"fp16", "tf32", "fp64"}
 
 
 def test_a_split_is_exact_where_it_should_be():

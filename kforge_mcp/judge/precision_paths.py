@@ -49,8 +49,8 @@ BUDGET_S = 30.0  # measuring stops here (the paths left are reported unmeasured)
 PLAN_S = 12.0  # a reduced instance is sized to measure every path in this long at CPU_RATES
 MEMORY_BYTES = 256 * 2**20  # and to make at most this many bytes of intermediates per forward
 # FLOP/s and bytes/s the plan assumes of a CPU: the slow end of what 2 busy cores gave (a GEMM 8-17 GFLOP/s,
-# convolutions 1-20, transposed ones 0.2-7, element-wise work about 1 GB/s)
-CPU_RATES = {"matmul": 8e9, "convolution": 1.5e9, "conv_transpose": 1e9, "bytes": 1e9}
+# convolutions 1-20, transposed ones 0.2-7, element-wise work about 1 GB/s, one part of a split 0.35-0.4 GB/s)
+CPU_RATES = {"matmul": 8e9, "convolution": 1.5e9, "conv_transpose": 1e9, "bytes": 1e9, "split": 3.5e8}
 
 
 @dataclass(frozen=True)
@@ -163,33 +163,62 @@ def round_to(x, fmt: str):
     raise ValueError(f"no rounding for {fmt}")
 
 
-def split(x, fmt: str, parts: int) -> list:
-    out, rest = [], x.float()
-    for _ in range(parts):
+def split(x, fmt: str, parts: int, have: list | None = None) -> list:
+    """x as ``parts`` summands in ``fmt`` (continuing ``have``, the first of them); fp64: x itself in fp64."""
+    if fmt == "fp64":
+        return [x.double()]
+    out, rest = list(have or []), x.float()
+    for p in out:
+        rest = rest - p
+    while len(out) < parts:
         p = round_to(rest, fmt)
         out.append(p)
         rest = rest - p
     return out
 
 
-def _residual(x, fmt: str) -> float:
-    x = x.float()
-    norm = float(x.norm())
-    return float((x - round_to(x, fmt)).norm()) / norm if norm else 0.0
+class Splits:
+    """The parts of the tensors that stay the same between forwards (parameters and buffers), kept: a weight is
+    split once per format rather than once per path and input set (an 8192 x 8192 weight takes about a second a
+    part on 2 busy cores). ``drop`` frees a format no later path uses."""
+
+    def __init__(self, tensors=()) -> None:
+        self.kept = {t.data_ptr() for t in tensors}
+        self.parts: dict[tuple, list] = {}
+
+    def split(self, x, fmt: str, parts: int) -> list:
+        if x.data_ptr() not in self.kept:
+            return split(x, fmt, parts)
+        key = (x.data_ptr(), tuple(x.shape), tuple(x.stride()), x.dtype, fmt)
+        have = self.parts.get(key, [])
+        if len(have) < parts:
+            self.parts[key] = have = split(x, fmt, parts, have)
+        return have[:parts]
+
+    def residual(self, x, fmt: str) -> float:
+        """|x - round(x)| / |x|: how much one rounding of x to ``fmt`` loses."""
+        x32 = x.float()
+        norm = float(x32.norm())
+        return float((x32 - self.split(x, fmt, 1)[0]).norm()) / norm if norm else 0.0
+
+    def drop(self, fmt: str) -> None:
+        self.parts = {k: v for k, v in self.parts.items() if k[-1] != fmt}
 
 
-def emulate_product(spec: PathSpec, product, a, b):
-    """``product(a, b)`` (a bias-free mm, bmm, mv or convolution) done on ``spec``'s path."""
+def emulate_product(spec: PathSpec, product, a, b, splits: Splits | None = None):
+    """``product(a, b)`` (a bias-free mm, bmm, mv or convolution) done on ``spec``'s path; ``splits`` keeps the
+    parts of tensors that recur."""
     if not (a.is_floating_point() and b.is_floating_point()):
         return product(a, b)
+    splits = splits or Splits()
     out_dtype = a.dtype
     if spec.base in ("fp32", "fp64"):
-        return product(a.double(), b.double()).to(out_dtype)
+        return product(splits.split(a, "fp64", 1)[0], splits.split(b, "fp64", 1)[0]).to(out_dtype)
     na, nb = spec.parts
     terms = spec.terms
-    if (na, nb) == (2, 1) and _residual(b, spec.base) > _residual(a, spec.base):
+    if (na, nb) == (2, 1) and splits.residual(b, spec.base) > splits.residual(a, spec.base):
         na, nb, terms = 1, 2, tuple((j, i) for i, j in terms)  # split the side whose rounding loses more
-    pa, pb = split(a, spec.base, na), split(b, spec.base, nb)
+    pa, pb = splits.split(a, spec.base, na), splits.split(b, spec.base, nb)
     (i, j), *rest = terms
     acc = product(pa[i], pb[j])
     for i, j in rest:  # smallest first, hi*hi last
@@ -216,30 +245,30 @@ def _mode_class():
     class EmulatedPath(TorchDispatchMode):
         """Every matrix product and convolution done on one path; everything else as it is."""
 
-        def __init__(self, spec: PathSpec):
+        def __init__(self, spec: PathSpec, splits: Splits | None = None):
             super().__init__()
-            self.spec, self.count = spec, 0
+            self.spec, self.count, self.splits = spec, 0, splits
             self.skipped: set[str] = set()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func in products:
                 self.count += 1
-                return emulate_product(self.spec, lambda x, y: func(x, y), args[0], args[1])
+                return emulate_product(self.spec, lambda x, y: func(x, y), args[0], args[1], self.splits)
             if func in with_bias:
                 self.count += 1
                 base, a, b = args[:3]
                 beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
                 if func is aten.addbmm.default:
-                    prod = emulate_product(self.spec, lambda x, y: aten.bmm.default(x, y).sum(0), a, b)
+                    prod = emulate_product(self.spec, lambda x, y: aten.bmm.default(x, y).sum(0), a, b, self.splits)
                 else:
-                    prod = emulate_product(self.spec, lambda x, y: plain[func](x, y), a, b)
+                    prod = emulate_product(self.spec, lambda x, y: plain[func](x, y), a, b, self.splits)
                 out = prod * alpha if alpha != 1 else prod
                 return out + base * beta if beta != 0 else out
             if func in (aten.convolution.default, aten._convolution.default):  # direct and transposed alike
                 self.count += 1
                 x, w, bias, *rest = args
-                out = emulate_product(self.spec, lambda p, q: func(p, q, None, *rest), x, w)
+                out = emulate_product(self.spec, lambda p, q: func(p, q, None, *rest), x, w, self.splits)
                 if bias is not None:
                     out = out + bias.view(1, -1, *([1] * (out.dim() - 2))).to(out.dtype)
                 return out
@@ -313,30 +342,44 @@ def sample_factor(full: int, reduced: int) -> float:
     return median_max(full) / median_max(reduced)
 
 
-def _work_counter():
+def _work_counter(model):
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import conv_flop_count
 
-    convolutions = {torch.ops.aten.convolution.default, torch.ops.aten._convolution.default}
+    aten = torch.ops.aten
+    convolutions = {aten.convolution.default, aten._convolution.default}
+    products = {aten.mm, aten.bmm, aten.mv, aten.dot, aten.convolution, aten._convolution}
+    with_bias = {aten.addmm, aten.baddbmm, aten.addmv, aten.addbmm}
+    kept = {id(t) for t in [*model.parameters(), *model.buffers()]}
 
     class WorkCounter(TorchDispatchMode):
-        """Bytes of every tensor a forward makes (more than it holds at once) and its convolutions' FLOPs, direct
-        and transposed apart (a CPU runs them at different rates)."""
+        """What a forward makes and reads, for its cost on a CPU: bytes of every tensor it makes (views aside;
+        more than it holds at once), its convolutions' FLOPs (direct and transposed apart: a CPU runs them at
+        different rates), and the bytes of its products' operands (what each path rounds or splits), those of
+        parameters and buffers apart (split once, Splits)."""
 
         def __init__(self) -> None:
             super().__init__()
             self.bytes = 0
             self.conv_flops = {False: 0, True: 0}
+            self.operand_bytes = {False: 0, True: 0}  # kept (a parameter or buffer, or a view of one) or not
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if func in convolutions:
                 transposed = bool(args[6])
                 self.conv_flops[transposed] += conv_flop_count(args[0].shape, args[1].shape, out.shape, transposed)
-            for t in out if isinstance(out, (list, tuple)) else [out]:
-                if isinstance(t, torch.Tensor):
-                    self.bytes += t.numel() * t.element_size()
+            packet = func.overloadpacket
+            if packet in products or packet in with_bias:
+                for t in args[1:3] if packet in with_bias else args[:2]:
+                    if isinstance(t, torch.Tensor):
+                        is_kept = id(t) in kept or (t._base is not None and id(t._base) in kept)
+                        self.operand_bytes[is_kept] += t.numel() * t.element_size()
+            if not func.is_view:
+                for t in out if isinstance(out, (list, tuple)) else [out]:
+                    if isinstance(t, torch.Tensor):
+                        self.bytes += t.numel() * t.element_size()
             return out
 
     return WorkCounter()
@@ -348,16 +391,27 @@ class Plan:
 
     product_s: float  # one forward's matrix products and convolutions
     rest_s: float  # everything else of one forward
+    operand_s: float  # one rounding or split part of its products' operands that change per forward
+    kept_operand_s: float  # the same of its parameters' (kept in Splits: once per format)
     intermediates: float  # bytes one forward makes
 
     def forward_s(self, path: str | None = None) -> float:
-        """One forward, the reference's (``path`` None) or emulated on ``path`` (a product per term, fp32's in fp64)."""
+        """One forward, the reference's (``path`` None) or emulated on ``path``: a product per term (fp32's in
+        fp64, at half the rate) and its operands rounded or split into parts."""
         spec = PATH_SPECS.get(path or "")
-        terms = 1 if spec is None else len(spec.terms) * (2 if spec.base == "fp32" else 1)
-        return self.rest_s + self.product_s * terms
+        if spec is None:
+            return self.rest_s + self.product_s
+        fp64 = spec.base == "fp32"
+        terms = len(spec.terms) * (2 if fp64 else 1)
+        return self.rest_s + self.product_s * terms + self.operand_s * (2 if fp64 else sum(spec.parts))
 
     def seconds(self, paths: list[str], seeds: int) -> float:
-        return seeds * (self.forward_s() + sum(self.forward_s(p) for p in paths))
+        """Every path on ``seeds`` input sets, after the reference on each, the parameters split once per format."""
+        parts: dict[str, int] = {}
+        for p in paths:
+            parts[_split_format(p)] = max(parts.get(_split_format(p), 0), max(PATH_SPECS[p].parts))
+        forwards = self.forward_s() + sum(self.forward_s(p) for p in paths)
+        return seeds * forwards + self.kept_operand_s * sum(parts.values())
 
 
 def plan(model, inputs) -> Plan:
@@ -365,7 +419,7 @@ def plan(model, inputs) -> Plan:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    flops, work = FlopCounterMode(display=False), _work_counter()
+    flops, work = FlopCounterMode(display=False), _work_counter(model)
     with torch.no_grad(), flops, work:
         model(*inputs)
     direct, transposed = work.conv_flops[False], work.conv_flops[True]
@@ -373,7 +427,13 @@ def plan(model, inputs) -> Plan:
     product_s = (
         rest / CPU_RATES["matmul"] + direct / CPU_RATES["convolution"] + transposed / CPU_RATES["conv_transpose"]
     )
-    return Plan(product_s, work.bytes / CPU_RATES["bytes"], float(work.bytes))
+    return Plan(
+        product_s=product_s,
+        rest_s=work.bytes / CPU_RATES["bytes"],
+        operand_s=work.operand_bytes[False] / CPU_RATES["split"],
+        kept_operand_s=work.operand_bytes[True] / CPU_RATES["split"],
+        intermediates=float(work.bytes),
+    )
 
 
 class PeakRSS:
@@ -400,6 +460,12 @@ class PeakRSS:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _split_format(path: str) -> str:
+    """The format a path's operands are rounded or split to (fp32's FMA: fp64, exact products)."""
+    base = PATH_SPECS[path].base
+    return "fp64" if base == "fp32" else base
 
 
 def _plan_of(problem) -> Plan | None:
@@ -493,10 +559,13 @@ def measure_reference(
                 if first is not None:
                     judge.settle(first.dtype)
         cost = _plan_of(problem)
-        for name in order:
+        splits = Splits([*model.parameters(), *model.buffers()])
+        for i, name in enumerate(order):
             spec = PATH_SPECS[name]
             expect_s = reference_s * (cost.forward_s(name) / cost.forward_s() if cost else len(spec.terms))
-            run = _run_path(model, cases, mode_cls(spec), judge, deadline - expect_s)
+            run = _run_path(model, cases, mode_cls(spec, splits), judge, deadline - expect_s)
+            if _split_format(name) not in {_split_format(p) for p in order[i + 1 :]}:
+                splits.drop(_split_format(name))  # no later path rounds to it
             products, skipped = max(products, run.products), skipped | run.skipped
             emulated += run.forwards
             if run.forwards and not products:  # nothing to emulate: every path gives the reference itself
