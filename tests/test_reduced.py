@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from kforge_mcp.core.problem import load_problem
-from kforge_mcp.core.reduced import reduce_problem
+from kforge_mcp.core.problem import load_problem, reference_model
+from kforge_mcp.core.reduced import MIXED_BATCH_FLOOR, reduce_problem, samples_mix
 from kforge_mcp.core.source import Source
 
 CONV_GAP = """
@@ -119,6 +119,35 @@ def get_init_inputs():
 """
 
 
+GEMM_BATCHNORM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.bn = nn.BatchNorm1d(out_features)
+
+    def forward(self, x):
+        return self.bn(self.gemm(x))
+
+
+batch_size = 4096
+in_features = 512
+out_features = 256
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+"""
+
+
 def flops_under(limit: float):
     """A budget: the forward's FLOPs (counted on the meta device) at most ``limit``."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -203,3 +232,20 @@ def test_the_module_is_left_as_it_was(text, tmp_path):
     before = {k: v for k, v in vars(problem.module).items() if isinstance(v, int)}
     reduce_problem(problem, flops_under(1e8))
     assert {k: v for k, v in vars(problem.module).items() if isinstance(v, int)} == before
+
+
+def test_a_batch_whose_samples_mix_keeps_enough_of_them(tmp_path):
+    problem = load(GEMM_BATCHNORM, tmp_path)
+    budget = flops_under(2 * 512 * 256 * 16)
+    r = reduce_problem(problem, budget)
+    assert r.batch_shrunk and 2 <= r.reduced_inputs[0][0] <= 16  # a BatchNorm1d needs two samples to build
+    with r.applied(problem):
+        assert samples_mix(reference_model(problem, "cpu"), problem.make_inputs(1, "cpu"))
+    mixed = reduce_problem(problem, budget, batch_mixes=True)
+    assert mixed.reduced_inputs == [[MIXED_BATCH_FLOOR, 512]] and mixed.batch_mixes
+    assert "still over the budget" in mixed.summary() and f"at least {MIXED_BATCH_FLOOR} kept" in mixed.summary()
+
+
+def test_independent_samples_do_not_mix(tmp_path):
+    problem = load(CONV_GAP.replace("256, 256", "16, 16"), tmp_path)
+    assert not samples_mix(reference_model(problem, "cpu"), problem.make_inputs(1, "cpu"))

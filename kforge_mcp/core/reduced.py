@@ -27,6 +27,10 @@ from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import LoadedProblem, seed_everything
 
 SPATIAL_FLOOR = 8  # a carried or averaged size shrinks no lower: a kernel, a stride and a pool still see an interior
+# where the samples of a batch mix (a BatchNorm in training mode), the batch shrinks no lower: statistics over fewer
+# samples inflate the error (a Gemm + BatchNorm1d at fp32 1e-4: bf16x3 1.47 of the tolerance on 6 samples, 0.44 on
+# 16, 0.35 on 64 and 0.34 on 256)
+MIXED_BATCH_FLOOR = 64
 SEARCH_STEPS = 10  # halvings of the interval of scale factors searched per group of sizes
 
 Fits = Callable[[object, list], bool]  # (meta model, meta inputs) -> within the caller's budget
@@ -48,11 +52,19 @@ class Reduction(BaseModel):
     outputs: int = Field(0, description="elements of the floating outputs at full size")
     reduced_outputs: int = 0
     kept: list[str] = Field(default_factory=list, description="sizes that may not shrink, each with the reason")
+    batch_mixes: bool = Field(
+        False, description=f"the samples of a batch mix (a BatchNorm in training mode): kept >= {MIXED_BATCH_FLOOR}"
+    )
     reason: str | None = Field(None, description="why the full problem is used, or why the reduction is not smaller")
 
     @property
     def reduced(self) -> bool:
         return bool(self.sizes)
+
+    @property
+    def batch_shrunk(self) -> bool:
+        """Fewer samples along the first input's dim 0 than the full problem has."""
+        return bool(self.inputs and self.reduced_inputs) and self.reduced_inputs[0][:1] != self.inputs[0][:1]
 
     def summary(self) -> str:
         if not self.sizes:
@@ -65,6 +77,8 @@ class Reduction(BaseModel):
         averaged = [s.name for s in self.sizes if s.averaged]
         if averaged:
             text += f"; {', '.join(averaged)} shortened a reduction downstream (fewer elements averaged there)"
+        if self.batch_mixes:
+            text += f"; the samples of a batch mix (a BatchNorm in training mode): at least {MIXED_BATCH_FLOOR} kept"
         return text + (f"; {self.reason}" if self.reason else "")
 
     @contextlib.contextmanager
@@ -254,9 +268,10 @@ def _sizes(problem: LoadedProblem, full: _Instance) -> tuple[list[_Size], list[s
     return sizes, kept
 
 
-def reduce_problem(problem: LoadedProblem, fits: Fits) -> Reduction:
-    """The largest instance of ``problem`` that ``fits``: the batch shrinks first, then the carried sizes together,
-    then the averaged ones. Without one that fits, the smallest tried, saying so."""
+def reduce_problem(problem: LoadedProblem, fits: Fits, batch_mixes: bool = False) -> Reduction:
+    """The largest instance of ``problem`` that ``fits``: the batch shrinks first (to MIXED_BATCH_FLOOR at least
+    where ``batch_mixes``: samples_mix), then the carried sizes together, then the averaged ones. Without one that
+    fits, the smallest tried, saying so."""
     try:
         full = _instance(problem)
     except Exception as e:  # noqa: BLE001  (data-dependent code, an op without a meta kernel)
@@ -266,7 +281,7 @@ def reduce_problem(problem: LoadedProblem, fits: Fits) -> Reduction:
     if fits(full.model, full.inputs):
         return base.model_copy(update={"reason": "it fits the budget at full size"})
     sizes, kept = _sizes(problem, full)
-    base.kept = kept
+    base.kept, base.batch_mixes = kept, batch_mixes
     if not sizes:
         why = "; ".join(kept) or "its inputs have no size above 1"
         return base.model_copy(update={"reason": f"no size of its inputs may shrink ({why})"})
@@ -278,7 +293,7 @@ def reduce_problem(problem: LoadedProblem, fits: Fits) -> Reduction:
     values = {s.name: s.value for s in sizes}
     chosen: _Instance | None = None
     for group in [g for g in groups if g]:
-        chosen, found = _search(problem, sizes, values, group, fits)
+        chosen, found = _search(problem, sizes, values, group, fits, MIXED_BATCH_FLOOR if batch_mixes else 1)
         values.update(found)
         if chosen is not None:
             break
@@ -301,6 +316,31 @@ def reduce_problem(problem: LoadedProblem, fits: Fits) -> Reduction:
     )
 
 
+def samples_mix(model, inputs) -> bool:
+    """Whether the first sample's outputs change when the other samples of the batch do (a BatchNorm in training
+    mode mixes them), on real tensors: the model run twice, the second time with samples 1.. of each input along
+    the first input's dim 0 changed."""
+    import torch
+
+    first = next((x for x in inputs if isinstance(x, torch.Tensor) and x.dim()), None)
+    if first is None or first.shape[0] < 2:
+        return False
+    n = first.shape[0]
+    changed = [torch.cat([x[:1], x[1:] * 2 + 1]) if _batched(x, n) and x.is_floating_point() else x for x in inputs]
+    with torch.no_grad():
+        a, b = list(_tensors(model(*inputs))), list(_tensors(model(*changed)))
+    return any(
+        _batched(x, n) and not torch.allclose(x[:1], y[:1], rtol=1e-3, atol=1e-6, equal_nan=True)
+        for x, y in zip(a, b, strict=False)
+    )
+
+
+def _batched(x, n: int) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == n
+
+
 def _split(sizes: list[_Size], values: dict[str, int]) -> tuple[dict[str, int], dict[int, int]]:
     constants = {s.name: values[s.name] for s in sizes if s.constant and values[s.name] != s.value}
     narrow = {s.value: values[s.name] for s in sizes if not s.constant and values[s.name] != s.value}
@@ -308,19 +348,24 @@ def _split(sizes: list[_Size], values: dict[str, int]) -> tuple[dict[str, int], 
 
 
 def _search(
-    problem: LoadedProblem, sizes: list[_Size], values: dict[str, int], group: list[_Size], fits: Fits
+    problem: LoadedProblem,
+    sizes: list[_Size],
+    values: dict[str, int],
+    group: list[_Size],
+    fits: Fits,
+    batch_floor: int,
 ) -> tuple[_Instance | None, dict[str, int]]:
     """The largest common scale of ``group``'s sizes at which the problem builds and fits (the others at
     ``values``): that instance and the group's values, or None and the smallest values that build."""
+    floor = {s.name: min(s.value, batch_floor if s.batch else SPATIAL_FLOOR) for s in group}
 
     def at(scale: float) -> dict[str, int]:
-        floor = {s.name: 1 if s.batch else min(s.value, SPATIAL_FLOOR) for s in group}
         return {s.name: max(floor[s.name], round(s.value * scale)) for s in group}
 
     def build(scale: float) -> _Instance | None:
         return _try(problem, *_split(sizes, {**values, **at(scale)}))
 
-    lo, hi = min((1 if s.batch else min(s.value, SPATIAL_FLOOR)) / s.value for s in group), 1.0
+    lo, hi = min(floor[s.name] / s.value for s in group), 1.0
     smallest = build(lo)
     if smallest is None:  # the floor does not build (a BatchNorm over one sample): find the least that does
         for _ in range(SEARCH_STEPS):

@@ -49,8 +49,9 @@ BUDGET_S = 30.0  # measuring stops here (the paths left are reported unmeasured)
 PLAN_S = 12.0  # a reduced instance is sized to measure every path in this long at CPU_RATES
 MEMORY_BYTES = 256 * 2**20  # and to make at most this many bytes of intermediates per forward
 # FLOP/s and bytes/s the plan assumes of a CPU: the slow end of what 2 busy cores gave (a GEMM 8-17 GFLOP/s,
-# convolutions 1-20, transposed ones 0.2-7, element-wise work about 1 GB/s, one part of a split 0.35-0.4 GB/s)
-CPU_RATES = {"matmul": 8e9, "convolution": 1.5e9, "conv_transpose": 1e9, "bytes": 1e9, "split": 3.5e8}
+# convolutions 1-20, transposed ones 0.2-7, element-wise work about 1 GB/s, a part of a split 0.25-0.4 GB/s, fp8's
+# rounding (a scale, subnormals) as four)
+CPU_RATES = {"matmul": 8e9, "convolution": 1.5e9, "conv_transpose": 1e9, "bytes": 1e9, "split": 2.5e8}
 
 
 @dataclass(frozen=True)
@@ -185,11 +186,16 @@ class Splits:
     def __init__(self, tensors=()) -> None:
         self.kept = {t.data_ptr() for t in tensors}
         self.parts: dict[tuple, list] = {}
+        self.residuals: dict[tuple, float] = {}
+
+    @staticmethod
+    def _key(x, fmt: str) -> tuple:
+        return (x.data_ptr(), tuple(x.shape), tuple(x.stride()), x.dtype, fmt)
 
     def split(self, x, fmt: str, parts: int) -> list:
         if x.data_ptr() not in self.kept:
             return split(x, fmt, parts)
-        key = (x.data_ptr(), tuple(x.shape), tuple(x.stride()), x.dtype, fmt)
+        key = self._key(x, fmt)
         have = self.parts.get(key, [])
         if len(have) < parts:
             self.parts[key] = have = split(x, fmt, parts, have)
@@ -197,9 +203,15 @@ class Splits:
 
     def residual(self, x, fmt: str) -> float:
         """|x - round(x)| / |x|: how much one rounding of x to ``fmt`` loses."""
-        x32 = x.float()
-        norm = float(x32.norm())
-        return float((x32 - self.split(x, fmt, 1)[0]).norm()) / norm if norm else 0.0
+        key = self._key(x, fmt)
+        if key not in self.residuals:
+            x32 = x.float()
+            norm = float(x32.norm())
+            loss = float((x32 - self.split(x, fmt, 1)[0]).norm()) / norm if norm else 0.0
+            if x.data_ptr() not in self.kept:
+                return loss
+            self.residuals[key] = loss
+        return self.residuals[key]
 
     def drop(self, fmt: str) -> None:
         self.parts = {k: v for k, v in self.parts.items() if k[-1] != fmt}
@@ -409,7 +421,8 @@ class Plan:
         """Every path on ``seeds`` input sets, after the reference on each, the parameters split once per format."""
         parts: dict[str, int] = {}
         for p in paths:
-            parts[_split_format(p)] = max(parts.get(_split_format(p), 0), max(PATH_SPECS[p].parts))
+            n = 4 if _split_format(p) == "fp8" else max(PATH_SPECS[p].parts)
+            parts[_split_format(p)] = max(parts.get(_split_format(p), 0), n)
         forwards = self.forward_s() + sum(self.forward_s(p) for p in paths)
         return seeds * forwards + self.kept_operand_s * sum(parts.values())
 
@@ -522,7 +535,7 @@ def measure_reference(
     import torch
 
     from kforge_mcp.core.problem import reference_model, seed_everything
-    from kforge_mcp.core.reduced import reduce_problem
+    from kforge_mcp.core.reduced import reduce_problem, samples_mix
     from kforge_mcp.judge import precision
     from kforge_mcp.judge.correctness import flatten_outputs
 
@@ -537,6 +550,13 @@ def measure_reference(
         return cost.seconds(order, len(seeds)) <= PLAN_S and cost.intermediates <= MEMORY_BYTES
 
     reduction = reduce_problem(problem, fits)
+    with reduction.applied(problem):
+        model = reference_model(problem, "cpu", 0, judge.dtype)
+        mixes = reduction.batch_shrunk and samples_mix(model, judge.cast(problem.make_inputs(seeds[0], "cpu")))
+    if mixes:  # statistics over the batch: measured on more samples
+        reduction = reduce_problem(problem, fits, batch_mixes=True)
+        with reduction.applied(problem):
+            model = reference_model(problem, "cpu", 0, judge.dtype)
     growth = sample_factor(reduction.outputs * len(seeds), reduction.reduced_outputs * len(seeds))
     deadline = started + budget_s
     mode_cls = _mode_class()
@@ -545,7 +565,6 @@ def measure_reference(
     unmeasured: dict[str, str] = {}
     products, emulated, skipped = 0, 0, set[str]()
     with reduction.applied(problem), torch.no_grad():
-        model = reference_model(problem, "cpu", 0, judge.dtype)
         cases, reference_s = [], 0.0
         for seed in seeds:
             inputs = judge.cast(problem.make_inputs(seed, "cpu"))
