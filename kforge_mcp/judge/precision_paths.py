@@ -46,11 +46,10 @@ from kforge_mcp.core.schemas import Convolution, Lever
 MARGIN = 0.5
 SEEDS = (1, 2)  # input sets measured; the weights are drawn under seed 0
 BUDGET_S = 30.0  # measuring stops here (the paths left are reported unmeasured): a call answers within a minute
-PLAN_S = 12.0  # a reduced instance is sized to measure every path in this long at CPU_RATES
+PLAN_S = 12.0  # a reduced instance is sized to measure every path in this long at CPU_RATES, weights' splits aside
 MEMORY_BYTES = 256 * 2**20  # and to make at most this many bytes of intermediates per forward
 # FLOP/s and bytes/s the plan assumes of a CPU: the slow end of what 2 busy cores gave (a GEMM 8-17 GFLOP/s,
-# convolutions 1-20, transposed ones 0.2-7, element-wise work about 1 GB/s, a part of a split 0.25-0.4 GB/s, fp8's
-# rounding (a scale, subnormals) as four)
+# convolutions 1-20, transposed ones 0.2-7, element-wise work about 1 GB/s, a part of a split 0.25-0.4 GB/s)
 CPU_RATES = {"matmul": 8e9, "convolution": 1.5e9, "conv_transpose": 1e9, "bytes": 1e9, "split": 2.5e8}
 
 
@@ -368,14 +367,14 @@ def _work_counter(model):
     class WorkCounter(TorchDispatchMode):
         """What a forward makes and reads, for its cost on a CPU: bytes of every tensor it makes (views aside;
         more than it holds at once), its convolutions' FLOPs (direct and transposed apart: a CPU runs them at
-        different rates), and the bytes of its products' operands (what each path rounds or splits), those of
-        parameters and buffers apart (split once, Splits)."""
+        different rates), and the bytes of its products' operands that change per forward (what each path rounds
+        or splits every time; a parameter's parts are kept, Splits)."""
 
         def __init__(self) -> None:
             super().__init__()
             self.bytes = 0
             self.conv_flops = {False: 0, True: 0}
-            self.operand_bytes = {False: 0, True: 0}  # kept (a parameter or buffer, or a view of one) or not
+            self.operand_bytes = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
@@ -385,9 +384,8 @@ def _work_counter(model):
             packet = func.overloadpacket
             if packet in products or packet in with_bias:
                 for t in args[1:3] if packet in with_bias else args[:2]:
-                    if isinstance(t, torch.Tensor):
-                        is_kept = id(t) in kept or (t._base is not None and id(t._base) in kept)
-                        self.operand_bytes[is_kept] += t.numel() * t.element_size()
+                    if isinstance(t, torch.Tensor) and id(t) not in kept and id(t._base) not in kept:
+                        self.operand_bytes += t.numel() * t.element_size()
             if not func.is_view:
                 for t in out if isinstance(out, (list, tuple)) else [out]:
                     if isinstance(t, torch.Tensor):
@@ -403,8 +401,7 @@ class Plan:
 
     product_s: float  # one forward's matrix products and convolutions
     rest_s: float  # everything else of one forward
-    operand_s: float  # one rounding or split part of its products' operands that change per forward
-    kept_operand_s: float  # the same of its parameters' (kept in Splits: once per format)
+    operand_s: float  # one part of a rounding or split of its products' operands that change per forward
     intermediates: float  # bytes one forward makes
 
     def forward_s(self, path: str | None = None) -> float:
@@ -418,13 +415,9 @@ class Plan:
         return self.rest_s + self.product_s * terms + self.operand_s * (2 if fp64 else sum(spec.parts))
 
     def seconds(self, paths: list[str], seeds: int) -> float:
-        """Every path on ``seeds`` input sets, after the reference on each, the parameters split once per format."""
-        parts: dict[str, int] = {}
-        for p in paths:
-            n = 4 if _split_format(p) == "fp8" else max(PATH_SPECS[p].parts)
-            parts[_split_format(p)] = max(parts.get(_split_format(p), 0), n)
-        forwards = self.forward_s() + sum(self.forward_s(p) for p in paths)
-        return seeds * forwards + self.kept_operand_s * sum(parts.values())
+        """Every path on ``seeds`` input sets, after the reference on each: what a smaller instance makes cheaper
+        (the parameters' splits, once per format, are not: a reduction cannot pay for them)."""
+        return seeds * (self.forward_s() + sum(self.forward_s(p) for p in paths))
 
 
 def plan(model, inputs) -> Plan:
@@ -443,8 +436,7 @@ def plan(model, inputs) -> Plan:
     return Plan(
         product_s=product_s,
         rest_s=work.bytes / CPU_RATES["bytes"],
-        operand_s=work.operand_bytes[False] / CPU_RATES["split"],
-        kept_operand_s=work.operand_bytes[True] / CPU_RATES["split"],
+        operand_s=work.operand_bytes / CPU_RATES["split"],
         intermediates=float(work.bytes),
     )
 
