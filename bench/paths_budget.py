@@ -131,6 +131,7 @@ def budget(names: list[str], args) -> list[dict]:
             finally:
                 engine.close()
             row["peak_gib"] = round(rss.peak / 2**30, 2)
+            row["load_1min"] = round(os.getloadavg()[0], 1)  # the box is shared: the load the row ran under
             print(json.dumps(row)[:600], flush=True)
             rows.append(row)
     return rows
@@ -208,6 +209,11 @@ def fmt(x, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}g}"
 
 
+def load(record: dict, label: str) -> str:
+    loads = [r["load_1min"] for r in record.get(label, []) if "load_1min" in r]
+    return f"{min(loads):g}-{max(loads):g}" if loads else record.get(f"{label}_load", "?")
+
+
 def render(record: dict) -> str:
     lines = [
         "# Compute paths within a memory and time budget (CPU)",
@@ -218,7 +224,8 @@ def render(record: dict) -> str:
         "peak resident memory (VmHWM, sampled every 0.1 s), the path the H200 bound takes and each path's max "
         "error as a fraction of the tolerance (fp32 problems at 1e-4; a path passes at <= 0.5). Before: main at "
         f"{record.get('before_commit', '?')}; after: this branch at {record.get('after_commit', '?')}. The box "
-        "is shared (load average 5-9 on 2 cores during the runs), so times carry that load.",
+        f"is shared, so times carry its load: {load(record, 'before')} before, {load(record, 'after')} after (1-minute "
+        "load average on 2 cores).",
         "",
         "| problem | before: wall s | peak GiB | path | after: wall s | peak GiB | path | reduced instance |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
