@@ -18,6 +18,7 @@ together, then the averaged ones, each to the largest value that fits.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ SPATIAL_FLOOR = 8  # a carried or averaged size shrinks no lower: a kernel, a st
 # samples inflate the error (a Gemm + BatchNorm1d at fp32 1e-4: bf16x3 1.47 of the tolerance on 6 samples, 0.44 on
 # 16, 0.35 on 64 and 0.34 on 256)
 MIXED_BATCH_FLOOR = 64
+INPUTS_SIZE = "inputs size "  # the name of a size of the inputs narrowed wherever it occurs (no constant sets it)
 SEARCH_STEPS = 10  # halvings of the interval of scale factors searched per group of sizes
 
 Fits = Callable[[object, list], bool]  # (meta model, meta inputs) -> within the caller's budget
@@ -108,23 +110,17 @@ class _Instance:
 
     @property
     def output_elements(self) -> int:
-        n = 0
-        for s in self.output_shapes:
-            size = 1
-            for d in s:
-                size *= d
-            n += size
-        return n
+        return sum(math.prod(s) for s in self.output_shapes)
 
 
 def _narrowed(sizes) -> dict[int, int]:
-    return {s.full: s.reduced for s in sizes if s.name.startswith("inputs size ")}
+    return {s.full: s.reduced for s in sizes if s.name.startswith(INPUTS_SIZE)}
 
 
 @contextlib.contextmanager
 def _applied(problem: LoadedProblem, constants: dict[str, int], narrow: dict[int, int]) -> Iterator[None]:
     namespace = vars(problem.module)  # what get_inputs(), get_init_inputs() and Model read their sizes from
-    saved = {k: namespace[k] for k in [*constants, "get_inputs"] if not k.startswith("inputs size ")}
+    saved = {k: namespace[k] for k in [*constants, "get_inputs"] if not k.startswith(INPUTS_SIZE)}
     get_inputs = namespace["get_inputs"]
     try:
         namespace.update({k: v for k, v in constants.items() if k in saved})
@@ -255,7 +251,7 @@ def _sizes(problem: LoadedProblem, full: _Instance) -> tuple[list[_Size], list[s
     if sizes:
         return sizes, kept
     for value in sorted({d for s in full.input_shapes for d in s if d >= 2}, reverse=True):
-        name = f"inputs size {value}"
+        name = f"{INPUTS_SIZE}{value}"
         found = ""
         for trial in _trial_values(value):
             found = _classify(full, _try(problem, {}, {value: trial}), name, value, False)
