@@ -64,3 +64,24 @@ def test_a_lever_that_cuts_the_flops_of_an_fma_conv_is_priced_at_the_fma_rate(tm
     assert lever.title.startswith("Reduce before the convolution") and "FMA pipe" in lever.gain_basis
     assert lever.expected_gain > 1 - roof.levers[0].sol_ms_after / roof.sol_ms
     assert a.recommendations[0] is lever, [(r.rule, r.expected_gain) for r in a.recommendations]
+
+
+def test_kernels_that_reduce_a_convs_output_are_told_to_take_their_statistics_from_its_epilogue(tmp_path):
+    """KernelBench L2 #38 (an average pool, ConvTranspose3d, clamp, a softmax over the 131072 positions of each
+    channel) with a pool kernel, the conv, and a softmax kernel that reads the conv's 1 GB output back: the
+    softmax's sums come from the conv's epilogue, and the action sets writing and re-reading that output against
+    recomputing the conv, in this profile's figures."""
+    from kforge_mcp.core.problem import Source, load_problem
+    from kforge_mcp.judge.roofline import reference_roofline, with_measured
+
+    report = ProfileReport.model_validate(json.loads((DATA / "convtranspose3d-softmax-fma-h100.json").read_text()))
+    name = "convtranspose3d_avgpool_clamp_softmax_multiply_l2.py"
+    problem = load_problem(Source((DATA.parent.parent / "problems" / name).read_text(), name), tmp_path)
+    report.roofline = with_measured(
+        reference_roofline(problem, "cpu", report.device_name, atol=1e-4, rtol=1e-4),
+        7.66,  # verify's H100 median
+    )
+    fuse = next(r for r in agent.analyze(report).recommendations if r.rule == "fuse_launches")
+    assert fuse.title == "Fold the 1 kernel(s) after the convolution into its epilogue"
+    assert "atomics" in fuse.action and "recompute the convolution" in fuse.action and "1074 MB" in fuse.action
+    assert "avgpool3d_kernel" in fuse.action  # the pool before the conv stays out of its main loop
