@@ -298,7 +298,7 @@ def error_fractions(expected, got, atol: float | None, rtol: float | None):
 
     from kforge_mcp.judge.correctness import flatten_outputs, tolerance_for
 
-    parts = [torch.zeros(0, dtype=torch.float64)]
+    parts = []
     for e, g in zip(flatten_outputs(expected), flatten_outputs(got), strict=True):
         if not (isinstance(e, torch.Tensor) and e.is_floating_point()) or e.numel() == 0:
             continue
@@ -309,7 +309,7 @@ def error_fractions(expected, got, atol: float | None, rtol: float | None):
             return None
         diff = torch.where(ok, g64 - e64, 0.0)
         parts.append(torch.where(diff == 0, 0.0, diff / (atol + rtol * e64.abs())).flatten())  # a zero tolerance: inf
-    return torch.cat(parts)
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
 def _floating(t) -> bool:
