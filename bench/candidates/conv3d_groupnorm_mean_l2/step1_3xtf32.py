@@ -39,7 +39,8 @@ def conv3d_kernel(
         col = ci * D * H * W + (tap // (KS * KS)) * H * W + ((tap // KS) % KS) * W + tap % KS
         # gathered as [BLOCK_K, BLOCK_M] so a warp's lanes walk consecutive voxels of a row (one contiguous stretch
         # of the input), not the taps; transposed in the registers
-        a = tl.trans(tl.load(x_ptr + row[None, :] + col[:, None], mask=(rm[None, :] < M) & (rk[:, None] < K), other=0.0))
+        a_t = tl.load(x_ptr + row[None, :] + col[:, None], mask=(rm[None, :] < M) & (rk[:, None] < K), other=0.0)
+        a = tl.trans(a_t)
         # the [K, C_out] weight is padded with zeros to whole tiles: no mask
         w = tl.load(w_ptr + rk[:, None] * N_PAD + rn[None, :])
         acc = tl.dot(a, w, acc, input_precision="tf32x3")
