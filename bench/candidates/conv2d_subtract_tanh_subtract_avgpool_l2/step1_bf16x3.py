@@ -2,13 +2,13 @@
 the tensor cores.
 
 Follows the top advice on step 0: "Do the matrix products on tensor cores (bf16x3)". What changed: each K step splits
-its fp32 tiles into bf16 hi = x.to(bf16) and lo = (x - hi).to(bf16) right before the products and sums
-dot(lo_a, hi_b) + dot(hi_a, lo_b) + dot(hi_a, hi_b) into the fp32 accumulator (three bf16 MMAs instead of an "ieee"
-tl.dot on the FMA pipe); the weight is laid out once per weight version as [K, C_out] (K = 9 taps x C_in, the loop's
-order), so its [BLOCK_K, BLOCK_N] tile loads contiguous; the input tile is gathered as [BLOCK_K, BLOCK_M] (a warp's
-lanes on pixels, not on channels H x W apart) and transposed in registers; 128x64 tiles, 32 of K a step, 8 warps,
-3 stages (218 registers, no spills, wgmma with Triton 3.9 for sm_90a). The four conv pixels of each pooling window, the
-fused tail and the pool are as before."""
+its fp32 tiles into bf16 hi = x.to(bf16) and lo = (x - hi).to(bf16) right before the products and sums dot(lo_a, hi_b) +
+dot(hi_a, lo_b) + dot(hi_a, hi_b) into the fp32 accumulator (three bf16 MMAs instead of an "ieee" tl.dot on the FMA
+pipe); the weight is laid out once per weight version as [K, C_out] (K = 9 taps x C_in, the loop's order), so its
+[BLOCK_K, BLOCK_N] tile loads contiguous; the input tile is gathered as [BLOCK_K, BLOCK_M] (a warp's lanes on pixels,
+not on channels H x W apart) and transposed in registers; 128x64 tiles, 32 of K a step, 8 warps, 3 stages (218 registers
+with Triton 3.9, 249 with 3.6, no spills, wgmma for sm_90a). The four conv pixels of each pooling window, the fused tail
+and the pool are as before."""
 
 import torch
 import torch.nn as nn

@@ -5,8 +5,8 @@ Follows the top advice on step 0: "Do the matrix products on tensor cores (3xtf3
 tl.dot takes input_precision="tf32x3" (each fp32 tile split into big and small TF32 parts, three TF32 MMAs a step)
 instead of "ieee" on the FMA pipe; the weight is laid out once per weight version as [K, C_out] (K = C_in x 27 taps),
 zero-padded to whole tiles, so its [BLOCK_K, BLOCK_N] tile loads contiguous and unmasked; 128x32 tiles (N = 24
-channels), 16 of K a step, 8 warps, 4 stages (128 registers, no spills, wgmma with Triton 3.9 for sm_90a). The bias add
-and the GroupNorm-mean kernel are as before."""
+channels), 16 of K a step, 8 warps, 4 stages (128 registers with Triton 3.9, 99 with 3.6, no spills, wgmma for sm_90a).
+The bias add and the GroupNorm-mean kernel are as before."""
 
 import torch
 import torch.nn as nn
