@@ -1,8 +1,9 @@
 """The convolution trajectories' kernels, checked on a CPU: each problem of `--set conv` (bench/advice_trajectories.py)
 with its size constants scaled down (batch 2, spatial sizes about a quarter, channels and kernel sizes as published),
 its step's candidate run through Triton's interpreter against the reference with TF32 off, at fp32 atol = rtol = 1e-4,
-on two seeds, with tl.dot's operands rounded as the GPU rounds them (TF32, bf16: kforge's emulated_dot, as verify runs
-the interpreter) (weights and inputs drawn as verify draws them: kforge's build_models and make_inputs).
+on two seeds (weights and inputs drawn as verify draws them: kforge's build_models and make_inputs). tl.dot runs as
+verify runs it under the interpreter: its operands rounded as an NVIDIA GPU rounds them (tf32x3's split), bf16 ones
+multiplied as values (the interpreter alone multiplies their bit patterns).
 
 Two things make the check stricter than verify's rule alone, so that it can fail where the published problems hide a
 wrong kernel: parameters that start constant (GroupNorm's ones and zeros, a scale of ones) are redrawn at random, the
@@ -73,7 +74,7 @@ def check(problem_name: str, candidate: Path, workdir: Path) -> bool:
     from kforge_mcp.core.source import Source, import_source
     from kforge_mcp.judge.correctness import compare_outputs
     from kforge_mcp.judge.precision_paths import error_fraction
-    from kforge_mcp.targets.triton.precision import emulated_dot
+    from kforge_mcp.targets.triton.target import interpreted
 
     path = ROOT / "bench" / "problems" / f"{problem_name}.py"
     problem = load_problem(Source(text=path.read_text(), name=str(path)), workdir)
@@ -89,7 +90,7 @@ def check(problem_name: str, candidate: Path, workdir: Path) -> bool:
         with torch.no_grad():
             expected = reference(*[x.clone() for x in inputs])
             started = time.perf_counter()
-            with emulated_dot():  # else the interpreter multiplies bf16 bit patterns and skips TF32's rounding
+            with interpreted():
                 got = model(*[x.clone() for x in inputs])
             seconds = time.perf_counter() - started
         mismatch = compare_outputs(expected, got, seed, ATOL, RTOL)
