@@ -29,6 +29,11 @@ class KindThresholds:
     waiting_pipe_pct: float = 30.0  # ... no math pipe (tensor or FMA) busier than this
     waiting_dram_pct: float = 40.0  # ... DRAM under this
     waiting_memory_pct: float = 60.0  # ... nor L1/shared: a GEMM at 80% memory throughput waits on shared memory
+    # A convolution's tensor-core kernel fed by its own gathers: the tensor pipe under 40% busy (a fed one keeps it
+    # over 60%), no TMA, the warps waiting on global loads (convolutions on an H100: tensor pipe 7-11%, top stall
+    # long_scoreboard, 5-30 sectors a request)
+    gather_tensor_pct: float = 40.0
+    gather_tma_pct: float = 1.0
 
 
 KINDS = KindThresholds()
@@ -163,3 +168,16 @@ def is_latency_bound(k: KernelProfile, t: KindThresholds = KINDS) -> bool:
 def multi_term(path: str | None) -> bool:
     """A path that does each product as several tensor-core products of split operands (3xtf32, bf16x3, ...)."""
     return path is not None and bool(re.search(r"\d+x[a-z]|[a-z]\d*x\d", path))
+
+
+def is_gather_fed_conv(k: KernelProfile, conv_problem: bool, t: KindThresholds = KINDS) -> bool:
+    """A tensor-core kernel of a convolution problem whose MMAs wait on the operands it gathers itself (computed
+    offsets, masked at the borders): a regime of its own (advice/rules/conv.py), not a GEMM to feed with TMA."""
+    if not conv_problem or not is_tensor_gemm(k) or not k.top_stalls or is_latency_bound(k, t):
+        return False  # a kernel whose every unit idles is latency-bound: latency_bound speaks for it
+    _, busy = busiest_tensor_pipe(k)
+    return (
+        busy < t.gather_tensor_pct
+        and k.pipes.get(v.TMA_PIPE, 0.0) < t.gather_tma_pct
+        and k.top_stalls[0].reason in v.GLOBAL_LATENCY_STALLS
+    )

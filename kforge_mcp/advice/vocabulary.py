@@ -22,6 +22,7 @@ from kforge_mcp.profiling.report import ProfileReport
 
 WGMMA_PIPE, HMMA_PIPE = "tensor_op_gmma", "tensor_op_hmma"
 TENSOR_PIPES = (WGMMA_PIPE, HMMA_PIPE, "tensor_op_imma")
+TMA_PIPE = "tma"  # the copy engine's pipe: busy when operands arrive by TMA, not by loads
 FMA_PIPE, ALU_PIPE = "fma", "alu"
 PIPE_UNIT = {WGMMA_PIPE: "wgmma", HMMA_PIPE: "hmma"}  # the MMA instruction family each tensor pipe runs
 PTX_MMA = {2.0: "wgmma", 1.0: "hmma"}  # metrics["ptx_mma"] (targets/triton): 2 wgmma.mma_async, 1 mma.sync, 0 none

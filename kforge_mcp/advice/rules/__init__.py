@@ -1,7 +1,7 @@
 """The rules the agent runs, listed here in one place (each module holds the rules of one concern):
 
 memory: coalescing, bank conflicts, spills, atomics. compute: at the limit, tensor cores, feeding the
-tensor pipe, issue-bound. launch: fused launches, latency-bound kernels, grid size, ncu's own rules.
+tensor pipe, issue-bound. conv: a convolution's tensor-core kernel waiting on its own gathers. launch: fused launches, latency-bound kernels, grid size, ncu's own rules.
 structure: levers of the reference's FX graph, work on weights alone. timeline: device idle gaps and
 Intel XVE counters. compiled: the candidate compiled for an NVIDIA arch where no GPU ran it.
 
@@ -23,6 +23,7 @@ from kforge_mcp.advice.rules.compiled import (
     compiled_tensor_cores,
 )
 from kforge_mcp.advice.rules.compute import at_the_limit, feed_tensor_pipe, issue_bound, use_tensor_cores
+from kforge_mcp.advice.rules.conv import gather_fed_conv
 from kforge_mcp.advice.rules.launch import fuse_launches, grid_too_small, latency_bound, ncu_own_rules
 from kforge_mcp.advice.rules.memory import atomic_contention, register_spills, shared_bank_conflicts, uncoalesced_access
 from kforge_mcp.advice.rules.ranking import rank
@@ -38,6 +39,7 @@ RULES: tuple[Rule[Any], ...] = (
     at_the_limit,
     use_tensor_cores,
     feed_tensor_pipe,
+    gather_fed_conv,
     issue_bound,
     fuse_launches,
     latency_bound,
@@ -100,6 +102,7 @@ __all__ = [
     "device_idle_gaps",
     "feed_tensor_pipe",
     "fuse_launches",
+    "gather_fed_conv",
     "grid_too_small",
     "hot_kernels",
     "issue_bound",

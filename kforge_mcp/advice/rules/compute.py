@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kforge_mcp.advice import vocabulary as v
-from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_fma_gemm, is_latency_bound, is_tensor_gemm, multi_term
+from kforge_mcp.advice.kinds import (
+    busiest_tensor_pipe,
+    is_fma_gemm,
+    is_gather_fed_conv,
+    is_latency_bound,
+    is_tensor_gemm,
+    multi_term,
+)
 from kforge_mcp.advice.rules.base import (
     DEVICE_KERNELS,
     ISSUE_SLOTS,
@@ -408,6 +415,8 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
     for k, share in hot_kernels(report):
         if not is_tensor_gemm(k) or limiting_unit(k, frac, t) is not None or is_latency_bound(k):
             continue  # a latency-bound kernel's pipe idles for latency: latency_bound speaks for it
+        if is_gather_fed_conv(k, bool(r and r.convs)):
+            continue  # a convolution waiting on its own gathers: gather_fed_conv speaks for it
         pipe, busy = busiest_tensor_pipe(k)
         if pipe is not None and k.pipes and busy < t.limit_unit_pct:
             g = 1 - busy / t.fed_tensor_pct

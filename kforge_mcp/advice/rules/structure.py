@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kforge_mcp.advice.kinds import is_fma_gemm
+from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_fma_gemm
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, LEVERS, WEIGHT_WORK, Rule, ev, hot_kernels, recommendation
 from kforge_mcp.judge.roofline import lookup_peaks
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
@@ -27,16 +27,38 @@ def _si(v: float) -> str:
     return f"{v:.4g}"
 
 
+def work_ceiling(report: ProfileReport) -> float | None:
+    """The most FLOPs the profiled kernels can have done in a forward: each kernel's time x its FMA pipe's busy
+    share at the fp32 peak plus its tensor pipe's at the fastest tensor peak. None without pipe metrics."""
+    r = report.roofline
+    kernels = report.device_kernels()
+    if r is None or not kernels or any(k.fma_pipe_pct is None for k in kernels):
+        return None
+    flops = lookup_peaks(r.device)[0].flops
+    fma, tensor = flops.get("fp32", 0.0), max(flops.values(), default=0.0)
+    return sum(
+        k.mean_ms
+        * (k.launches_per_forward or 1.0)
+        * 1e-3
+        * ((k.fma_pipe_pct or 0.0) * fma + busiest_tensor_pipe(k)[1] * tensor)
+        / 100
+        for k in kernels
+    )
+
+
 def _reference_structure(report: ProfileReport, t: StructureThresholds) -> list[Recommendation]:
     r = report.roofline
     if r is None or not r.levers or r.sol_ms <= 0:
         return []
+    ceiling = work_ceiling(report)
     recs = []
     # Kernels doing the FLOPs on the FMA pipe gain what the lever saves at the FMA rate, not at the bound's path:
     # a lever that cuts a convolution's FLOPs 32-fold is worth more to them than the bound's drop on fp16 says.
     matrix = [k for k, _ in hot_kernels(report) if k.category in ("gemm", "conv")]
     fma = lookup_peaks(r.device)[0].flops.get("fp32") if matrix and all(is_fma_gemm(k) for k in matrix) else None
     for lever in r.levers:
+        if ceiling is not None and lever.flops_saved > 0 and ceiling < lever.flops_after + lever.flops_saved / 2:
+            continue  # taken: the kernels cannot have done the FLOPs it removes
         gain = 1.0 - lever.sol_ms_after / r.sol_ms
         basis = "1 - T_SOL after / T_SOL now, on the roofline's peaks"
         if fma and lever.flops_saved > 0:

@@ -25,7 +25,7 @@ def _pad(x: int, g: int) -> int:
     return -(-x // g) * g
 
 
-def _phases(extent: int, k: int, s: int, p: int, d: int) -> list[tuple[int, int]]:
+def stride_phases(extent: int, k: int, s: int, p: int, d: int) -> list[tuple[int, int]]:
     """(pixels, taps) per residue mod the stride along one dim, for the form whose rows are on the strided side
     (a transposed convolution's outputs, a direct one's inputs): a pixel meets only the taps of its residue."""
     out = []
@@ -51,7 +51,7 @@ def conv_gemm(c: Convolution, gk: int = 1, gn: int = 1) -> Convolution:
             per_dim = [[(x, kk)] for x, kk in zip(extent, c.kernel, strict=True)]
         else:
             extent = c.out_spatial if c.transposed else c.in_spatial
-            per_dim = [_phases(*a) for a in zip(extent, c.kernel, c.stride, c.padding, c.dilation, strict=True)]
+            per_dim = [stride_phases(*a) for a in zip(extent, c.kernel, c.stride, c.padding, c.dilation, strict=True)]
         plain = padded = 0.0
         rows, top = 0, (0.0, 0, 0)
         for combo in itertools.product(*per_dim):
