@@ -65,4 +65,3 @@ def test_outputs_within_atol_of_zero_are_named(engine):
     assert within.severity == "warning" and within.evidence["largest_abs_output"] <= 1e-4
     exact = engine.verify(PROBLEM, EXACT, **FAST)
     assert "outputs_within_atol" not in {f.code for f in exact.findings}
-
