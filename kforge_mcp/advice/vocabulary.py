@@ -16,7 +16,7 @@ def of(report: ProfileReport) -> Vocabulary:
 
 
 def of_compile(report: ProfileReport) -> Vocabulary:
-    """The vocabulary of the platform the report's compile builds for (its arch's: 'sm_90a' is NVIDIA's)."""
+    """The vocabulary of the platform the report's compile builds for (the one that claims its arch)."""
     return platforms.builds_for(report.compiled.arch if report.compiled else None).vocabulary
 
 
