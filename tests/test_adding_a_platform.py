@@ -1,7 +1,7 @@
 """docs/adding-a-target.md's example platform (docs/examples/hostcpu), loaded from outside the package like any
 platform: verify, profile and analyze_profile go through its contract alone, in the workers and here. It claims
 the CPU: its device-wide state is guarded in verify, its peaks price the roofline, its profiler captures depth
-'metrics' and its file format is read back."""
+'metrics', its file format is read back and the analysis reads its profiles in its own words."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from kforge_mcp import platforms, targets
 from kforge_mcp.api import Engine
 from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.profile import KernelProfile, ProfileReport
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.platforms.base import Platform
 
@@ -106,3 +107,24 @@ def test_profile_and_analyze_through_its_profiler_and_peaks(engine, tmp_path):
     broken.write_text("hostcpu wallclock 1\ndevice,Host CPU: x\n0.0,fast\n")
     with pytest.raises(InputError, match="not .start_ms,duration_ms."):
         engine.analyze_profile(path=str(broken))
+
+
+def test_the_analysis_reads_its_profiles_in_its_own_words(engine):
+    """The example's vocabulary names the host's matrix unit ('amx') as its tensor pipe: a profile from that host
+    gets advice on it with no edit to advice/; from a device no platform knows, the same pipe is no word the
+    analysis reads."""
+
+    def analysis(device_name: str | None):
+        kernel = KernelProfile(
+            name="matmul_amx", launches=1, device_ms=1.0, mean_ms=1.0, pipes={"amx": 92.0}, num_warps=1
+        )
+        report = ProfileReport(source="a host profiler", device_name=device_name, kernels=[kernel], forwards=1)
+        return engine.analyze_profile(profile=report.model_dump())
+
+    on_host = analysis("Host CPU: test")
+    limit = next(r for r in on_host.recommendations if r.rule == "at_the_limit")
+    assert [(e.metric, e.value) for e in limit.evidence if e.kernel] == [("amx pipe busy", "92.0%")]
+    assert not any(r.rule == "at_the_limit" for r in analysis(None).recommendations)
+    # a rule that cannot do without a word the vocabulary lacks says which
+    not_run = {n.rule: n.reason for n in on_host.rules_not_run}
+    assert not_run["latency_bound"].startswith("needs the SM count") and "the warp size" in not_run["latency_bound"]

@@ -17,6 +17,7 @@ from kforge_mcp.advice.rules import feed_tensor_pipe, fuse_launches
 from kforge_mcp.advice.rules.compute import COMPUTE
 from kforge_mcp.core.schemas import Convolution
 from kforge_mcp.judge.roofline import make_roofline, with_measured
+from kforge_mcp.platforms.nvidia.advice_terms import VOCABULARY as NVIDIA
 from kforge_mcp.platforms.nvidia.ncu import report_from_csv
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, StallReason
 
@@ -60,7 +61,7 @@ def test_each_pair_holds_its_own_before_kernels(captured):
 def test_a_latency_bound_conv_gets_latency_advice_never_tensor_pipe_advice(captured):
     report, a = analyze_pair(captured, "latency_conv_bf16")
     conv = report.kernels[0]
-    assert conv.category == "conv" and conv.compute_path.startswith("wgmma") and is_latency_bound(conv)
+    assert conv.category == "conv" and conv.compute_path.startswith("wgmma") and is_latency_bound(conv, NVIDIA)
     rules = [r.rule for r in a.recommendations]
     assert rules[0] == "latency_bound" and "feed_tensor_pipe" not in rules and "use_tensor_cores" not in rules
     action = a.recommendations[0].action
@@ -114,7 +115,7 @@ def test_a_gather_conv_whose_tensor_pipe_idles_is_latency_bound_not_unfed():
         memory_throughput_pct=70.0,
         top_stalls=[StallReason(reason="barrier", cycles_per_issue=3.0)],
     )
-    assert not is_latency_bound(classify(fed))
+    assert not is_latency_bound(classify(fed, NVIDIA), NVIDIA)
     assert "feed_tensor_pipe" in [r.rule for r in agent.analyze(one_kernel(fed, roof)).recommendations]
 
 
@@ -158,7 +159,7 @@ def test_a_conv_known_by_the_problems_kind_is_latency_bound_and_told_its_output_
     warps on long-scoreboard stalls: the convolution, latency-bound, never told to feed its tensor cores."""
     k = synthetic_conv(name="fused_kernel_0")
     a = agent.analyze(one_kernel(k, conv_roofline(2.0)))
-    assert k.category == "conv" and "convolution FLOPs" in k.kind_basis and is_latency_bound(k)
+    assert k.category == "conv" and "convolution FLOPs" in k.kind_basis and is_latency_bound(k, NVIDIA)
     rules = [r.rule for r in a.recommendations]
     assert rules[0] == "latency_bound" and "feed_tensor_pipe" not in rules and "use_tensor_cores" not in rules
     action = a.recommendations[0].action
@@ -168,7 +169,7 @@ def test_a_conv_known_by_the_problems_kind_is_latency_bound_and_told_its_output_
     assert "Bound (convolution (transposed 3d)): memory-bound: the floor is the 537 MB output write" in a.summary
     # the same kernel in a GEMM problem is no convolution: its name and a 6% pipe say nothing
     gemm_roof = make_roofline(2 * 1024**3, 3 * 4 * 1024**2, "fp32", H200, 2.0)
-    assert classify(synthetic_conv(name="fused_kernel_0"), True).category == "other"
+    assert classify(synthetic_conv(name="fused_kernel_0"), NVIDIA, True).category == "other"
     assert "latency_bound" in [
         r.rule for r in agent.analyze(one_kernel(synthetic_conv(name="k"), gemm_roof)).recommendations
     ]
@@ -205,14 +206,16 @@ def test_fuse_launches_on_a_synthetic_split_before_a_91_percent_busy_gemm():
     gemm = KernelProfile(
         name="gemm_bf16x3_kernel", launches=1, device_ms=0.9, mean_ms=0.9, pipes={"tensor_op_gmma": 91.0}
     )
-    report = ProfileReport(kernels=[split, gemm], forwards=1, launches_per_forward=3, device_ms_per_forward=0.96)
+    report = ProfileReport(
+        source="ncu", kernels=[split, gemm], forwards=1, launches_per_forward=3, device_ms_per_forward=0.96
+    )
     for k in report.kernels:
-        classify(k)
+        classify(k, NVIDIA)
     assert fuse_launches(report) == []
     # without the busy GEMM the same two launches are a memory-bound chain: the old model holds
     gemm.pipes = {}
     gemm.name = "scale_kernel"
-    classify(gemm)
+    classify(gemm, NVIDIA)
     recs = fuse_launches(report)
     assert recs and recs[0].expected_gain == pytest.approx(1 - 0.9 / 0.96, abs=1e-3)
 
@@ -230,7 +233,7 @@ def test_feed_tensor_pipe_counts_its_gain_once():
     )
     roof = make_roofline(2 * 8192**3, 3 * 2 * 8192**2, "bf16", H200)
     roof = with_measured(roof, roof.sol_ms / 0.5)  # half the bound, with a busy pipe: small MMA shapes
-    report = one_kernel(classify(k), roof)
+    report = one_kernel(classify(k, NVIDIA), roof)
     rec = feed_tensor_pipe(report)[0]
     assert rec.expected_gain == pytest.approx(1 - 0.5 / COMPUTE.limit_fraction, abs=1e-3)
 

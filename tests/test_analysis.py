@@ -240,7 +240,7 @@ def test_uncoalesced_rule_on_a_synthetic_kernel():
         memory_throughput_pct=80,
         sm_throughput_pct=10,
     )
-    recs = rules.uncoalesced_access(ProfileReport(kernels=[k], forwards=1, launches_per_forward=1))
+    recs = rules.uncoalesced_access(ProfileReport(source="ncu", kernels=[k], forwards=1, launches_per_forward=1))
     assert recs and recs[0].expected_gain == pytest.approx(1000 * 28 / 32 / 1100, abs=1e-3)
 
 

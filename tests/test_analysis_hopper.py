@@ -9,10 +9,11 @@ import pytest
 from kforge_mcp.advice import agent
 from kforge_mcp.advice.kinds import classify
 from kforge_mcp.advice.rules.compute import COMPUTE
-from kforge_mcp.advice.vocabulary import name_path
 from kforge_mcp.core.profile import ProfileParseError
 from kforge_mcp.judge.roofline import make_roofline
 from kforge_mcp.platforms.nvidia import ncu_rep
+from kforge_mcp.platforms.nvidia.advice_terms import VOCABULARY as NVIDIA
+from kforge_mcp.platforms.nvidia.advice_terms import name_path
 from kforge_mcp.profiling.loader import load_profile
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, StallReason
 
@@ -111,13 +112,13 @@ def test_library_names_tell_the_path(name, path):
 
 
 def test_pipes_tell_a_triton_gemm_from_an_elementwise_kernel():
-    gemm = classify(KernelProfile(name="fused_kernel", pipes={"tensor_op_gmma": 52.0}))
+    gemm = classify(KernelProfile(name="fused_kernel", pipes={"tensor_op_gmma": 52.0}), NVIDIA)
     assert gemm.category == "gemm" and gemm.compute_path == "wgmma"
     # the hmma pipe shares its counter with fp16 math: 4-8% on a gelu is not a GEMM (real H100 capture)
     gelu = load_profile("tests/data/profiles/fused_bias_gelu-triton.ncu-raw.csv").kernels[0]
-    assert classify(gelu).category == "elementwise" and gelu.compute_path is None
+    assert classify(gelu, NVIDIA).category == "elementwise" and gelu.compute_path is None
     cublas = load_profile("tests/data/profiles/gemm_bias_relu-reference.ncu-raw.csv").kernels[0]
-    assert classify(cublas).category == "gemm" and cublas.compute_path == "fma"
+    assert classify(cublas, NVIDIA).category == "gemm" and cublas.compute_path == "fma"
 
 
 # ---- rules: H100 cases ----

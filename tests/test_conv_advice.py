@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kforge_mcp.advice import agent
+from kforge_mcp.platforms.nvidia.advice_terms import VOCABULARY as NVIDIA
 from kforge_mcp.profiling.report import ProfileReport
 
 DATA = Path(__file__).resolve().parent / "data" / "profiles"
@@ -99,7 +100,7 @@ def test_cp_async_loads_are_not_read_as_scalar_gathers():
     )
     conv = max(report.device_kernels(), key=lambda k: k.device_ms)
     assert conv.global_load_bytes_per_sector == 0 and conv.global_load_sectors_per_request > 16
-    assert wasted_fraction(conv) < 0.2
+    assert wasted_fraction(conv, NVIDIA) < 0.2
     assert "uncoalesced_access" not in [r.rule for r in agent.analyze(report).recommendations]
 
 
@@ -113,7 +114,7 @@ def test_wasted_sectors_cost_little_where_warps_wait_on_something_else():
         conv = max(report.device_kernels(), key=lambda k: k.device_ms)
         conv.global_load_bytes_per_sector, conv.memory_throughput_pct = 7.0, memory_pct
         conv.top_stalls[0].reason = stall
-        assert wasted_fraction(conv) > 0.5
+        assert wasted_fraction(conv, NVIDIA) > 0.5
         a = agent.analyze(report)
         return next(r.expected_gain for r in [*a.recommendations, *a.no_gain] if r.rule == "uncoalesced_access")
 

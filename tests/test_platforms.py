@@ -1,28 +1,29 @@
 """The platforms (kforge_mcp/platforms/): which vendor serves a torch device, their peaks tables and MMA shapes,
 the compile checks only where they apply, the formats each vendor reads, and that nothing outside a vendor's
-folder names its profiler's metrics, its SM counts or its peak figures."""
+folder names its profiler's metrics, its SM counts or its peak figures, nor does the analysis spell a word of its
+vocabulary."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from kforge_mcp import platforms
+from kforge_mcp.core.profile import ProfileReport
 from kforge_mcp.core.schemas import CompileReport, KernelResources
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge.roofline import mma_granules
-from kforge_mcp.platforms.base import load_peak_table
+from kforge_mcp.platforms.base import KernelNames, load_peak_table
 from kforge_mcp.profiling.loader import detect
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kforge_mcp"
 DATA = Path(__file__).resolve().parent / "data" / "profiles"
-# advice/ still names ncu's pipes and the default SM count in its rules: they move into the vendor folders (the
-# platform's ``vocabulary``) once the rules are objects; until then the check leaves that folder out
-NOT_YET_THROUGH_PLATFORMS = ("advice/",)
 NCU_METRIC = re.compile(r"\b(sm|smsp|dram|l1tex|lts|launch|gpu)__\w")
 
 CUDA = {"__version__": "2.11.0+cu130", "cuda": "13.0", "hip": None, "xpu": None}
@@ -44,13 +45,21 @@ def test_the_vendor_is_told_from_the_device_kind_and_torchs_build():
     assert get_device("cuda:0").platform.name == "nvidia" and get_device("mps").platform.name == "apple"
 
 
+def profiled_on(device: str | None, name: str | None, source: str = "torch.profiler") -> str:
+    return platforms.profiled_on(ProfileReport(source=source, device=device, device_name=name)).name
+
+
 def test_a_profile_says_which_vendors_words_it_speaks():
-    assert platforms.profiled_on("cuda:0", "NVIDIA H200").vocabulary.default_sm_count == 132
-    assert "tensor_op_gmma" in platforms.profiled_on("sm_90", None).vocabulary.tensor_pipes  # an ncu file's device
-    assert (
-        platforms.profiled_on("xpu", None).name == "intel" and platforms.profiled_on("mps", "Apple M2").name == "apple"
-    )
-    assert platforms.profiled_on(None, None) is platforms.UNKNOWN
+    on_h200 = platforms.profiled_on(ProfileReport(source="torch.profiler", device="cuda:0", device_name="NVIDIA H200"))
+    assert on_h200.vocabulary.default_sm_count == 132
+    assert profiled_on("sm_90", None) == "nvidia"  # an ncu file's device
+    assert profiled_on(None, None, "ncu") == "nvidia" and profiled_on(None, None, "torch.profiler+ncu") == "nvidia"
+    assert profiled_on("xpu", None) == "intel" and profiled_on(None, None, "unitrace") == "intel"
+    assert profiled_on("mps", "Apple M2") == "apple" and profiled_on("cpu", None) == "cpu"
+    assert profiled_on(None, None) == platforms.UNKNOWN.name and not platforms.UNKNOWN.vocabulary.tensor_pipes
+    # a compile's platform is the one its arch builds for; a device of a table names the arch it compiles for
+    assert platforms.builds_for("sm_90a").name == "nvidia" and platforms.builds_for("gfx942") is platforms.UNKNOWN
+    assert platforms.device_arch("H100 SXM") == "sm_90a" and platforms.device_arch("Intel Arc B580") is None
     assert platforms.identify("tpu", {}) is platforms.UNKNOWN and platforms.UNKNOWN.metrics_profiler() is None
 
 
@@ -118,10 +127,10 @@ def test_each_vendors_files_are_read_by_its_formats():
 
 
 def _modules(outside: str):
-    """(path inside the package, source) of every module outside ``outside`` and the folders not yet checked."""
+    """(path inside the package, source) of every module outside ``outside``."""
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if not rel.startswith((outside, *NOT_YET_THROUGH_PLATFORMS)):
+        if not rel.startswith(outside):
             yield rel, path.read_text()
 
 
@@ -147,7 +156,7 @@ def test_only_a_vendors_folder_holds_its_peak_figures_and_sm_counts():
         figures = {v for d in p.peaks.devices.values() for v in (d.bandwidth, *d.flops.values())}
         figures = {v for v in figures if not math.log10(v).is_integer()}
         scaled = {v / unit for v in figures for unit in (1e9, 1e12) if p.name == "nvidia" and v % unit}
-        counts = {p.vocabulary.default_sm_count} - {None}
+        counts = {p.vocabulary.default_sm_count} - {0}
         for rel, text in _modules(f"platforms/{p.name}/"):
             for line, c in _numbers(text):
                 if (
@@ -156,4 +165,48 @@ def test_only_a_vendors_folder_holds_its_peak_figures_and_sm_counts():
                     or c in counts
                 ):
                     found.append(f"{rel}:{line}: {c:g} ({p.name})")
+    assert found == []
+
+
+_GENERIC_NAMES = {
+    f.name: set(getattr(KernelNames(), f.name).pattern.split("|")) for f in dataclasses.fields(KernelNames)
+}
+
+
+def _words(value, field: str = ""):
+    """Every word a vocabulary spells: its names, metric keys, units, archs and devices, and the kernel names it
+    adds to the generic ones."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, re.Pattern):
+        yield from set(value.pattern.split("|")) - _GENERIC_NAMES[field]
+    elif dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            yield from _words(getattr(value, f.name), f.name)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _words(key)
+            yield from _words(item)
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from _words(item)
+
+
+def test_the_analysis_spells_no_word_of_a_vendors_vocabulary():
+    """advice/ reads each vendor's words (pipes, stalls, metric keys, units, archs, library names) from the
+    vocabulary of the platform a profile came from: none of them is a string of its own."""
+    found = []
+    for p in platforms.PLATFORMS.values():
+        words = set(_words(p.vocabulary)) - {""}
+        for rel, text in _modules(f"platforms/{p.name}/"):
+            if rel.startswith("advice/"):
+                found += [
+                    f"{rel}:{n.lineno}: {n.value!r} ({p.name})"
+                    for n in ast.walk(ast.parse(text))
+                    if isinstance(n, ast.Constant) and n.value in words
+                ]
+    assert (
+        platforms.PLATFORMS["nvidia"].vocabulary.tensor_pipes
+        and platforms.PLATFORMS["intel"].vocabulary.engine_counters.stall
+    )
     assert found == []

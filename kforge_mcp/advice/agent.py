@@ -49,7 +49,7 @@ def without_a_gpu(report: ProfileReport, not_run: Sequence[RuleNotRun]) -> str:
             f"kernel(s); MMA instructions: {', '.join(mma)}), the reference's structure and the roofline."
         )
     r = report.roofline
-    if r is None or not vocabulary.nvidia_device(r.device):
+    if r is None or not vocabulary.has_tensor_units(r.device):
         parts.append(
             "Name a device model (profile --device-model h100) for its roofline: the bound, the compute path the "
             "tolerance allows and the tensor-core advice it prices."
@@ -128,7 +128,7 @@ def quiet_reason(report: ProfileReport) -> str:
             f"the longest kernel ({k.name[:60]}) takes {k.mean_ms * 1e3:.1f} us a launch: at that size launch "
             "latency, ramp-up and tail dominate, and its utilisation says little; profile a larger shape."
         )
-    unit, busy = busiest_unit(k)
+    unit, busy = busiest_unit(k, vocabulary.of(report))
     if not unit and k.issue_active_pct is None:
         return (
             f"the profile has launch shapes and times only ({report.source}); run profile with depth='metrics' "

@@ -1,7 +1,8 @@
 """What a kernel is and which unit does its math, told from its name and, when the profile has
 them, its pipe metrics. Rules need this: a Hopper tensor-core GEMM at 12% occupancy is normal,
 an fp32 GEMM on the FMA pipe is leaving tensor cores idle, an element-wise kernel lives on DRAM.
-The names and metrics themselves are the vendor's (vocabulary.py).
+The names and metrics themselves are the vendor's: each helper takes the vocabulary of the platform the
+profile came from (``v``, advice/vocabulary.py).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kforge_mcp.advice import vocabulary as v
+from kforge_mcp.platforms.base import Vocabulary
+from kforge_mcp.platforms.formats import MEMCPY_METRIC
 from kforge_mcp.profiling.report import KernelProfile
 
 
@@ -39,32 +41,34 @@ class KindThresholds:
 KINDS = KindThresholds()
 
 
-def busiest_tensor_pipe(k: KernelProfile) -> tuple[str | None, float]:
-    pipes = [(p, k.pipes[p]) for p in v.TENSOR_PIPES if p in k.pipes]
+def busiest_tensor_pipe(k: KernelProfile, v: Vocabulary) -> tuple[str | None, float]:
+    pipes = [(p, k.pipes[p]) for p in v.tensor_pipes if p in k.pipes]
     if not pipes and k.tensor_pipe_pct is not None:
         pipes = [("tensor", k.tensor_pipe_pct)]
     return max(pipes, key=lambda x: x[1]) if pipes else (None, 0.0)
 
 
-def executed_mma(k: KernelProfile, t: KindThresholds = KINDS) -> tuple[str | None, str] | None:
+def executed_mma(k: KernelProfile, v: Vocabulary, t: KindThresholds = KINDS) -> tuple[str | None, str] | None:
     """The MMA instructions the kernel ran, told from what ran (its PTX, the wgmma instructions executed, the tensor
     cores' own cycles), never from the hmma pipe's counter alone: (unit, or None for none; the evidence), or None
     when the profile has none of these."""
-    if "ptx_mma" in k.metrics:
-        unit = v.PTX_MMA.get(k.metrics["ptx_mma"])
-        return unit, "PTX: " + v.PTX_MMA_INSTRUCTION.get(unit or "", "no MMA instructions")
-    if k.metrics.get(v.WGMMA_INSTRUCTIONS, 0.0) > 0:
-        return "wgmma", f"wgmma instructions {k.metrics[v.WGMMA_INSTRUCTIONS]:.2g}% of peak"
-    cycles = k.metrics.get(v.TENSOR_CYCLES)
+    compiled, issued = v.compiled_mma, v.issued_mma
+    if compiled.metric in k.metrics:
+        unit = compiled.units.get(k.metrics[compiled.metric])
+        return unit, f"{compiled.code}: " + compiled.instructions.get(unit or "", "no MMA instructions")
+    if k.metrics.get(issued.metric, 0.0) > 0:
+        return issued.unit, f"{issued.unit} instructions {k.metrics[issued.metric]:.2g}% of peak"
+    cycles = k.metrics.get(v.tensor_cycles.metric)
     if cycles is None:
         return None
     if cycles <= t.mma_cycles_pct:
         return None, f"tensor cores {cycles:.2g}% busy"
-    return "hmma", f"tensor cores {cycles:.2g}% busy, no wgmma"
+    return v.tensor_cycles.unit, f"tensor cores {cycles:.2g}% busy, no {issued.unit}"
 
 
 def classify(
     k: KernelProfile,
+    v: Vocabulary,
     flops_known: bool = False,
     conv_problem: bool = False,
     hottest: bool = False,
@@ -75,12 +79,13 @@ def classify(
     (the gmma counter and the PTX count MMAs alone, so any activity there says so); ``hottest``: the kernel is
     taken as the convolution where no name or metric places it (classify_all)."""
     name = k.name
-    pipe, busy = busiest_tensor_pipe(k)
-    by_name = v.name_path(name)
-    gemm_name = bool(v.GEMM_NAME.search(name)) and not v.CONV_NAME.search(name)
-    mma = k.pipes.get(v.WGMMA_PIPE, 0.0) >= t.busy_tensor_pct or k.metrics.get("ptx_mma", 0.0) > 0
+    names = v.kernel_names
+    pipe, busy = busiest_tensor_pipe(k, v)
+    by_name = v.name_operand(name)
+    gemm_name = bool(names.gemm.search(name)) and not names.conv.search(name)
+    mma = k.pipes.get(v.mma_pipe, 0.0) >= t.busy_tensor_pct or k.metrics.get(v.compiled_mma.metric, 0.0) > 0
     basis = []
-    if v.CONV_NAME.search(name):
+    if names.conv.search(name):
         kind = "conv"
         basis.append("name")
     elif gemm_name:
@@ -88,15 +93,15 @@ def classify(
         basis.append("name")
     elif (pipe and busy >= t.gemm_by_pipe_pct) or (conv_problem and mma):
         kind = "conv" if conv_problem else "gemm"
-        basis.append(f"{pipe} pipe {busy:.0f}%" if pipe else "PTX MMA instructions")
+        basis.append(f"{pipe} pipe {busy:.0f}%" if pipe else f"{v.compiled_mma.code} MMA instructions")
         if conv_problem:
             basis.append("the problem's convolution FLOPs")
-    elif v.MEMCPY_METRIC in k.metrics or v.MEMCPY_NAME.search(name):
+    elif MEMCPY_METRIC in k.metrics or names.memcpy.search(name):
         kind = "copy"
         basis.append("name")
-    elif v.REDUCE_NAME.search(name) or v.ELEMENTWISE_NAME.search(name) or v.COPY_NAME.search(name):
+    elif names.reduction.search(name) or names.elementwise.search(name) or names.copy.search(name):
         kind = (
-            "reduction" if v.REDUCE_NAME.search(name) else "elementwise" if v.ELEMENTWISE_NAME.search(name) else "copy"
+            "reduction" if names.reduction.search(name) else "elementwise" if names.elementwise.search(name) else "copy"
         )
         basis.append("name")
     elif flops_known and (k.fma_pipe_pct or 0) >= t.fma_gemm_pct:
@@ -108,13 +113,13 @@ def classify(
     else:
         kind = "other"
     path = None
-    ran = executed_mma(k, t) if kind in ("gemm", "conv") else None
+    ran = executed_mma(k, v, t) if kind in ("gemm", "conv") else None
     if ran is not None:  # instructions say which unit did the math, whatever a pipe's cycles read
         unit, said = ran
         path = (f"{unit} ({by_name})" if by_name and by_name != "fp32" else unit) if unit else "fma"
         basis.append(said)
     elif kind in ("gemm", "conv") and pipe and busy >= t.busy_tensor_pct and k.pipes:
-        unit = v.PIPE_UNIT.get(pipe, pipe)
+        unit = v.pipe_units.get(pipe, pipe)
         path = f"{unit} ({by_name})" if by_name and by_name != "fp32" else unit
         basis.append(f"{pipe} {busy:.0f}%")
     elif kind in ("gemm", "conv"):
@@ -124,22 +129,24 @@ def classify(
                 f"tensor pipes {busy:.0f}%" + (f", FMA {k.fma_pipe_pct:.0f}%" if k.fma_pipe_pct is not None else "")
             )
         elif by_name:
-            path = "fma" if by_name == "fp32" else ("wgmma" if v.WGMMA_NAME.search(name) else "hmma")
+            path = "fma" if by_name == "fp32" else v.name_unit(name)
             path = path if by_name == "fp32" else f"{path} ({by_name})"
     k.category, k.compute_path = kind, path
     k.kind_basis = ", ".join(dict.fromkeys(basis)) or None
     return k
 
 
-def classify_all(kernels: list[KernelProfile], flops_known: bool = False, conv_problem: bool = False) -> None:
+def classify_all(
+    kernels: list[KernelProfile], v: Vocabulary, flops_known: bool = False, conv_problem: bool = False
+) -> None:
     """classify each kernel; in a convolution problem where none is a GEMM or convolution by name or metrics, the
     one that takes the most time and no name places elsewhere does the convolution's FLOPs (a single fused kernel)."""
     for k in kernels:
-        classify(k, flops_known, conv_problem)
+        classify(k, v, flops_known, conv_problem)
     if conv_problem and not any(k.category in ("gemm", "conv") for k in kernels):
         hot = max((k for k in kernels if k.category == "other"), key=lambda k: k.device_ms, default=None)
         if hot is not None:
-            classify(hot, flops_known, conv_problem, hottest=True)
+            classify(hot, v, flops_known, conv_problem, hottest=True)
 
 
 def is_tensor_gemm(k: KernelProfile) -> bool:
@@ -150,18 +157,18 @@ def is_fma_gemm(k: KernelProfile) -> bool:
     return k.category in ("gemm", "conv") and k.compute_path == "fma"
 
 
-def is_latency_bound(k: KernelProfile, t: KindThresholds = KINDS) -> bool:
+def is_latency_bound(k: KernelProfile, v: Vocabulary, t: KindThresholds = KINDS) -> bool:
     """The pipes wait on global memory (KindThresholds' waiting_* figures): the lever is more bytes in flight per
     SM and more independent work per program, not feeding a tensor pipe."""
     if k.issue_active_pct is None or not k.top_stalls:
         return False
-    _, tensor = busiest_tensor_pipe(k)
+    _, tensor = busiest_tensor_pipe(k, v)
     return (
         k.issue_active_pct < t.waiting_issue_pct
         and max(tensor, k.fma_pipe_pct or 0.0) < t.waiting_pipe_pct
         and (k.dram_throughput_pct or 0.0) < t.waiting_dram_pct
         and (k.memory_throughput_pct or 0.0) < t.waiting_memory_pct
-        and k.top_stalls[0].reason in v.GLOBAL_LATENCY_STALLS
+        and k.top_stalls[0].reason in v.global_latency_stalls
     )
 
 
@@ -170,14 +177,14 @@ def multi_term(path: str | None) -> bool:
     return path is not None and bool(re.search(r"\d+x[a-z]|[a-z]\d*x\d", path))
 
 
-def is_gather_fed_conv(k: KernelProfile, conv_problem: bool, t: KindThresholds = KINDS) -> bool:
+def is_gather_fed_conv(k: KernelProfile, v: Vocabulary, conv_problem: bool, t: KindThresholds = KINDS) -> bool:
     """A tensor-core kernel of a convolution problem whose MMAs wait on the operands it gathers itself (computed
     offsets, masked at the borders): a regime of its own (advice/rules/conv.py), not a GEMM to feed with TMA."""
-    if not conv_problem or not is_tensor_gemm(k) or not k.top_stalls or is_latency_bound(k, t):
+    if not conv_problem or not is_tensor_gemm(k) or not k.top_stalls or is_latency_bound(k, v, t):
         return False  # a kernel whose every unit idles is latency-bound: latency_bound speaks for it
-    _, busy = busiest_tensor_pipe(k)
+    _, busy = busiest_tensor_pipe(k, v)
     return (
         busy < t.gather_tensor_pct
-        and k.pipes.get(v.TMA_PIPE, 0.0) < t.gather_tma_pct
-        and k.top_stalls[0].reason in v.GLOBAL_LATENCY_STALLS
+        and k.pipes.get(v.copy_pipe, 0.0) < t.gather_tma_pct
+        and k.top_stalls[0].reason in v.global_latency_stalls
     )

@@ -71,13 +71,11 @@ def profile(
 def compiled_for_advice(parts: EngineParts, call: ProfileCall, model: str | None, notes: list[str]):
     """The candidate compiled for the device model's NVIDIA arch (the default arch without one): the registers,
     spills, warps, stages and MMA instructions the analysis reads where no GPU ran the kernels."""
-    from kforge_mcp.advice.vocabulary import ARCH_BY_DEVICE
+    from kforge_mcp.platforms import device_arch
 
     if not parts.target_status(call.target).can_compile:
         return None
-    build = CompileCall(
-        target=call.target, source=call.candidate, arch=ARCH_BY_DEVICE.get(model or ""), problem=call.problem
-    )
+    build = CompileCall(target=call.target, source=call.candidate, arch=device_arch(model), problem=call.problem)
     try:
         built = compile_candidate(parts, build.model_copy(update={"timeout_s": call.timeout_s}))
     except KforgeError as e:

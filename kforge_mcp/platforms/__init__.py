@@ -3,9 +3,9 @@ Platform subclass and whose peaks.toml holds its peaks (adding a vendor is one p
 names more platform packages outside kforge_mcp (folders, comma-separated), importable as
 ``kforge_platform_<folder name>``.
 
-What the engine asks of the vendors goes through here: which platform serves a torch device, the peaks of a
-device named in a report or by a user, the profile formats a file may be in, a profiler by name, and the
-compile checks for an arch."""
+What the engine asks of the vendors goes through here: which platform serves a torch device, which one a profile
+came from (whose vocabulary the analysis reads), the peaks of a device named in a report or by a user, the profile
+formats a file may be in, a profiler by name, and the compile checks for an arch and the platform it builds for."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import inspect
 import pkgutil
+import re
 import sys
 import types
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.profile import ProfileReport
 from kforge_mcp.core.schemas import CompileReport, Diagnostic
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.platforms.base import Peaks, Platform, Profiler
@@ -93,18 +95,47 @@ def device_models() -> list[str]:
     return list(_devices())
 
 
-def profiled_on(device: str | None, device_name: str | None) -> Platform:
-    """The platform a profile came from (what the analysis rules ask for its ``vocabulary``): the one whose
-    table names its device ('NVIDIA H100 80GB HBM3', or 'sm_90' from an ncu file), else the one that serves its
-    device kind on this torch build's terms ('xpu:0'), else UNKNOWN."""
-    for name in filter(None, (device_name, device)):
-        lowered = name.lower()
-        for p in PLATFORMS.values():
-            if any(k.lower() == lowered for k in p.peaks.devices) or any(
-                all(n in lowered for n in needles) for needles, _ in p.peaks.aliases
-            ):
-                return p
-    return identify((device or "").split(":")[0], {})
+def _named(name: str | None) -> Platform | None:
+    """The platform whose peaks table names a device ('NVIDIA H100 80GB HBM3', or 'sm_90' from an ncu file)."""
+    lowered = (name or "").lower()
+    if not lowered:
+        return None
+    return next(
+        (
+            p
+            for p in PLATFORMS.values()
+            if any(k.lower() == lowered for k in p.peaks.devices)
+            or any(all(n in lowered for n in needles) for needles, _ in p.peaks.aliases)
+        ),
+        None,
+    )
+
+
+def profiled_on(report: ProfileReport) -> Platform:
+    """The platform a profile came from (what the analysis rules read the ``vocabulary`` of): the one whose table
+    names its device name or device, else the one whose profiler wrote it (its source: 'torch.profiler+ncu'),
+    else the one that serves its device kind on this torch build's terms ('xpu:0'), else UNKNOWN."""
+    named = _named(report.device_name) or _named(report.device)
+    if named is not None:
+        return named
+    wrote = set(re.split(r"[+ ]", report.source))
+    by_profiler = next((p for p in PLATFORMS.values() if any(pr.name in wrote for pr in p.profilers)), None)
+    return by_profiler or identify((report.device or "").split(":")[0], {})
+
+
+def table_platform(device_name: str | None) -> Platform:
+    """The platform whose peaks table names a device (a roofline's 'H100 SXM'); UNKNOWN where none does."""
+    return _named(device_name) or UNKNOWN
+
+
+def builds_for(arch: str | None) -> Platform:
+    """The platform whose devices a compile for ``arch`` builds for ('sm_90a': NVIDIA); UNKNOWN where none claims it."""
+    return next((p for p in PLATFORMS.values() if p.compiles_for(arch)), UNKNOWN)
+
+
+def device_arch(device_name: str | None) -> str | None:
+    """The arch a device of a peaks table compiles for ('H100 SXM': 'sm_90a'); None where its platform names none."""
+    return next((a for p in PLATFORMS.values() if (a := p.vocabulary.arch_by_device.get(device_name or ""))), None)
 
 
 def default_peaks() -> Peaks:

@@ -11,10 +11,11 @@ every member has a default, so a vendor says only what it knows. Torch is import
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -94,12 +95,124 @@ def load_peak_table(path: Path) -> PeakTable:
 
 
 @dataclass(frozen=True)
+class SmLimits:
+    """What one SM (the vendor's multiprocessor) holds at once."""
+
+    registers: int  # 32-bit registers per SM
+    shared_bytes: int  # shared memory per SM
+    warps: int  # resident warps per SM
+    blocks: int  # resident blocks per SM
+
+
+@dataclass(frozen=True)
+class MmaCounter:
+    """A per-kernel metric (a key of ``KernelProfile.metrics``) whose value above 0 says MMAs ran, and the unit
+    they ran on."""
+
+    metric: str = ""
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class CompiledMma:
+    """How a target marks the MMA instructions of a kernel's compiled code in its metrics: the metric, what the
+    code is called ('PTX'), the unit each of the metric's values names and each unit's instruction in that code."""
+
+    metric: str = ""
+    code: str = ""
+    units: Mapping[float, str] = field(default_factory=dict)
+    instructions: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineCounters:
+    """Per-kernel counters of the vendor's vector engines (keys of ``KernelProfile.metrics``): % of the time
+    stalled, idle and active, the prefix of each stall reason's share, memory throughput (GB/s), work groups."""
+
+    stall: str = ""
+    idle: str = ""
+    active: str = ""
+    stall_reason_prefix: str = ""
+    memory_gbps: str = ""
+    work_groups: str = ""
+
+
+def _names(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.I)
+
+
+@dataclass(frozen=True)
+class KernelNames:
+    """What a kernel's name says it does, searched case-insensitively. The defaults are the names PyTorch and
+    Triton give kernels on every vendor's device and the words of plain names; ``extended`` adds a vendor's
+    libraries' names."""
+
+    gemm: re.Pattern[str] = _names(r"gemm|matmul|_mm_|^mm_|_mm$|dot_kernel|linear")
+    conv: re.Pattern[str] = _names(r"conv|implicit_gemm|winograd")
+    reduction: re.Pattern[str] = _names(r"reduce|softmax|norm|sum_|_sum|mean|argmax|max_kernel|scan|cumsum")
+    elementwise: re.Pattern[str] = _names(
+        r"elementwise|vectorized|unrolled|pointwise|triton_poi|add_|relu|gelu|bias|scale"
+    )
+    copy: re.Pattern[str] = _names(r"memcpy|memset|copy|transpose|permute|gather|scatter|index")
+    memcpy: re.Pattern[str] = _names(r"memcpy|memset")
+
+    def extended(self, **library: str) -> KernelNames:
+        """These names and more per kind (``gemm=r"cublas|nvjet"``: alternatives of a regex)."""
+        return replace(
+            self, **{kind: _names(f"{getattr(self, kind).pattern}|{more}") for kind, more in library.items()}
+        )
+
+
+@dataclass(frozen=True)
 class Vocabulary:
-    """What the analysis rules read from this vendor's profiles: the pipes that are its tensor units (names of
-    ``KernelProfile.pipes``) and the SM count to assume when a profile does not say."""
+    """The words a vendor's profiles speak, which the analysis rules (advice/) read from the platform a profile
+    came from: its units (names of ``KernelProfile.pipes``) and what each runs, the stalls warps report by what
+    they wait on (``StallReason.reason``), its multiprocessors (the SM count to assume, warp size, limits per
+    arch, the arch each device of its peaks table compiles for), global memory's sectors, what its library
+    kernels' names say, and the metric keys its parsers store. Every term defaults to empty (0, '', (), {}): a
+    platform names only those its profiles have, and a rule that needs one the report's platform lacks says so
+    in ``rules_not_run``. A vendor whose names say more (the operand type, the unit) overrides the methods."""
 
     tensor_pipes: tuple[str, ...] = ()
-    default_sm_count: int | None = None
+    pipe_units: Mapping[str, str] = field(default_factory=dict)  # the MMA unit each tensor pipe runs
+    mma_pipe: str = ""  # the tensor pipe only MMA instructions keep busy: any activity there says MMAs ran
+    alu_pipe: str = ""  # the pipe of integer and index math
+    copy_pipe: str = ""  # the pipe of the bulk copy engine: busy when operands arrive by it, not by loads
+    superseded_mma_units: tuple[str, ...] = ()  # units a faster one replaces on the vendor's newer parts
+    issued_mma: MmaCounter = MmaCounter()  # MMA instructions executed (% of peak), and their unit
+    tensor_cycles: MmaCounter = MmaCounter()  # the tensor cores' own busy cycles (%), and the unit when
+    # issued_mma says none ran
+    compiled_mma: CompiledMma = CompiledMma()
+    global_latency_stalls: tuple[str, ...] = ()  # warps waiting on global memory
+    shared_stalls: tuple[str, ...] = ()  # warps waiting on shared memory
+    barrier_stalls: tuple[str, ...] = ()  # warps waiting on each other at a barrier
+    default_sm_count: int = 0  # the SMs to assume where a profile does not say
+    default_sm_count_of: str = ""  # the device that count is of
+    warp_size: int = 0  # threads a warp
+    sm_limits: Mapping[str, SmLimits] = field(default_factory=dict)  # by arch
+    arch_by_device: Mapping[str, str] = field(default_factory=dict)  # a device of its peaks table -> its arch
+    sector_bytes: int = 0  # global memory moves in sectors of this size
+    coalesced_sectors_per_request: int = 0  # a warp's coalesced 4-byte access
+    vector_sectors_per_request: int = 0  # what vector accesses legitimately touch
+    kernel_names: KernelNames = KernelNames()
+    engine_counters: EngineCounters = EngineCounters()
+
+    @property
+    def shared_pipe_stalls(self) -> tuple[str, ...]:
+        """Warps waiting on shared memory, or on each other at a barrier around it."""
+        return (*self.shared_stalls, *self.barrier_stalls)
+
+    def limits(self, arch: str | None) -> SmLimits | None:
+        """The SM limits of an arch; None for one not listed."""
+        return self.sm_limits.get(arch or "")
+
+    def name_operand(self, name: str) -> str | None:
+        """The operand type ('bf16', 'tf32') a library kernel's name states; None when it states none."""
+        return None
+
+    def name_unit(self, name: str) -> str | None:
+        """The MMA unit a library kernel whose name states an operand type runs on; None when names say none."""
+        return None
 
 
 @dataclass

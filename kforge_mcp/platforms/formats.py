@@ -12,6 +12,8 @@ from typing import Any
 
 from kforge_mcp.core.profile import ProfileParseError, ProfileReport
 
+MEMCPY_METRIC = "memcpy_or_memset"  # a metric a parser sets on a timeline's copy or set, which is not a kernel
+
 
 @dataclass(frozen=True)
 class ProfileFormat:

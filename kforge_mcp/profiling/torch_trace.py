@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from kforge_mcp.core.profile import KernelProfile, ProfileParseError, ProfileReport
-from kforge_mcp.platforms.formats import infer_forwards, load_json
+from kforge_mcp.platforms.formats import MEMCPY_METRIC, infer_forwards, load_json
 
 FORWARD_MARK = "kforge::forward"
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -105,7 +105,7 @@ def _kernel(name: str, evs: list[dict]) -> KernelProfile:
         if isinstance(args.get(key), (int, float)):
             k.metrics[label] = float(args[key])
     if evs[0].get("cat") != "kernel":
-        k.metrics["memcpy_or_memset"] = 1.0
+        k.metrics[MEMCPY_METRIC] = 1.0
     return k
 
 

@@ -6,8 +6,9 @@ and analyze_profile through it. A shipped platform puts this package in kforge_m
 
 What it says of the CPU: its device is named "Host CPU: <model>" (so its own peaks.toml prices the roofline),
 depth 'metrics' times each forward with the host's clock in the profiled program and writes them to a CSV of
-its own (which analyze_profile reads back), and torch's intra-op thread count is device-wide state a candidate
-can leave changed for every timing after it.
+its own (which analyze_profile reads back), torch's intra-op thread count is device-wide state a candidate
+can leave changed for every timing after it, and its vocabulary tells the analysis (advice/) which of its
+profiles' pipes is the host's matrix unit.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kforge_mcp.core.profile import KernelProfile, ProfileParseError, ProfileReport
-from kforge_mcp.platforms.base import Platform, ProfiledRun, Profiler
+from kforge_mcp.platforms.base import Platform, ProfiledRun, Profiler, Vocabulary
 from kforge_mcp.platforms.formats import ProfileFormat, busy_timeline
 
 HEADER = "hostcpu wallclock 1"
@@ -101,6 +102,9 @@ class HostCpu(Platform):
     order = 0  # before the shipped CPU platform, which serves the same kind
     profilers = (Wallclock(),)
     metrics = "wallclock"
+    # the words its profiles speak to the analysis: the pipe a profiler of the host's counters names its matrix
+    # unit (AMX tiles) by is its tensor pipe (wallclock itself only times forwards)
+    vocabulary = Vocabulary(tensor_pipes=("amx",), pipe_units={"amx": "amx"})
     guarded_state = "torch's intra-op thread count (torch.set_num_threads), which every timing after would run with"
 
     def identifies(self, kind: str, build: Mapping[str, Any]) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import classify_all
 from kforge_mcp.advice.rules.base import Rule, Wording, hot_kernels, priority_for, recommendation, shares
 from kforge_mcp.advice.rules.compiled import (
@@ -71,7 +72,7 @@ def run_rules(report: ProfileReport, rules: Sequence[Rule[Any]] = RULES) -> Rule
     roof = report.roofline
     flops_known = bool(roof and roof.flops > 0)
     conv = bool(roof and roof.kind and roof.kind.startswith("convolution"))
-    classify_all(report.device_kernels(), flops_known, conv)
+    classify_all(report.device_kernels(), vocabulary.of(report), flops_known, conv)
     recs: list[Recommendation] = []
     notes: list[str] = []
     not_run: list[RuleNotRun] = []

@@ -1,8 +1,9 @@
 """The rule contract. A rule is a ``Rule``: a name, the parts of the report it reads (``needs``: the agent
 runs it only when the report has them and otherwise says which are missing and what provides them), the
-vendors it applies to, its thresholds (a frozen dataclass of named values) and its check, a function of
-the report and those thresholds that returns Recommendations with evidence, a concrete action (worded
-for the report's target, ``Wording``) and an expected gain.
+vendors it applies to, the terms of its platform's vocabulary it cannot do without (``terms``), its
+thresholds (a frozen dataclass of named values) and its check, a function of the report and those thresholds
+that returns Recommendations with evidence, a concrete action (worded for the report's target, ``Wording``)
+and an expected gain.
 
 expected_gain is the fraction of the profiled device time the change should save: one minus
 the estimated time after the change over the time now, each rule saying how in gain_basis.
@@ -15,7 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from kforge_mcp.advice import vocabulary as v
+from kforge_mcp.advice import vocabulary
+from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import Evidence, KernelProfile, Priority, ProfileReport, Recommendation
 
 T = TypeVar("T")
@@ -116,15 +118,29 @@ DEVICE_TIMELINE = Need(
     "a device timeline: unitrace or xctrace",
     lambda r: r.timeline.get("span_ms", 0) > 0,
 )
-XVE_COUNTERS = Need(
-    "Intel vector-engine (XVE) counters",
-    "unitrace --metric-query on an Intel GPU",
-    lambda r: _any_kernel(r, lambda k: v.XVE_STALL in k.metrics or v.XVE_IDLE in k.metrics),
-)
+
+
+def _engine_counters(report: ProfileReport) -> bool:
+    counters = vocabulary.of(report).engine_counters
+    return _any_kernel(report, lambda k: counters.stall in k.metrics or counters.idle in k.metrics)
+
+
+XVE_COUNTERS = Need("Intel vector-engine (XVE) counters", "unitrace --metric-query on an Intel GPU", _engine_counters)
 COMPILED = Need(
     "the candidate's kernels compiled for an NVIDIA arch",
     "profile a Triton candidate on the CPU: the profile compiles it for the device model's arch",
     lambda r: r.compiled is not None and bool(r.compiled.kernels),
+)
+# terms of the vocabulary of the platform a profile came from (Rule.terms)
+_VOCABULARY = "the vocabulary of the platform the profile came from"
+SM_COUNT = Need(
+    "the SM count",
+    f"the profile's, or the one {_VOCABULARY} assumes",
+    lambda r: bool(r.sm_count or vocabulary.of(r).default_sm_count),
+)
+WARP_SIZE = Need("the warp size", _VOCABULARY, lambda r: vocabulary.of(r).warp_size > 0)
+SECTORS = Need(
+    "the memory sector size and sectors per request", _VOCABULARY, lambda r: vocabulary.of(r).sector_bytes > 0
 )
 FLOPS_ROOFLINE = Need(
     "a roofline with the problem's FLOPs and compute paths",
@@ -147,14 +163,16 @@ class Wording:
 
 @dataclass(frozen=True)
 class Rule(Generic[T]):
-    """A rule: ``check(report, thresholds)`` runs where every need is met and the report's vendor is one of
-    ``vendors`` (None: any vendor, or a report whose vendor is unknown)."""
+    """A rule: ``check(report, thresholds)`` runs where every need is met, the report's vendor is one of
+    ``vendors`` (None: any vendor, or a report whose vendor is unknown) and its platform's vocabulary has the
+    ``terms`` it reads."""
 
     name: str
     check: Callable[[ProfileReport, T], list[Recommendation]]
     thresholds: T
     needs: tuple[Need, ...] = ()
     vendors: frozenset[str] | None = None
+    terms: tuple[Need, ...] = ()
 
     def __call__(self, report: ProfileReport) -> list[Recommendation]:
         return self.check(report, self.thresholds)
@@ -164,10 +182,11 @@ class Rule(Generic[T]):
         missing = [str(n) for n in self.needs if not n.present(report)]
         if missing:
             return "needs " + "; ".join(missing)
-        vendor = v.report_vendor(report)
+        vendor = vocabulary.vendor(report)
         if self.vendors is not None and vendor is not None and vendor not in self.vendors:
             return f"applies to {' and '.join(sorted(self.vendors))} profiles; this one is from {vendor}"
-        return None
+        lacking = [str(n) for n in self.terms if not n.present(report)]
+        return "needs " + "; ".join(lacking) if lacking else None
 
 
 def priority_for(gain: float, t: RankingThresholds = RANKING) -> Priority:
@@ -201,16 +220,16 @@ def ev(metric: str, value, good: str = "", kernel: str | None = None) -> Evidenc
     return Evidence(metric=metric, value=value, good=good, kernel=kernel)
 
 
-def busiest_unit(k: KernelProfile, count_fma: bool = True) -> tuple[str, float]:
+def busiest_unit(k: KernelProfile, v: Vocabulary, count_fma: bool = True) -> tuple[str, float]:
     """The kernel's busiest unit and its % of peak: DRAM, a tensor pipe, or (outside GEMMs) the FMA/ALU pipes."""
     units = {"DRAM": k.dram_throughput_pct}
-    for p in v.TENSOR_PIPES:
+    for p in v.tensor_pipes:
         units[f"{p} pipe"] = k.pipes.get(p)
-    if k.tensor_pipe_pct is not None and not any(k.pipes.get(p) for p in v.TENSOR_PIPES):
+    if k.tensor_pipe_pct is not None and not any(k.pipes.get(p) for p in v.tensor_pipes):
         units["tensor pipe"] = k.tensor_pipe_pct
     if count_fma:
         units["FMA pipe"] = k.fma_pipe_pct
-        units["ALU pipe"] = k.pipes.get(v.ALU_PIPE)
+        units["ALU pipe"] = k.pipes.get(v.alu_pipe)
     known = {n: val for n, val in units.items() if val is not None}
     return max(known.items(), key=lambda x: x[1]) if known else ("", 0.0)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kforge_mcp.advice import vocabulary as v
+from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.rules.base import COMPILED, FLOPS_ROOFLINE, Rule, ev, recommendation
 from kforge_mcp.advice.rules.compute import (
     COMPUTE,
@@ -22,6 +22,7 @@ from kforge_mcp.advice.rules.compute import (
 from kforge_mcp.advice.rules.launch import LATENCY_WORDING, LAUNCH
 from kforge_mcp.advice.rules.memory import MEMORY, SPILL_WORDING
 from kforge_mcp.core.schemas import KernelResources
+from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
 
@@ -153,13 +154,13 @@ def _compiled_spills(report: ProfileReport, t: CompiledThresholds) -> list[Recom
     ]
 
 
-def resident_warps(k: KernelResources, arch: str | None) -> tuple[int, str] | None:
+def resident_warps(k: KernelResources, v: Vocabulary, arch: str | None) -> tuple[int, str] | None:
     """Warps of this kernel one SM holds at once on the arch, and what limits them (registers rounded as
-    allocated per thread, not per warp: an estimate)."""
-    limits = v.sm_limits(arch)
-    if limits is None or not k.num_warps:
+    allocated per thread, not per warp: an estimate); ``v``: the vocabulary of the platform the arch builds for."""
+    limits = v.limits(arch)
+    if limits is None or not k.num_warps or not v.warp_size:
         return None
-    threads = k.num_warps * v.WARP_SIZE
+    threads = k.num_warps * v.warp_size
     blocks = {"warps": limits.warps // k.num_warps, "blocks": limits.blocks}
     if k.registers:
         blocks["registers"] = limits.registers // (k.registers * threads)
@@ -170,13 +171,13 @@ def resident_warps(k: KernelResources, arch: str | None) -> tuple[int, str] | No
 
 
 def _occupancy_cause(
-    k: KernelResources, arch: str | None, products: bool, t: CompiledThresholds
+    k: KernelResources, v: Vocabulary, arch: str | None, products: bool, t: CompiledThresholds
 ) -> tuple[str, float, list] | None:
     """What caps this build's warps (few per program, or registers / shared memory per SM), the fraction of its
     time that estimate saves, and the evidence; None when nothing does."""
     if k.mma != "none" or not k.num_warps:
         return None
-    resident = resident_warps(k, arch)
+    resident = resident_warps(k, v, arch)
     if k.num_warps < LAUNCH.enough_warps:
         cause, saved = "few_warps", 1 - k.num_warps / LAUNCH.enough_warps
     elif not products and resident is not None and resident[0] < t.enough_resident_warps:
@@ -199,10 +200,11 @@ def _compiled_occupancy(report: ProfileReport, t: CompiledThresholds) -> list[Re
     counts when every config it may pick has the cause, for the least its configs save."""
     ks, share, how = _kernels(report)
     arch = _arch(report)
+    v = vocabulary.of_compile(report)
     products = report.roofline is not None and report.roofline.flops > 0
     hits, causes, evidence, gain = [], [], [], 0.0
     for name in sorted({k.name for k in ks}):
-        found = [_occupancy_cause(k, arch, products, t) for k in ks if k.name == name]
+        found = [_occupancy_cause(k, v, arch, products, t) for k in ks if k.name == name]
         if not found or any(f is None for f in found):
             continue
         hits.append(name)

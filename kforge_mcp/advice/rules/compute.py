@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kforge_mcp.advice import vocabulary as v
+from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import (
     busiest_tensor_pipe,
     is_fma_gemm,
@@ -32,6 +32,7 @@ from kforge_mcp.advice.rules.base import (
 )
 from kforge_mcp.advice.rules.memory import MEMORY, wasted_fraction
 from kforge_mcp.judge.roofline import compute_paths, fastest, lookup_peaks
+from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
 
@@ -65,11 +66,11 @@ class ComputeThresholds:
 COMPUTE = ComputeThresholds()
 
 
-def limiting_unit(k, frac: float | None, t: ComputeThresholds = COMPUTE) -> tuple[str, float] | None:
+def limiting_unit(k, v: Vocabulary, frac: float | None, t: ComputeThresholds = COMPUTE) -> tuple[str, float] | None:
     """The kernel's busiest unit and its % busy when it is saturated (and, with a roofline, the forward is
     near the true bound); None when the kernel is not at its limit."""
-    unit, busy = busiest_unit(k, count_fma=k.category not in ("gemm", "conv"))
-    if unit == "DRAM" and wasted_fraction(k) >= MEMORY.wasted_min:
+    unit, busy = busiest_unit(k, v, count_fma=k.category not in ("gemm", "conv"))
+    if unit == "DRAM" and wasted_fraction(k, v) >= MEMORY.wasted_min:
         return None  # DRAM busy moving wasted sectors is not a limit: uncoalesced_access speaks
     saturated = busy >= t.limit_unit_no_bound_pct
     if frac is None:
@@ -85,10 +86,11 @@ def limiting_unit(k, frac: float | None, t: ComputeThresholds = COMPUTE) -> tupl
 
 def _at_the_limit(report: ProfileReport, t: ComputeThresholds) -> list[Recommendation]:
     r = report.roofline
+    v = vocabulary.of(report)
     frac = r.fraction_of_sol if r is not None else None
     hits, evidence, covered = [], [], 0.0
     for k, share in hot_kernels(report):
-        limit = limiting_unit(k, frac, t)
+        limit = limiting_unit(k, v, frac, t)
         if limit is not None:
             unit, busy = limit
             hits.append(k.name)
@@ -294,6 +296,7 @@ def _use_tensor_cores(report: ProfileReport, t: ComputeThresholds) -> list[Recom
         return []
     hits, gain, high, evidence, bases = [], 0.0, 0.0, [], set()
     r = report.roofline
+    v = vocabulary.of(report)
     # the time the roofline's FLOPs are set against (measured outside the profiler), else the profile's own
     total_ms = (r.measured_ms if r is not None and r.measured_ms else None) or report.device_ms_per_forward or 0.0
     gemms = [(k, share) for k, share in hot_kernels(report) if is_fma_gemm(k)]
@@ -301,11 +304,11 @@ def _use_tensor_cores(report: ProfileReport, t: ComputeThresholds) -> list[Recom
     effs = efficiency_range(best.path, t)
     for k, share in gemms:
         hits.append(k.name)
-        if r is not None and r.flops > 0 and total_ms > 0 and not is_latency_bound(k):
+        if r is not None and r.flops > 0 and total_ms > 0 and not is_latency_bound(k, v):
             # the problem's FLOPs (split by time among its GEMMs) at the faster path's peak x a first tensor-core
             # kernel's efficiency, on the SMs the grid can use, against the time the kernel takes now
-            sms = report.sm_count or v.DEFAULT_SM_COUNT
-            used = min(1.0, (k.blocks or sms) / sms)
+            sms = report.sm_count or v.default_sm_count
+            used = min(1.0, k.blocks / sms) if k.blocks and sms else 1.0  # all SMs where either is unknown
             k_ms = share * total_ms
             low_g, high_g = (
                 share * max(0.0, 1 - r.flops * (share / gemm_share) / (best.peak_flops * eff * used) * 1e3 / k_ms)
@@ -322,7 +325,7 @@ def _use_tensor_cores(report: ProfileReport, t: ComputeThresholds) -> list[Recom
         g = share * math_share * (1 - fma / best.peak_flops)
         gain, high = gain + g, high + g
     for k, _share in gemms:
-        _, tensor = busiest_tensor_pipe(k)
+        _, tensor = busiest_tensor_pipe(k, v)
         evidence += [
             ev("compute path", f"{k.compute_path} (told by {k.kind_basis})", "tensor cores", k.name),
             ev("tensor pipes busy", pct(tensor), "> 50% for a GEMM", k.name),
@@ -410,14 +413,15 @@ WGMMA_WORDING = Wording(
 
 def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recommendation]:
     r = report.roofline
+    v = vocabulary.of(report)
     hits, gain, evidence, paths, bases, shared = [], 0.0, [], set(), set(), []
     frac = r.fraction_of_sol if r is not None else None
     for k, share in hot_kernels(report):
-        if not is_tensor_gemm(k) or limiting_unit(k, frac, t) is not None or is_latency_bound(k):
+        if not is_tensor_gemm(k) or limiting_unit(k, v, frac, t) is not None or is_latency_bound(k, v):
             continue  # a latency-bound kernel's pipe idles for latency: latency_bound speaks for it
-        if is_gather_fed_conv(k, bool(r and r.convs)):
+        if is_gather_fed_conv(k, v, bool(r and r.convs)):
             continue  # a convolution waiting on its own gathers: gather_fed_conv speaks for it
-        pipe, busy = busiest_tensor_pipe(k)
+        pipe, busy = busiest_tensor_pipe(k, v)
         if pipe is not None and k.pipes and busy < t.limit_unit_pct:
             g = 1 - busy / t.fed_tensor_pct
             basis = f"share x (1 - tensor pipe {busy:.0f}% / {t.fed_tensor_pct:g}%)"
@@ -428,10 +432,10 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
             basis = f"share x (1 - the kernel's fraction of SOL (the forward's / its share) / {t.limit_fraction})"
         else:
             continue
-        if k.top_stalls and k.top_stalls[0].reason in v.SHARED_STALLS:
+        if k.top_stalls and k.top_stalls[0].reason in v.shared_stalls:
             g *= t.shared_bound_factor
             basis += f" x {t.shared_bound_factor:g} (the top stall, {k.top_stalls[0].reason}, is shared memory)"
-        shared.append(k.top_stalls[0].reason in v.SHARED_STALLS if k.top_stalls else False)
+        shared.append(k.top_stalls[0].reason in v.shared_stalls if k.top_stalls else False)
         gain += share * g
         bases.add(basis)
         hits.append(k.name)
@@ -456,7 +460,7 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
     if not hits:
         return []
     action = FEED_WORDING.say(report.target)
-    if any(p.startswith("hmma") for p in paths):
+    if any(p.startswith(v.superseded_mma_units) for p in paths):
         action = WGMMA_WORDING.say(report.target) + action
     if any("3xtf32" in (k.compute_path or "") for k, _ in hot_kernels(report)) or (r and r.path == "3xtf32"):
         action += " With 3xTF32 each product costs three MMAs, so its ceiling is a third of TF32's."
@@ -493,6 +497,7 @@ feed_tensor_pipe = Rule("feed_tensor_pipe", _feed_tensor_pipe, COMPUTE, (DEVICE_
 def _issue_bound(report: ProfileReport, t: ComputeThresholds) -> list[Recommendation]:
     """Issue slots full of non-math instructions (index math, scalar loads): a direct conv walking one output
     channel per program with a scalar weight load per tap. The lever is more outputs per loaded value."""
+    v = vocabulary.of(report)
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
         issue = k.issue_active_pct
@@ -502,7 +507,7 @@ def _issue_bound(report: ProfileReport, t: ComputeThresholds) -> list[Recommenda
             or max(k.memory_throughput_pct or 0, k.dram_throughput_pct or 0) >= t.issue_memory_pct
         ):
             continue
-        _, tensor = busiest_tensor_pipe(k)
+        _, tensor = busiest_tensor_pipe(k, v)
         math = max(k.fma_pipe_pct or 0.0, tensor)
         if math / issue >= t.math_share_max:
             continue
@@ -512,8 +517,8 @@ def _issue_bound(report: ProfileReport, t: ComputeThresholds) -> list[Recommenda
             ev("issue slots busy", pct(issue), f"< {t.issue_bound_pct:g}% or mostly math", k.name),
             ev("FMA / tensor pipe busy", pct(math), "most of the issue slots", k.name),
         ]
-        if k.pipes.get(v.ALU_PIPE) is not None:
-            evidence.append(ev("ALU pipe busy (integer, index math)", pct(k.pipes[v.ALU_PIPE]), kernel=k.name))
+        if k.pipes.get(v.alu_pipe) is not None:
+            evidence.append(ev("ALU pipe busy (integer, index math)", pct(k.pipes[v.alu_pipe]), kernel=k.name))
     if not hits:
         return []
     return [

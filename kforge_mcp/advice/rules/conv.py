@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from kforge_mcp.advice import vocabulary as v
+from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import KINDS, busiest_tensor_pipe, is_gather_fed_conv
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, pct, recommendation
 from kforge_mcp.advice.rules.compute import efficiency_range
@@ -77,12 +77,13 @@ def _gather_fed_conv(report: ProfileReport, t: ConvThresholds) -> list[Recommend
     c = max(r.convs, key=lambda x: x.flops) if r is not None and r.convs else None
     if r is None or c is None:
         return []
+    v = vocabulary.of(report)
     hits, gain, evidence = [], 0.0, []
     relayout_bytes = 2 * c.batch * c.c_in * prod(c.in_spatial) * t.dtype_bytes  # read it, write it channels-last
     relayout_ms = relayout_bytes / r.peak_bandwidth * 1e3
     effs = set()
     for k, share in hot_kernels(report):
-        if not is_gather_fed_conv(k, True):
+        if not is_gather_fed_conv(k, v, True):
             continue
         # the kernel's format where the profile names one (it may name only the instruction, e.g. wgmma), else the
         # bound's path, which the advice asked for
@@ -98,12 +99,17 @@ def _gather_fed_conv(report: ProfileReport, t: ConvThresholds) -> list[Recommend
             continue
         gain += share * (1 - target_ms / kernel_ms)
         hits.append(k.name)
-        pipe, busy = busiest_tensor_pipe(k)
+        pipe, busy = busiest_tensor_pipe(k, v)
         s = k.top_stalls[0]
         evidence += [
             ev(f"{pipe or 'tensor'} pipe busy", pct(busy), f">= {KINDS.gather_tensor_pct:g}%", k.name),
             ev(f"top stall: {s.reason}", s.cycles_per_issue, "the warps wait on the gathered loads", k.name),
-            ev("TMA pipe busy", pct(k.pipes.get(v.TMA_PIPE, 0.0)), "the operands are gathered, not copied", k.name),
+            ev(
+                f"{v.copy_pipe} pipe busy",
+                pct(k.pipes.get(v.copy_pipe, 0.0)),
+                "the operands are gathered, not copied",
+                k.name,
+            ),
         ]
         if k.global_load_sectors_per_request is not None:
             evidence.append(ev("sectors per load request", round(k.global_load_sectors_per_request, 1), kernel=k.name))

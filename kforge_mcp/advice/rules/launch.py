@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kforge_mcp.advice import vocabulary as v
+from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_latency_bound
 from kforge_mcp.advice.rules.base import (
     DEVICE_KERNELS,
@@ -17,6 +17,8 @@ from kforge_mcp.advice.rules.base import (
     LAUNCH_GRIDS,
     NCU_RULE_RESULTS,
     RANKING,
+    SM_COUNT,
+    WARP_SIZE,
     Rule,
     Wording,
     ev,
@@ -27,6 +29,8 @@ from kforge_mcp.advice.rules.base import (
 from kforge_mcp.advice.rules.base import pct as _pct
 from kforge_mcp.advice.rules.memory import memory_pathology
 from kforge_mcp.judge.roofline import output_floor
+from kforge_mcp.platforms.base import Vocabulary
+from kforge_mcp.platforms.formats import MEMCPY_METRIC
 from kforge_mcp.profiling.report import Evidence, NcuRule, ProfileReport, Recommendation
 
 
@@ -52,20 +56,21 @@ class LaunchThresholds:
 LAUNCH = LaunchThresholds()
 
 
-def busy_compute(k, t: LaunchThresholds = LAUNCH) -> bool:
-    pipe = max(busiest_tensor_pipe(k)[1], k.fma_pipe_pct or 0.0)
+def busy_compute(k, v: Vocabulary, t: LaunchThresholds = LAUNCH) -> bool:
+    pipe = max(busiest_tensor_pipe(k, v)[1], k.fma_pipe_pct or 0.0)
     return k.category in ("gemm", "conv") and pipe >= t.busy_compute_pct
 
 
 def _fuse_launches(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
-    ks = [k for k in report.device_kernels() if v.MEMCPY_METRIC not in k.metrics]
+    v = vocabulary.of(report)
+    ks = [k for k in report.device_kernels() if MEMCPY_METRIC not in k.metrics]
     per_fwd = report.launches_per_forward or 0
     if len(ks) < t.min_launches or per_fwd < t.min_launches:
         return []
     fwd = report.forwards or 1
     times = {k.name: k.device_ms / fwd for k in ks}
     total = sum(times.values())
-    busy = next((k for k in ks if busy_compute(k, t)), None)
+    busy = next((k for k in ks if busy_compute(k, v, t)), None)
     # a convolution's kernel anchors the fusion whether or not its pipe is busy: what follows it reads its output back
     busy = busy or next((k for k in ks if k.category == "conv"), None)
     evidence = [
@@ -104,7 +109,7 @@ def _fuse_launches(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
             f"{busy.name[:40]} is compute-bound: the kernels after it fold into its epilogue and save their own "
             f"time ({gain:.3f} of the forward); the kernels before it are not counted"
         )
-        pipe = max(busiest_tensor_pipe(busy)[1], busy.fma_pipe_pct or 0.0)
+        pipe = max(busiest_tensor_pipe(busy, v)[1], busy.fma_pipe_pct or 0.0)
         evidence.append(Evidence(metric="busiest math pipe of the GEMM", value=f"{pipe:.0f}%", kernel=busy.name))
         reductions = [k for k in fold if k.category in ("reduction", "other")]
         action = (
@@ -168,14 +173,15 @@ def statistics_in_epilogue(report: ProfileReport, conv, conv_ms: float) -> str:
 
 def _latency_bound(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
     hits, gain, evidence, causes = [], 0.0, [], []
-    sms = report.sm_count or v.DEFAULT_SM_COUNT
+    v = vocabulary.of(report)
+    sms = report.sm_count or v.default_sm_count
     for k, share in hot_kernels(report):
-        latency_kind = is_latency_bound(k)
+        latency_kind = is_latency_bound(k, v)
         if k.category in ("gemm", "conv") and k.compute_path and k.compute_path != "fma" and not latency_kind:
             continue  # a tensor-core GEMM at low occupancy is normal
         if k.blocks is not None and k.blocks < sms:
             continue  # idle SMs, not latency: grid_too_small speaks for it
-        if memory_pathology(k):
+        if memory_pathology(k, v):
             continue  # atomics, spills, bank conflicts or wasted sectors cause the stalls: their rules speak
         warps = k.warps_per_block
         busy = max(k.memory_throughput_pct or 0.0, k.sm_throughput_pct or 0.0)
@@ -198,7 +204,7 @@ def _latency_bound(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
             continue
         hits.append(k.name)
         if latency_kind and k.category in ("gemm", "conv"):
-            _, tensor = busiest_tensor_pipe(k)
+            _, tensor = busiest_tensor_pipe(k, v)
             evidence += [
                 ev("DRAM throughput", _pct(k.dram_throughput_pct), "idle too: not memory-bound", k.name),
                 ev("tensor pipe busy", _pct(tensor), "idles for latency, not for want of feeding", k.name),
@@ -208,7 +214,7 @@ def _latency_bound(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
                 ev(
                     "warps per block",
                     warps,
-                    f">= {t.enough_warps:g} ({t.enough_warps * v.WARP_SIZE:g}+ threads)",
+                    f">= {t.enough_warps:g} ({t.enough_warps * v.warp_size:g}+ threads)",
                     k.name,
                 )
             )
@@ -342,7 +348,8 @@ GRID_WORDING = Wording(
 
 
 def _grid_too_small(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
-    sms = report.sm_count or v.DEFAULT_SM_COUNT
+    v = vocabulary.of(report)
+    sms = report.sm_count or v.default_sm_count
     share = shares(report)
     hits = [
         k
@@ -359,7 +366,9 @@ def _grid_too_small(report: ProfileReport, t: LaunchThresholds) -> list[Recommen
         Evidence(metric="blocks in the grid", value=k.blocks, good=f">= {sms} (one per SM)", kernel=k.name)
         for k in hits
     ]
-    evidence.append(Evidence(metric="SMs", value=sms, good="" if report.sm_count else "assumed (H100)"))
+    evidence.append(
+        Evidence(metric="SMs", value=sms, good="" if report.sm_count else f"assumed ({v.default_sm_count_of})")
+    )
     return [
         recommendation(
             rule="grid_too_small",
@@ -410,8 +419,19 @@ def _ncu_own_rules(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
 
 
 fuse_launches = Rule("fuse_launches", _fuse_launches, LAUNCH, (DEVICE_KERNELS,))
-latency_bound = Rule("latency_bound", _latency_bound, LAUNCH, (DEVICE_KERNELS, ISSUE_SLOTS_OR_LAUNCH_SHAPE))
+latency_bound = Rule(
+    "latency_bound",
+    _latency_bound,
+    LAUNCH,
+    (DEVICE_KERNELS, ISSUE_SLOTS_OR_LAUNCH_SHAPE),
+    terms=(SM_COUNT, WARP_SIZE),
+)
 grid_too_small = Rule(
-    "grid_too_small", _grid_too_small, LAUNCH, (DEVICE_KERNELS, LAUNCH_GRIDS), vendors=frozenset({"nvidia"})
+    "grid_too_small",
+    _grid_too_small,
+    LAUNCH,
+    (DEVICE_KERNELS, LAUNCH_GRIDS),
+    vendors=frozenset({"nvidia"}),
+    terms=(SM_COUNT,),
 )
 ncu_own_rules = Rule("ncu_own_rules", _ncu_own_rules, LAUNCH, (NCU_RULE_RESULTS,), vendors=frozenset({"nvidia"}))

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kforge_mcp.advice import vocabulary as v
+from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import is_tensor_gemm
 from kforge_mcp.advice.rules.base import (
     ATOMICS,
     DEVICE_KERNELS,
     GLOBAL_SECTORS,
     LOCAL_MEMORY,
+    SECTORS,
     SHARED_WAVEFRONTS,
     Rule,
     Wording,
@@ -23,6 +24,7 @@ from kforge_mcp.advice.rules.base import (
     pct,
     recommendation,
 )
+from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommendation
 
 
@@ -54,31 +56,32 @@ class MemoryThresholds:
 MEMORY = MemoryThresholds()
 
 
-def wasted_sectors(k: KernelProfile) -> tuple[float, float]:
-    """(total, wasted) global sectors: from useful bytes per sector, else from sectors per request."""
+def wasted_sectors(k: KernelProfile, v: Vocabulary) -> tuple[float, float]:
+    """(total, wasted) global sectors: from useful bytes per sector, else from sectors per request (none without
+    the vocabulary's sector size)."""
     total = wasted = 0.0
     for sectors, per_sector, per_request in (
         (k.global_load_sectors, k.global_load_bytes_per_sector, k.global_load_sectors_per_request),
         (k.global_store_sectors, k.global_store_bytes_per_sector, k.global_store_sectors_per_request),
     ):
-        if not sectors:
+        if not sectors or not v.sector_bytes:
             continue
         if per_sector:  # 0 means no LDG/STG measured (cp.async or TMA loads): fall back to sectors per request
             total += sectors
-            wasted += sectors * (1 - min(per_sector, v.SECTOR_BYTES) / v.SECTOR_BYTES)
+            wasted += sectors * (1 - min(per_sector, v.sector_bytes) / v.sector_bytes)
         elif per_request is not None:
             total += sectors
-            if per_request > v.VECTOR_SECTORS_PER_REQUEST:
+            if per_request > v.vector_sectors_per_request:
                 # no LDG/STG ran (per_sector 0: cp.async or TMA, which copy 16-byte vectors): only the sectors past a
                 # coalesced vector request's are waste (a gather-fed conv's cp.async loads read 18.9 sectors a
                 # request: 15% over, not the 79% a 4-byte access would mean); unmeasured, a 4-byte access is assumed
-                width = v.VECTOR_SECTORS_PER_REQUEST if per_sector == 0 else v.COALESCED_SECTORS_PER_REQUEST
+                width = v.vector_sectors_per_request if per_sector == 0 else v.coalesced_sectors_per_request
                 wasted += sectors * (1 - width / per_request)
     return total, wasted
 
 
-def wasted_fraction(k: KernelProfile) -> float:
-    total, wasted = wasted_sectors(k)
+def wasted_fraction(k: KernelProfile, v: Vocabulary) -> float:
+    total, wasted = wasted_sectors(k, v)
     return wasted / total if total > 0 else 0.0
 
 
@@ -100,10 +103,10 @@ def atomic_fraction(k: KernelProfile) -> float:
     return (k.atomic_instructions or 0.0) / k.instructions if k.instructions else 0.0
 
 
-def memory_pathology(k: KernelProfile, t: MemoryThresholds = MEMORY) -> bool:
+def memory_pathology(k: KernelProfile, v: Vocabulary, t: MemoryThresholds = MEMORY) -> bool:
     """A pattern one of the memory rules names: wasted sectors, bank conflicts, spills or atomics."""
     return (
-        wasted_fraction(k) >= t.wasted_min
+        wasted_fraction(k, v) >= t.wasted_min
         or conflict_fraction(k) >= t.conflict_min
         or local_fraction(k) >= t.local_min
         or atomic_fraction(k) >= t.atomic_min
@@ -134,17 +137,18 @@ COALESCE_WORDING = Wording(
 
 
 def _uncoalesced_access(report: ProfileReport, t: MemoryThresholds) -> list[Recommendation]:
+    v = vocabulary.of(report)
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
-        waste = wasted_fraction(k)
+        waste = wasted_fraction(k, v)
         if waste < t.wasted_min:
             continue
-        total, wasted = wasted_sectors(k)
+        total, wasted = wasted_sectors(k, v)
         dram = (k.dram_bytes_read or 0.0) + (k.dram_bytes_write or 0.0)
         dram_pct = k.dram_throughput_pct or 0.0
         if dram_pct >= t.dram_bound_pct and dram > 0:
             # DRAM-bound: the wasted sectors are served by L1/L2; only DRAM bytes over what the accesses use go away
-            excess = max(0.0, 1 - (total - wasted) * v.SECTOR_BYTES / dram)
+            excess = max(0.0, 1 - (total - wasted) * v.sector_bytes / dram)
             if excess < t.min_excess_dram:
                 continue
             g = excess
@@ -153,7 +157,7 @@ def _uncoalesced_access(report: ProfileReport, t: MemoryThresholds) -> list[Reco
         else:
             mem_bound = (k.memory_throughput_pct or 0) >= (k.sm_throughput_pct or 0)
             g = waste * (1.0 if mem_bound else t.compute_bound_waste_factor)
-            waits_elsewhere = bool(k.top_stalls) and k.top_stalls[0].reason not in v.GLOBAL_LATENCY_STALLS
+            waits_elsewhere = bool(k.top_stalls) and k.top_stalls[0].reason not in v.global_latency_stalls
             if waits_elsewhere and k.memory_throughput_pct is not None:
                 # warps wait on something else (shared memory, the math pipes): the sectors cost time only as far as
                 # the memory units are busy moving them (a conv whose gathers hit L1 while it waited on shared
@@ -217,6 +221,7 @@ CONFLICT_WORDING = Wording(
 
 
 def _shared_bank_conflicts(report: ProfileReport, t: MemoryThresholds) -> list[Recommendation]:
+    v = vocabulary.of(report)
     hits, gain, evidence, tensor_gemms = [], 0.0, [], []
     for k, share in hot_kernels(report):
         frac = conflict_fraction(k)
@@ -224,7 +229,7 @@ def _shared_bank_conflicts(report: ProfileReport, t: MemoryThresholds) -> list[R
             continue
         conflicts, wavefronts = k.shared_bank_conflicts, k.shared_wavefronts
         assert conflicts is not None and wavefronts is not None  # else conflict_fraction was 0
-        stalled = bool(k.top_stalls and k.top_stalls[0].reason in v.SHARED_PIPE_STALLS)
+        stalled = bool(k.top_stalls and k.top_stalls[0].reason in v.shared_pipe_stalls)
         g = frac * (t.conflict_stalled_factor if stalled else t.conflict_factor)
         if is_tensor_gemm(k):
             g *= t.tensor_gemm_factor
@@ -374,7 +379,9 @@ def _atomic_contention(report: ProfileReport, t: MemoryThresholds) -> list[Recom
     ]
 
 
-uncoalesced_access = Rule("uncoalesced_access", _uncoalesced_access, MEMORY, (DEVICE_KERNELS, GLOBAL_SECTORS))
+uncoalesced_access = Rule(
+    "uncoalesced_access", _uncoalesced_access, MEMORY, (DEVICE_KERNELS, GLOBAL_SECTORS), terms=(SECTORS,)
+)
 shared_bank_conflicts = Rule(
     "shared_bank_conflicts", _shared_bank_conflicts, MEMORY, (DEVICE_KERNELS, SHARED_WAVEFRONTS)
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_fma_gemm
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, LEVERS, WEIGHT_WORK, Rule, ev, hot_kernels, recommendation
 from kforge_mcp.judge.roofline import lookup_peaks
@@ -34,13 +35,14 @@ def work_ceiling(report: ProfileReport) -> float | None:
     kernels = report.device_kernels()
     if r is None or not kernels or any(k.fma_pipe_pct is None for k in kernels):
         return None
+    v = vocabulary.of(report)
     flops = lookup_peaks(r.device)[0].flops
     fma, tensor = flops.get("fp32", 0.0), max(flops.values(), default=0.0)
     return sum(
         k.mean_ms
         * (k.launches_per_forward or 1.0)
         * 1e-3
-        * ((k.fma_pipe_pct or 0.0) * fma + busiest_tensor_pipe(k)[1] * tensor)
+        * ((k.fma_pipe_pct or 0.0) * fma + busiest_tensor_pipe(k, v)[1] * tensor)
         / 100
         for k in kernels
     )

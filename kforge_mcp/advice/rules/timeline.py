@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kforge_mcp.advice import vocabulary as v
+from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.rules.base import DEVICE_TIMELINE, RANKING, XVE_COUNTERS, Rule, Wording, recommendation, shares
 from kforge_mcp.advice.rules.base import pct as _pct
 from kforge_mcp.profiling.report import Evidence, ProfileReport, Recommendation
@@ -63,35 +63,36 @@ def _device_idle_gaps(report: ProfileReport, t: TimelineThresholds) -> list[Reco
 
 def _xve_stalled(report: ProfileReport, t: TimelineThresholds) -> list[Recommendation]:
     """Intel vector engines busy but stalled (waiting on memory or dependencies) much of the time."""
+    engines = vocabulary.of(report).engine_counters
     share = shares(report)
     hits = [
         k
         for k in report.device_kernels()
-        if k.metrics.get(v.XVE_STALL, 0) >= t.xve_stall_pct and share.get(k.name, 0) >= RANKING.min_share
+        if k.metrics.get(engines.stall, 0) >= t.xve_stall_pct and share.get(k.name, 0) >= RANKING.min_share
     ]
     if not hits:
         return []
     evidence = []
     for k in hits:
         evidence += [
-            Evidence(metric="XVE stall", value=_pct(k.metrics[v.XVE_STALL]), good="< 20%", kernel=k.name),
-            Evidence(metric="XVE active", value=_pct(k.metrics.get(v.XVE_ACTIVE)), good="> 70%", kernel=k.name),
+            Evidence(metric="XVE stall", value=_pct(k.metrics[engines.stall]), good="< 20%", kernel=k.name),
+            Evidence(metric="XVE active", value=_pct(k.metrics.get(engines.active)), good="> 70%", kernel=k.name),
         ]
         top = sorted(
-            ((n, x) for n, x in k.metrics.items() if n.startswith(v.XVE_STALL_REASON_PREFIX) and n != v.XVE_STALL),
+            ((n, x) for n, x in k.metrics.items() if n.startswith(engines.stall_reason_prefix) and n != engines.stall),
             key=lambda nx: -nx[1],
         )[:2]
         evidence += [
             Evidence(
-                metric=n.removesuffix("_pct").replace(v.XVE_STALL_REASON_PREFIX, "stall: "),
+                metric=n.removesuffix("_pct").replace(engines.stall_reason_prefix, "stall: "),
                 value=_pct(x),
                 kernel=k.name,
             )
             for n, x in top
         ]
-        if v.GPU_MEMORY_GBPS in k.metrics:
+        if engines.memory_gbps in k.metrics:
             evidence.append(
-                Evidence(metric="GPU memory GB/s", value=round(k.metrics[v.GPU_MEMORY_GBPS], 1), kernel=k.name)
+                Evidence(metric="GPU memory GB/s", value=round(k.metrics[engines.memory_gbps], 1), kernel=k.name)
             )
     return [
         recommendation(
@@ -99,7 +100,7 @@ def _xve_stalled(report: ProfileReport, t: TimelineThresholds) -> list[Recommend
             title="Hide memory latency on the Intel vector engines",
             evidence=evidence,
             action=XVE_STALL_WORDING.say(report.target),
-            expected_gain=sum(share[k.name] * k.metrics[v.XVE_STALL] / 100 * t.xve_stall_recoverable for k in hits),
+            expected_gain=sum(share[k.name] * k.metrics[engines.stall] / 100 * t.xve_stall_recoverable for k in hits),
             gain_basis=f"time share x stall fraction x {t.xve_stall_recoverable:g}: about half of the stalled cycles "
             "can be overlapped",
             kernels=[k.name for k in hits],
@@ -131,25 +132,26 @@ XVE_IDLE_WORDING = Wording(
 
 def _xve_idle(report: ProfileReport, t: TimelineThresholds) -> list[Recommendation]:
     """Intel vector engines idle: too few threads to fill them (small grid, low occupancy)."""
+    engines = vocabulary.of(report).engine_counters
     share = shares(report)
     hits = [
         k
         for k in report.device_kernels()
-        if k.metrics.get(v.XVE_IDLE, 0) >= t.xve_idle_pct and share.get(k.name, 0) >= RANKING.min_share
+        if k.metrics.get(engines.idle, 0) >= t.xve_idle_pct and share.get(k.name, 0) >= RANKING.min_share
     ]
     if not hits:
         return []
     evidence = []
     for k in hits:
         evidence += [
-            Evidence(metric="XVE idle", value=_pct(k.metrics[v.XVE_IDLE]), good="< 10%", kernel=k.name),
+            Evidence(metric="XVE idle", value=_pct(k.metrics[engines.idle]), good="< 10%", kernel=k.name),
             Evidence(metric="XVE thread occupancy", value=_pct(k.achieved_occupancy_pct), good="> 70%", kernel=k.name),
         ]
-        if v.WORK_GROUPS in k.metrics:
+        if engines.work_groups in k.metrics:
             evidence.append(
                 Evidence(
                     metric="work-groups",
-                    value=int(k.metrics[v.WORK_GROUPS]),
+                    value=int(k.metrics[engines.work_groups]),
                     kernel=k.name,
                     good="several per Xe-core (e.g. >= 4 x 20 on an Arc B580)",
                 )
@@ -160,7 +162,7 @@ def _xve_idle(report: ProfileReport, t: TimelineThresholds) -> list[Recommendati
             title="Give the Intel GPU enough parallel work",
             evidence=evidence,
             action=XVE_IDLE_WORDING.say(report.target),
-            expected_gain=sum(share[k.name] * k.metrics[v.XVE_IDLE] / 100 * t.xve_idle_recoverable for k in hits),
+            expected_gain=sum(share[k.name] * k.metrics[engines.idle] / 100 * t.xve_idle_recoverable for k in hits),
             gain_basis=f"time share x idle fraction x {t.xve_idle_recoverable:g}: filled engines take over most of "
             "the idle fraction",
             kernels=[k.name for k in hits],

@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter, OrderedDict
 
 from kforge_mcp.core.profile import KernelProfile, ProfileParseError, ProfileReport
-from kforge_mcp.platforms.formats import busy_timeline, set_forwards
+from kforge_mcp.platforms.formats import MEMCPY_METRIC, busy_timeline, set_forwards
 
 SCHEMA = "metal-gpu-intervals"
 COLUMNS = {  # our name -> mnemonics seen in exports
@@ -155,7 +155,7 @@ def report_from_xml(
             k = kernels[name] = KernelProfile(name=name)
             k.metrics["channel_" + (r["channel"] or "unknown").lower()] = 1.0
             if r["channel"].lower() == "blit":
-                k.metrics["memcpy_or_memset"] = 1.0
+                k.metrics[MEMCPY_METRIC] = 1.0
         k.launches += 1
         k.device_ms += r["duration"] / 1e6
     report.kernels = list(kernels.values())

@@ -10,6 +10,7 @@ from typing import Any
 from kforge_mcp.platforms.base import Platform, Profiler
 from kforge_mcp.platforms.formats import ProfileFormat
 from kforge_mcp.platforms.intel import unitrace
+from kforge_mcp.platforms.intel.advice_terms import VOCABULARY
 
 _streams: dict[int, Any] = {}  # stream_id -> the stream a snapshot found current (to make it current again)
 
@@ -40,6 +41,7 @@ class Intel(Platform):
     order = 30
     profilers = (Unitrace(),)
     proton = True
+    vocabulary = VOCABULARY
     guarded_state = (
         "the current device and stream; torch.xpu and SYCL expose no persisting-L2 set-aside, access policy "
         "window, device limits or cache configuration to read or put back"

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from typing import TypeGuard
 
 from kforge_mcp.core.profile import KernelProfile, ProfileParseError, ProfileReport
-from kforge_mcp.platforms.formats import busy_timeline, load_json, set_forwards
+from kforge_mcp.platforms.formats import MEMCPY_METRIC, busy_timeline, load_json, set_forwards
 
 SHAPE = re.compile(r"\[SIMD(\d+)\s*\{\s*(\d+);\s*(\d+);\s*(\d+)\s*\}\s*\{\s*(\d+);\s*(\d+);\s*(\d+)\s*\}\s*\]\s*$")
 TILE = re.compile(r"^Tile #\d+:\s*")
@@ -118,7 +118,7 @@ def report_from_chrome(data: dict | str, path: str = "<unitrace trace>", forward
         if k is None:
             k = kernels[base] = KernelProfile(name=base, metrics=dict(shape))
             if base.startswith(MEMORY_OPS):
-                k.metrics["memcpy_or_memset"] = 1.0
+                k.metrics[MEMCPY_METRIC] = 1.0
         k.launches += 1
         k.device_ms += dur / 1e3
         spans.append((ts, ts + dur))  # epoch microseconds: rebased below, before any float division

@@ -13,9 +13,10 @@ from typing import Any
 
 from kforge_mcp.core.profile import KernelProfile, ProfileParseError, ProfileReport
 from kforge_mcp.core.schemas import CompileReport, Diagnostic
-from kforge_mcp.platforms.base import Platform, ProfiledRun, Profiler, Vocabulary
+from kforge_mcp.platforms.base import Platform, ProfiledRun, Profiler
 from kforge_mcp.platforms.formats import ProfileFormat
 from kforge_mcp.platforms.nvidia import device_state, ncu, ncu_rep
+from kforge_mcp.platforms.nvidia.advice_terms import VOCABULARY
 from kforge_mcp.platforms.nvidia.compile_checks import shared_memory_diagnostics, sm_arch
 from kforge_mcp.platforms.nvidia.ncu_metrics import CORE_METRICS, DEFAULT_METRICS, SECTIONS, ncu_args
 
@@ -114,8 +115,7 @@ class Nvidia(Platform):
     profilers = (Ncu(),)
     metrics = "ncu"
     proton = True
-    # ncu's tensor-core pipes (KernelProfile.pipes); H100 SXM's SMs where a profile does not say
-    vocabulary = Vocabulary(tensor_pipes=("tensor_op_gmma", "tensor_op_hmma", "tensor_op_imma"), default_sm_count=132)
+    vocabulary = VOCABULARY
     guarded_state = (
         "the persisting-L2 set-aside and the L2 fetch granularity, the stack, malloc heap and printf FIFO limits, "
         "the timed stream's access policy window and priority, the cache and shared-memory configuration "
