@@ -16,6 +16,11 @@ next step is written from what it says):
 A call stops before a problem it may not finish within --deadline-s (its longest problem so far as the guide) and
 says which are left; a later call with --problems and the same OUT (its step file copied back there) adds theirs.
 
+Where the rules changed after a step's GPU run, the advice the next step follows is that step's profiles read again
+here, offline (written beside the record, which stays as the GPU wrote it; the report shows it as re-read):
+
+    python bench/advice_trajectories.py reread bench/results/advice-trajectories/conv-h100/step1.json
+
 Then, here, the record and its checks (fractions <= 1, never null, rising as kernels get faster; the last
 step's geomean speedup over the faster of eager and torch.compile):
 
@@ -33,6 +38,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PROBLEMS = ROOT / "bench" / "problems"
 sys.path.insert(0, str(ROOT))
 
 SETS = {
@@ -190,7 +196,7 @@ def run(step: int, out: Path, problems: list[str], deadline_s: float = DEADLINE_
                 left = problems[i:]
                 print(f"stopped before the deadline ({deadline_s:.0f} s); left for a later call: {' '.join(left)}")
                 return left
-            problem = str(ROOT / "bench" / "problems" / f"{name}.py")
+            problem = str(PROBLEMS / f"{name}.py")
             begun = time.time()
             for cand in step_files(name, step):
                 t0 = time.time()
@@ -232,6 +238,48 @@ def problem_set(problems) -> str:
     raise SystemExit(f"the records hold problems of no one set ({', '.join(sorted(problems))}): see SETS")
 
 
+def reread(step_file: Path) -> Path:
+    """The advice on a recorded step's GPU profiles read again here, offline, by the rules as they are now (with
+    the problem's roofline, its compute paths measured as verify measures them): what the next step follows when
+    the rules changed after the GPU run. Written beside the record as reread-step<N>.json; the record stays as the
+    GPU run wrote it."""
+    from kforge_mcp.advice import agent
+    from kforge_mcp.api import Engine
+    from kforge_mcp.judge.roofline import with_measured
+    from kforge_mcp.profiling.report import ProfileReport
+
+    data = json.loads(step_file.read_text())
+    out: dict = {
+        "device": data["device"],
+        "step": data["step"],
+        "read": "offline, the rules at this commit",
+        "advice": {},
+    }
+    engine = Engine(home=Path(tempfile.mkdtemp(prefix="kforge-reread-")))
+    try:
+        for rec in data["records"]:
+            p = ProfileReport.model_validate(rec["profile_report"])
+            roof = engine.roofline(
+                str(PROBLEMS / f"{rec['problem']}.py"), device_name=p.device_name, atol=1e-4, rtol=1e-4
+            )
+            p.roofline = with_measured(roof, rec["verify"]["candidate_ms"])
+            out["advice"][rec["problem"]] = profile_summary(p, agent.analyze(p))["advice"]
+    finally:
+        engine.close()
+    target = step_file.parent / f"reread-{step_file.name}"
+    target.write_text(json.dumps(out, indent=1) + "\n")
+    return target
+
+
+def advice_followed(folder: Path, rec: dict) -> tuple[list[dict], bool]:
+    """The advice the next step followed: the re-read one where the rules changed after the GPU run, else the
+    record's own; and whether it was re-read."""
+    reread_file = folder / f"reread-step{rec['step']}.json"
+    if reread_file.exists():
+        return json.loads(reread_file.read_text())["advice"].get(rec["problem"], []), True
+    return rec["profile"]["advice"], False
+
+
 def report(folder: Path) -> int:
     steps = sorted(folder.glob("step*.json"), key=lambda p: int(p.stem[4:]))
     by_problem: dict[str, list[dict]] = {}
@@ -261,9 +309,11 @@ def report(folder: Path) -> int:
         ]
         passing = []
         for rec in recs:
-            v, p = rec["verify"], rec["profile"]
-            top = p["advice"][0] if p["advice"] else None
+            v = rec["verify"]
+            followed, reread_now = advice_followed(folder, rec)
+            top = followed[0] if followed else None
             advice = f"`{top['rule']}` ({top['priority']}, {top['expected_gain']:.0%})" if top else "none"
+            advice += " (re-read)" if reread_now else ""
             path = (v["sol_path"] or "").split(" ", 1)[0]
             frac = v["fraction_of_sol"]
             lines.append(
@@ -277,7 +327,8 @@ def report(folder: Path) -> int:
         lines.append("| step -> next | top advice followed | expected gain | realized (1 - next ms / ms) |")
         lines.append("| --- | --- | --- | --- |")
         for rec, nxt in zip(recs, recs[1:]):
-            top = rec["profile"]["advice"][0] if rec["profile"]["advice"] else None
+            followed, _ = advice_followed(folder, rec)
+            top = followed[0] if followed else None
             a, b = rec["verify"]["candidate_ms"], nxt["verify"]["candidate_ms"]
             if top and a and b:
                 lines.append(
@@ -285,11 +336,12 @@ def report(folder: Path) -> int:
                 )
         lines.append("")
         for rec in recs:
-            p = rec["profile"]
-            if p["advice"]:
-                top = p["advice"][0]
+            followed, reread_now = advice_followed(folder, rec)
+            if followed:
+                top = followed[0]
                 lines.append(
-                    f"- step {rec['step']} top advice: **{top['title']}**: {top['action']} ({top['gain_basis']})"
+                    f"- step {rec['step']} top advice{' (re-read offline)' if reread_now else ''}: **{top['title']}**: "
+                    f"{top['action']} ({top['gain_basis']})"
                 )
         lines.append("")
         fr = [(r["verify"]["candidate_ms"], r["verify"]["fraction_of_sol"]) for r in passing]
@@ -335,7 +387,12 @@ def main() -> int:
     )
     rep = sub.add_parser("report")
     rep.add_argument("--dir", type=Path, required=True)
+    rr = sub.add_parser("reread", help="a step's GPU profiles read again by the rules as they are now")
+    rr.add_argument("step_file", type=Path)
     args = ap.parse_args()
+    if args.cmd == "reread":
+        print(reread(args.step_file))
+        return 0
     if args.cmd == "run":
         unknown = set(args.problems or ()) - set(SETS[args.set])
         if unknown:
