@@ -178,3 +178,33 @@ def test_a_lever_the_kernels_have_taken_is_not_advised_again(tmp_path):
     assert report.roofline.levers and report.roofline.levers[0].kind == "reduce_first"
     a = agent.analyze(report)
     assert "reference_structure" not in [r.rule for r in [*a.recommendations, *a.no_gain]]
+
+
+def test_a_lever_the_kernels_have_taken_sets_their_bound(tmp_path):
+    """Once the lever is taken, the bound is the lever's: the fraction of speed of light is the forward's as its
+    kernels run it, and tensor cores are priced on the FLOPs left (14.5 GFLOPs, not 464)."""
+    name = "convtranspose3d_mean_add_softmax_tanh_scaling_l2.py"
+    report = _step1(tmp_path, "convtranspose3d-mean-reduced-first-h100.json", name, 2.5)
+    before = report.roofline.fraction_of_sol
+    agent.analyze(report)
+    r = report.roofline
+    assert not r.levers and r.flops == pytest.approx(1.45e10, rel=0.05)
+    assert r.fraction_of_sol < before and any("takes the lever 'Reduce before" in n for n in r.notes)
+
+
+def test_statistics_already_in_the_epilogue_leave_only_a_recompute_to_fold(tmp_path):
+    """#38 with the softmax's sums taken in the conv's epilogue (atomics): the normalize pass left folds in only by
+    recomputing the conv, which costs more than the pass; fuse_launches promises nothing."""
+    from kforge_mcp.core.problem import Source, load_problem
+    from kforge_mcp.judge.roofline import reference_roofline, with_measured
+
+    report = ProfileReport.model_validate(json.loads((DATA / "convtranspose3d-softmax-fma-h100.json").read_text()))
+    name = "convtranspose3d_avgpool_clamp_softmax_multiply_l2.py"
+    problem = load_problem(Source((DATA.parent.parent / "problems" / name).read_text(), name), tmp_path)
+    report.roofline = with_measured(reference_roofline(problem, "cpu", report.device_name, atol=1e-4, rtol=1e-4), 7.66)
+    conv = max(report.device_kernels(), key=lambda k: k.device_ms)
+    conv.atomic_instructions = 4.2e6
+    a = agent.analyze(report)
+    assert "fuse_launches" not in [r.rule for r in a.recommendations]
+    fuse = next(r for r in a.no_gain if r.rule == "fuse_launches")
+    assert "recomputing the conv" in fuse.gain_basis

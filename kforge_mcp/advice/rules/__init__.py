@@ -28,7 +28,7 @@ from kforge_mcp.advice.rules.conv import gather_fed_conv
 from kforge_mcp.advice.rules.launch import fuse_launches, grid_too_small, latency_bound, ncu_own_rules
 from kforge_mcp.advice.rules.memory import atomic_contention, register_spills, shared_bank_conflicts, uncoalesced_access
 from kforge_mcp.advice.rules.ranking import rank
-from kforge_mcp.advice.rules.structure import reference_structure, weights_once
+from kforge_mcp.advice.rules.structure import adopt_taken_lever, reference_structure, weights_once
 from kforge_mcp.advice.rules.timeline import device_idle_gaps, xve_idle, xve_stalled
 from kforge_mcp.profiling.report import ProfileReport, Recommendation, RuleNotRun
 
@@ -69,6 +69,7 @@ def run_rules(report: ProfileReport, rules: Sequence[Rule[Any]] = RULES) -> Rule
     """The recommendations of every rule the report has the parts for, ranked (ranking.py), and those priced at no
     gain; the rules it lacks the parts for, each with what it needs; a broken rule's error as a note, the others'
     advice kept."""
+    adopt_taken_lever(report)
     roof = report.roofline
     flops_known = bool(roof and roof.flops > 0)
     conv = bool(roof and roof.kind and roof.kind.startswith("convolution"))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_fma_gemm
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, LEVERS, WEIGHT_WORK, Rule, ev, hot_kernels, recommendation
-from kforge_mcp.judge.roofline import lookup_peaks
+from kforge_mcp.judge.roofline import lookup_peaks, with_lever
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
 
@@ -48,19 +48,34 @@ def work_ceiling(report: ProfileReport) -> float | None:
     )
 
 
+def adopt_taken_lever(report: ProfileReport) -> None:
+    """A lever whose FLOPs the profiled kernels cannot have done is taken: the report's bound becomes the lever's
+    (roofline.with_lever), so the fraction of speed of light and the other rules' prices are the forward's as the
+    kernels run it, and the lever is not advised again."""
+    r = report.roofline
+    ceiling = work_ceiling(report)
+    if r is None or ceiling is None:
+        return
+    for lever in sorted(r.levers, key=lambda lv: lv.flops_after):
+        if lever.flops_saved > 0 and ceiling < lever.flops_after + lever.flops_saved / 2:
+            why = (
+                f"its kernels' pipes can have done at most {ceiling:.3g} FLOPs a forward, under the "
+                f"{lever.flops_saved:.3g} it removes"
+            )
+            report.roofline = with_lever(r, lever, why)
+            return
+
+
 def _reference_structure(report: ProfileReport, t: StructureThresholds) -> list[Recommendation]:
     r = report.roofline
     if r is None or not r.levers or r.sol_ms <= 0:
         return []
-    ceiling = work_ceiling(report)
     recs = []
     # Kernels doing the FLOPs on the FMA pipe gain what the lever saves at the FMA rate, not at the bound's path:
     # a lever that cuts a convolution's FLOPs 32-fold is worth more to them than the bound's drop on fp16 says.
     matrix = [k for k, _ in hot_kernels(report) if k.category in ("gemm", "conv")]
     fma = lookup_peaks(r.device)[0].flops.get("fp32") if matrix and all(is_fma_gemm(k) for k in matrix) else None
     for lever in r.levers:
-        if ceiling is not None and lever.flops_saved > 0 and ceiling < lever.flops_after + lever.flops_saved / 2:
-            continue  # taken: the kernels cannot have done the FLOPs it removes
         gain = 1.0 - lever.sol_ms_after / r.sol_ms
         basis = "1 - T_SOL after / T_SOL now, on the roofline's peaks"
         if fma and lever.flops_saved > 0:

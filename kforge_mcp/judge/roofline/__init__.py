@@ -30,6 +30,7 @@ from kforge_mcp.judge.roofline.bound import (
     placeholder_peaks,
     reference_roofline,
     set_verify_bound,
+    with_lever,
     with_measured,
 )
 from kforge_mcp.judge.roofline.conv import compute_flops, conv_gemm, conv_label, conv_shape, mma_granules, problem_kind
@@ -80,5 +81,6 @@ __all__ = [
     "reference_roofline",
     "set_verify_bound",
     "table_device",
+    "with_lever",
     "with_measured",
 ]

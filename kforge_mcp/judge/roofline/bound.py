@@ -3,7 +3,7 @@ measured time set against it (corrected, never over 1, when a kernel beats it)."
 
 from __future__ import annotations
 
-from kforge_mcp.core.schemas import ComputePath, Convolution, Roofline
+from kforge_mcp.core.schemas import ComputePath, Convolution, Lever, Roofline
 from kforge_mcp.judge.precision_paths import MeasuredPaths
 from kforge_mcp.judge.roofline.conv import compute_flops, conv_gemm, conv_shape, mma_granules, problem_kind
 from kforge_mcp.judge.roofline.counting import count_problem
@@ -170,6 +170,37 @@ def lever_sol_ms(r: Roofline, flops_after: float, bytes_after: float) -> float:
     (a convolution's padding stays in proportion)."""
     compute = r.flop_ms * flops_after / r.flops if r.flops > 0 else 0.0
     return max(compute, bytes_after / r.peak_bandwidth * 1e3)
+
+
+def with_lever(r: Roofline, lever: Lever, why: str) -> Roofline:
+    """The bound of the forward after a lever the kernel takes: the lever's FLOPs and bytes on ``r``'s path and
+    peaks (the convolutions' FLOPs scaled with the rest), said so in the notes; the measured time set again."""
+    scale = lever.flops_after / r.flops if r.flops > 0 else 1.0
+    flop_ms = r.flop_ms * scale
+    byte_ms = lever.bytes_after / r.peak_bandwidth * 1e3
+    out = r.model_copy(
+        update=dict(
+            flops=lever.flops_after,
+            bytes=lever.bytes_after,
+            flop_ms=flop_ms,
+            byte_ms=byte_ms,
+            sol_ms=lever.sol_ms_after,
+            bound="compute" if flop_ms >= byte_ms else "memory",
+            bound_reason=f"after '{lever.title}': {lever.flops_after:.4g} FLOPs, {lever.bytes_after:.4g} bytes",
+            flops_by_op={op: f * scale for op, f in r.flops_by_op.items()},
+            convs=[
+                c.model_copy(update=dict(flops=c.flops * scale, padded_flops=c.padded_flops * scale)) for c in r.convs
+            ],
+            compute_flops=None if r.compute_flops is None else r.compute_flops * scale,
+            levers=[lv for lv in r.levers if lv is not lever],
+            notes=[
+                *r.notes,
+                f"the kernel takes the lever '{lever.title}' ({why}): bound taken as the lever's "
+                f"{lever.sol_ms_after:.4g} ms",
+            ],
+        )
+    )
+    return with_measured(out, r.measured_ms)
 
 
 def corrected_bound(r: Roofline, measured_ms: float) -> tuple[float, str]:
