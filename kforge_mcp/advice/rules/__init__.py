@@ -1,7 +1,7 @@
 """The rules the agent runs, listed here in one place (each module holds the rules of one concern):
 
-memory: coalescing, bank conflicts, spills, atomics. compute: at the limit, tensor cores, feeding the
-tensor pipe, issue-bound. launch: fused launches, latency-bound kernels, grid size, ncu's own rules.
+memory: coalescing, bank conflicts, spills, atomics. compute: at the limit, issue-bound. tensor_cores:
+tensor cores, feeding the tensor pipe. launch: fused launches, latency-bound kernels, grid size, ncu's own rules.
 structure: levers of the reference's FX graph, work on weights alone. timeline: device idle gaps and
 Intel XVE counters. compiled: the candidate compiled for an NVIDIA arch where no GPU ran it.
 
@@ -22,11 +22,12 @@ from kforge_mcp.advice.rules.compiled import (
     compiled_spills,
     compiled_tensor_cores,
 )
-from kforge_mcp.advice.rules.compute import at_the_limit, feed_tensor_pipe, issue_bound, use_tensor_cores
+from kforge_mcp.advice.rules.compute import at_the_limit, issue_bound
 from kforge_mcp.advice.rules.launch import fuse_launches, grid_too_small, latency_bound, ncu_own_rules
 from kforge_mcp.advice.rules.memory import atomic_contention, register_spills, shared_bank_conflicts, uncoalesced_access
 from kforge_mcp.advice.rules.ranking import rank
 from kforge_mcp.advice.rules.structure import reference_structure, weights_once
+from kforge_mcp.advice.rules.tensor_cores import feed_tensor_pipe, use_tensor_cores
 from kforge_mcp.advice.rules.timeline import device_idle_gaps, xve_idle, xve_stalled
 from kforge_mcp.profiling.report import ProfileReport, Recommendation, RuleNotRun
 
