@@ -30,16 +30,10 @@ from kforge_mcp.targets.cuda.build import (
     extension_cache_dir,
     patched_load_inline,
 )
-from kforge_mcp.targets.cuda.fast_build import (
-    BuildInfo,
-    FastBuildError,
-    candidate_errors,
-    check_host,
-    load_split,
-    plan_build,
-    torch_versions,
-)
+from kforge_mcp.targets.cuda.build_plan import plan_build
+from kforge_mcp.targets.cuda.fast_build import BuildInfo, FastBuildError, check_host, load_split, torch_versions
 from kforge_mcp.targets.cuda.nvcc import build_errors
+from kforge_mcp.targets.cuda.preludes import candidate_errors
 from kforge_mcp.targets.cuda.split import CannotSplit
 from kforge_mcp.targets.nvidia import tool_version
 from kforge_mcp.targets.source_map import map_pieces

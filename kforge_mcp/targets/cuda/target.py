@@ -42,7 +42,8 @@ from kforge_mcp.targets.cuda.build import (
     cutlass_include_dir,
     extension_cache_dir,
 )
-from kforge_mcp.targets.cuda.fast_build import BuildInfo, cpu_torch_flags, start_pch_prewarm
+from kforge_mcp.targets.cuda.build_plan import cpu_torch_flags
+from kforge_mcp.targets.cuda.fast_build import BuildInfo, start_pch_prewarm
 from kforge_mcp.targets.cuda.lean_header import TORCH_LEAN_H
 from kforge_mcp.targets.cuda.load import check_host_unit, load_candidate
 from kforge_mcp.targets.cuda.nvcc import (
