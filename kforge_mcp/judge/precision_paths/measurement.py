@@ -128,10 +128,7 @@ def measure_reference(
     instance of the problem (its full size when that fits) and stopped at ``budget_s``."""
     import torch
 
-    from kforge_mcp.core.problem import reference_model, seed_everything
-    from kforge_mcp.core.reduced import reduce_problem, samples_mix
     from kforge_mcp.judge import precision
-    from kforge_mcp.judge.correctness import flatten_outputs
 
     started = time.perf_counter()
     judge = precision.resolve(req, problem)
@@ -139,18 +136,7 @@ def measure_reference(
     # fastest first: what a budget leaves unmeasured is what the bound needs least
     order = [p for p in reversed(paths_for(dtype)) if p in PATH_SPECS and not (p == dtype and p != "fp32")]
 
-    def fits(model, inputs) -> bool:
-        cost = plan(model, inputs)
-        return cost.seconds(order, len(seeds)) <= PLAN_S and cost.intermediates <= MEMORY_BYTES
-
-    reduction = reduce_problem(problem, fits)
-    with reduction.applied(problem):
-        model = reference_model(problem, "cpu", 0, judge.dtype)
-        mixes = reduction.batch_shrunk and samples_mix(model, judge.cast(problem.make_inputs(seeds[0], "cpu")))
-    if mixes:  # statistics over the batch: measured on more samples
-        reduction = reduce_problem(problem, fits, batch_mixes=True)
-        with reduction.applied(problem):
-            model = reference_model(problem, "cpu", 0, judge.dtype)
+    reduction, model = _reduced_reference(problem, judge, order, seeds)
     growth = sample_factor(reduction.outputs * len(seeds), reduction.reduced_outputs * len(seeds))
     deadline = started + budget_s
     mode_cls = _mode_class()
@@ -159,27 +145,11 @@ def measure_reference(
     unmeasured: dict[str, str] = {}
     products, emulated, skipped = 0, 0, set[str]()
     with reduction.applied(problem), torch.no_grad():
-        cases, reference_s = [], 0.0
-        for seed in seeds:
-            inputs = judge.cast(problem.make_inputs(seed, "cpu"))
-            seed_everything(seed)
-            t0 = time.perf_counter()
-            expected = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-            reference_s = max(reference_s, time.perf_counter() - t0)
-            cases.append((seed, inputs, expected))
-            if judge.atol is None or judge.rtol is None:
-                first = next((t for t in flatten_outputs(expected) if isinstance(t, torch.Tensor)), None)
-                if first is not None:
-                    judge.settle(first.dtype)
+        cases, reference_s = _reference_cases(problem, model, judge, seeds)
         cost = _plan_of(problem)
         splits = Splits([*model.parameters(), *model.buffers()])
-        largest = max(
-            (float(t.abs().max()) for *_, e in cases for t in flatten_outputs(e) if _floating(t) and t.numel()),
-            default=None,
-        )
-        vacuous = largest is not None and judge.atol is not None and largest <= judge.atol
-        if vacuous:  # every output within atol of zero: any path, zeros too, "passes"; errors cannot rank paths
-            within = f"the reference's outputs all sit within atol ({judge.atol:g}) of zero (largest {largest:.3g})"
+        within = _within_atol(cases, judge)
+        if within:  # every output within atol of zero: any path, zeros too, "passes"; errors cannot rank paths
             unmeasured = {name: within for name in order}
             order = []
         for i, name in enumerate(order):
@@ -201,21 +171,8 @@ def measure_reference(
             errors[name] = None if worst is None else worst * scaled_by[name]
     if emulated and not products:
         errors, scaled_by, unmeasured = {}, {}, {}
-    notes = [f"paths measured on {reduction.summary()}"]
-    if growth > 1 and scaled_by:
-        notes.append(
-            f"each path's max error scaled for {reduction.outputs} output elements rather than "
-            f"{reduction.reduced_outputs}: up to {growth:.3g}x where its error varies with the inputs, less where "
-            f"it does not (scaled_by)"
-        )
-    if vacuous:
-        notes.append(f"{within}: a measured error cannot tell one path from another, so each is judged by rounding")
-    elif unmeasured:
-        notes.append(f"{', '.join(unmeasured)} not measured within the {budget_s:g} s budget: judged by rounding")
-    if emulated and not products:
-        notes.append("the reference does no matrix product or convolution: every path computes it alike")
-    if skipped:
-        notes.append(f"not emulated (computed in the problem's dtype): {', '.join(sorted(skipped))}")
+    notes = _notes_on_measure(reduction, growth if scaled_by else 1.0, within, list(unmeasured), budget_s)
+    notes += _notes_on_work(emulated, products, skipped)
     return MeasuredPaths(
         flops=counts.flops,
         bytes=counts.bytes,
@@ -237,3 +194,88 @@ def measure_reference(
         seconds=round(time.perf_counter() - started, 3),
         notes=notes,
     )
+
+
+def _reduced_reference(problem, judge, order: list[str], seeds: tuple[int, ...]):
+    """(reduction, the reference model on the CPU): the instance planned to measure ``order`` on ``seeds`` within
+    PLAN_S and MEMORY_BYTES, with more samples where the reference mixes statistics over its batch."""
+    from kforge_mcp.core.problem import reference_model
+    from kforge_mcp.core.reduced import reduce_problem, samples_mix
+
+    def fits(model, inputs) -> bool:
+        cost = plan(model, inputs)
+        return cost.seconds(order, len(seeds)) <= PLAN_S and cost.intermediates <= MEMORY_BYTES
+
+    reduction = reduce_problem(problem, fits)
+    with reduction.applied(problem):
+        model = reference_model(problem, "cpu", 0, judge.dtype)
+        mixes = reduction.batch_shrunk and samples_mix(model, judge.cast(problem.make_inputs(seeds[0], "cpu")))
+    if mixes:  # statistics over the batch: measured on more samples
+        reduction = reduce_problem(problem, fits, batch_mixes=True)
+        with reduction.applied(problem):
+            model = reference_model(problem, "cpu", 0, judge.dtype)
+    return reduction, model
+
+
+def _reference_cases(problem, model, judge, seeds: tuple[int, ...]) -> tuple[list, float]:
+    """Each input set as (seed, inputs, the reference's outputs), and the slowest reference forward; settles the
+    judge's tolerance on the outputs' dtype where none was given."""
+    import torch
+
+    from kforge_mcp.core.problem import seed_everything
+    from kforge_mcp.judge.correctness import flatten_outputs
+
+    cases, reference_s = [], 0.0
+    for seed in seeds:
+        inputs = judge.cast(problem.make_inputs(seed, "cpu"))
+        seed_everything(seed)
+        t0 = time.perf_counter()
+        expected = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        reference_s = max(reference_s, time.perf_counter() - t0)
+        cases.append((seed, inputs, expected))
+        if judge.atol is None or judge.rtol is None:
+            first = next((t for t in flatten_outputs(expected) if isinstance(t, torch.Tensor)), None)
+            if first is not None:
+                judge.settle(first.dtype)
+    return cases, reference_s
+
+
+def _within_atol(cases: list, judge) -> str | None:
+    """Why no measured error can rank the paths, when every output of the reference sits within atol of zero."""
+    from kforge_mcp.judge.correctness import flatten_outputs
+
+    largest = max(
+        (float(t.abs().max()) for *_, e in cases for t in flatten_outputs(e) if _floating(t) and t.numel()),
+        default=None,
+    )
+    if largest is None or judge.atol is None or largest > judge.atol:
+        return None
+    return f"the reference's outputs all sit within atol ({judge.atol:g}) of zero (largest {largest:.3g})"
+
+
+def _notes_on_measure(
+    reduction, growth: float, within: str | None, unmeasured: list[str], budget_s: float
+) -> list[str]:
+    """The instance measured, how its errors were scaled (``growth`` 1: not scaled) and what was not measured."""
+    notes = [f"paths measured on {reduction.summary()}"]
+    if growth > 1:
+        notes.append(
+            f"each path's max error scaled for {reduction.outputs} output elements rather than "
+            f"{reduction.reduced_outputs}: up to {growth:.3g}x where its error varies with the inputs, less where "
+            f"it does not (scaled_by)"
+        )
+    if within:
+        notes.append(f"{within}: a measured error cannot tell one path from another, so each is judged by rounding")
+    elif unmeasured:
+        notes.append(f"{', '.join(unmeasured)} not measured within the {budget_s:g} s budget: judged by rounding")
+    return notes
+
+
+def _notes_on_work(emulated: int, products: int, skipped: set[str]) -> list[str]:
+    """What the emulation left as it was: everything, or the ops it does not emulate."""
+    notes = []
+    if emulated and not products:
+        notes.append("the reference does no matrix product or convolution: every path computes it alike")
+    if skipped:
+        notes.append(f"not emulated (computed in the problem's dtype): {', '.join(sorted(skipped))}")
+    return notes
