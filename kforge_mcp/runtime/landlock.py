@@ -83,12 +83,8 @@ def writable_dirs(env: Mapping[str, str] | None = None) -> list[str]:
     return list(dict.fromkeys(env[k] for k in keys if env.get(k)))
 
 
-def _landlock(write_dirs: list[str]) -> str:
-    abi = landlock_abi()
-    if abi < 1:
-        return "off (Landlock is not available in this kernel)"
-    libc = _libc()
-    libc.syscall.restype = ctypes.c_long
+def _write_rights(abi: int) -> int:
+    """The filesystem rights that write, as far as the kernel's Landlock ABI knows them."""
     write = (
         FS_WRITE_FILE
         | FS_REMOVE_DIR
@@ -105,6 +101,16 @@ def _landlock(write_dirs: list[str]) -> str:
         write |= FS_REFER
     if abi >= 3:
         write |= FS_TRUNCATE
+    return write
+
+
+def _landlock(write_dirs: list[str]) -> str:
+    abi = landlock_abi()
+    if abi < 1:
+        return "off (Landlock is not available in this kernel)"
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    write = _write_rights(abi)
     handled = READ | write
     attr = _RulesetAttr(
         handled_access_fs=handled,

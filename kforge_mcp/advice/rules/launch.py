@@ -166,6 +166,47 @@ def statistics_in_epilogue(report: ProfileReport, conv, conv_ms: float) -> str:
     return text
 
 
+def _occupancy_evidence(k, warps: float | None, t: LaunchThresholds) -> list:
+    """What a latency-bound kernel shows of its occupancy: warps per block, achieved and theoretical occupancy,
+    its top stall."""
+    evidence = []
+    if warps is not None:
+        evidence.append(
+            ev(
+                "warps per block",
+                warps,
+                f">= {t.enough_warps:g} ({t.enough_warps * v.WARP_SIZE:g}+ threads)",
+                k.name,
+            )
+        )
+    if k.achieved_occupancy_pct is not None:
+        evidence.append(ev("achieved occupancy", _pct(k.achieved_occupancy_pct), ">= 25%", k.name))
+    if k.theoretical_occupancy_pct is not None and k.theoretical_occupancy_pct < 100:
+        evidence.append(
+            ev(
+                "theoretical occupancy",
+                _pct(k.theoretical_occupancy_pct),
+                f"limited by {k.occupancy_limiter or '?'}",
+                k.name,
+            )
+        )
+    if k.top_stalls:
+        s = k.top_stalls[0]
+        evidence.append(ev(f"top stall: {s.reason}", s.cycles_per_issue, "few cycles per issue", k.name))
+    return evidence
+
+
+def _latency_cause(k, warps: float | None, latency_kind: bool, t: LaunchThresholds) -> str:
+    """Why the kernel waits on latency, as a key of LATENCY_WORDING."""
+    if latency_kind and k.category in ("gemm", "conv"):
+        return "tiles"
+    if warps is not None and warps < t.enough_warps:
+        return "few_warps"
+    if k.occupancy_limiter == "registers" and (k.theoretical_occupancy_pct or 100) < t.register_limited_occupancy_pct:
+        return "registers"
+    return "ilp"
+
+
 def _latency_bound(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
     hits, gain, evidence, causes = [], 0.0, [], []
     sms = report.sm_count or v.DEFAULT_SM_COUNT
@@ -203,40 +244,8 @@ def _latency_bound(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
                 ev("DRAM throughput", _pct(k.dram_throughput_pct), "idle too: not memory-bound", k.name),
                 ev("tensor pipe busy", _pct(tensor), "idles for latency, not for want of feeding", k.name),
             ]
-        if warps is not None:
-            evidence.append(
-                ev(
-                    "warps per block",
-                    warps,
-                    f">= {t.enough_warps:g} ({t.enough_warps * v.WARP_SIZE:g}+ threads)",
-                    k.name,
-                )
-            )
-        if k.achieved_occupancy_pct is not None:
-            evidence.append(ev("achieved occupancy", _pct(k.achieved_occupancy_pct), ">= 25%", k.name))
-        if k.theoretical_occupancy_pct is not None and k.theoretical_occupancy_pct < 100:
-            evidence.append(
-                ev(
-                    "theoretical occupancy",
-                    _pct(k.theoretical_occupancy_pct),
-                    f"limited by {k.occupancy_limiter or '?'}",
-                    k.name,
-                )
-            )
-        if k.top_stalls:
-            s = k.top_stalls[0]
-            evidence.append(ev(f"top stall: {s.reason}", s.cycles_per_issue, "few cycles per issue", k.name))
-        if latency_kind and k.category in ("gemm", "conv"):
-            causes.append("tiles")
-        elif warps is not None and warps < t.enough_warps:
-            causes.append("few_warps")
-        elif (
-            k.occupancy_limiter == "registers"
-            and (k.theoretical_occupancy_pct or 100) < t.register_limited_occupancy_pct
-        ):
-            causes.append("registers")
-        else:
-            causes.append("ilp")
+        evidence += _occupancy_evidence(k, warps, t)
+        causes.append(_latency_cause(k, warps, latency_kind, t))
     if not hits:
         return []
     action = " ".join(LATENCY_WORDING[c].say(report.target) for c in dict.fromkeys(causes))

@@ -86,6 +86,28 @@ def torch_include_dirs() -> list[str]:
 # ---- the target ----
 
 
+def _cutlass_includes(pieces, build: InlineBuild, source: Source, diags: list[Diagnostic]) -> list[str]:
+    """CUTLASS's include dir where the pieces include CuTe/CUTLASS headers; a warning in ``diags`` when it is
+    not installed."""
+    includes = []
+    uses_cutlass = any(CUTLASS_HEADER.search(p.text) for p in pieces)
+    if uses_cutlass:
+        inc = cutlass_include_dir()
+        if inc:
+            includes.append(inc)
+        else:
+            diags.append(
+                Diagnostic(
+                    severity="warning",
+                    file=source.name,
+                    line=build.call_line,
+                    message="the source includes CuTe/CUTLASS headers but nvidia-cutlass is not "
+                    "installed (pip install nvidia-cutlass)",
+                )
+            )
+    return includes
+
+
 class CudaTarget(Target):
     name = "cuda"
     summary = "CUDA C++ through torch.utils.cpp_extension.load_inline (KernelBench form)"
@@ -197,22 +219,7 @@ class CudaTarget(Target):
         if not build.cuda:
             return not diags, diags
         pieces = map_pieces(build.cuda, source.text, "cuda_sources")
-        includes = []
-        uses_cutlass = any(CUTLASS_HEADER.search(p.text) for p in pieces)
-        if uses_cutlass:
-            inc = cutlass_include_dir()
-            if inc:
-                includes.append(inc)
-            else:
-                diags.append(
-                    Diagnostic(
-                        severity="warning",
-                        file=source.name,
-                        line=build.call_line,
-                        message="the source includes CuTe/CUTLASS headers but nvidia-cutlass is not "
-                        "installed (pip install nvidia-cutlass)",
-                    )
-                )
+        includes = _cutlass_includes(pieces, build, source, diags)
         flags = usable_flags(build.flags())
         blocks = [(p, top_level_blocks(p.text)) for p in pieces]
 
