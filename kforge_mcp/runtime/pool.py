@@ -243,10 +243,11 @@ class WorkerPool:
         memory_limit_mb: int | None = 8192,
         max_jobs_per_worker: int = 200,
         base_env: dict[str, str] | None = None,
-        settings: Settings | None = None,
+        *,
+        settings: Settings,
     ):
         self.home = home
-        self.settings = settings or Settings.read()  # an entry point passes its own; read here otherwise
+        self.settings = settings  # read once by the entry point that made the pool
         self.memory_limit = memory_limit_mb * 2**20 if memory_limit_mb else None
         self.max_jobs_per_worker = max_jobs_per_worker
         self.base_env = base_env  # the environment workers are scrubbed from (default: this process's)
@@ -272,13 +273,13 @@ class WorkerPool:
     def _start(self, lane: str) -> Worker:
         env = worker_environment(lane, self.home, self.tmp, self.base_env)
         cgroup = None
-        if sandbox.enabled("cgroup"):
+        if self.settings.sandbox_enabled("cgroup"):
             cgroup = sandbox.PidsCgroup.create(self.settings.sandbox_max_procs)
         if cgroup is not None:
             env["KFORGE_SANDBOX_CGROUP"] = str(cgroup.path)
         env[MEMORY_SETTING] = str(self.memory_limit // 2**20 if self.memory_limit else 0)
         max_tasks = None
-        if sandbox.watchdog_applies(cgroup is not None):  # no pids cgroup here: count the tree ourselves
+        if sandbox.watchdog_applies(cgroup is not None, self.settings):  # no pids cgroup here: count the tree ourselves
             max_tasks = self.settings.sandbox_max_procs
         # spawned and registered under the lock: a shutdown comes either first (nothing is spawned) or after
         # (it kills this worker), never between, even when this is a background start the interpreter's exit freezes

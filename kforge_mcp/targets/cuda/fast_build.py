@@ -30,6 +30,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from kforge_mcp.core.process_env import child_environment
 from kforge_mcp.targets.cuda.build_cache import ObjectCache, Pch, digest, seal, sealed, start_detached, write_whole
 from kforge_mcp.targets.cuda.build_plan import Plan, plan_build, toolchain_id
 from kforge_mcp.targets.cuda.preludes import (
@@ -342,7 +343,7 @@ def start_pch_prewarm(cache_root: Path) -> None:
     a moment; a thread of a worker did that under a job's feet (and, while a candidate's import had
     load_inline swapped, built a whole dummy extension inside that job)."""
     package_root = str(Path(__file__).resolve().parents[3])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    env = child_environment(pythonpath_first=package_root)
     code = "import sys, pathlib; from kforge_mcp.targets.cuda.fast_build import prewarm_pch; "
     code += "prewarm_pch(pathlib.Path(sys.argv[1]))"
     start_detached([sys.executable, "-c", code, str(cache_root)], env)
