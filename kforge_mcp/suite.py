@@ -28,10 +28,8 @@ from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.options import BASELINES, VERIFY
 from kforge_mcp.core.problem import REQUIRED_PROBLEM_NAMES, check_allowed_path, default_allowed_roots
 from kforge_mcp.core.schemas import VerifyReport
-from kforge_mcp.suite_report import BenchSummary, problem_result, suite_metrics, write_html, write_plot
+from kforge_mcp.suite_report import RESULTS, SUMMARY, BenchSummary, problem_result, suite_metrics, write_files
 from kforge_mcp.targets import TARGETS
-
-RESULTS, SUMMARY, PNG, HTML = "results.jsonl", "summary.json", "bench.png", "bench.html"
 
 Progress = Callable[[int, int, str], None] | None  # (done, total, message)
 
@@ -214,7 +212,7 @@ def run_bench(
         from kforge_mcp.agents.providers import make_provider
 
         assert provider is not None  # gen_mode without generate: a provider was named
-        generate = make_provider(provider, model=model, base_url=base_url)
+        generate = make_provider(provider, model=model, base_url=base_url, settings=engine.settings if engine else None)
 
     own_engine = engine is None
     if own_engine:
@@ -246,7 +244,7 @@ def run_bench(
     summary = _summary(plan, records, problems, None if gen_mode else candidates, out, target, settings)
     summary.judged_now, summary.reused = judged_now, reused
     summary.seconds = round(time.perf_counter() - started, 2)
-    _write_files(summary, out, plot)
+    write_files(summary, out, plot)
     return summary
 
 
@@ -289,19 +287,6 @@ def _summary(plan, records: dict, problems, candidates, out: Path, target: str, 
     if summary.execution == "triton-interpreter":
         summary.notes.append("kernels ran in Triton's CPU interpreter: the speedups say nothing about a GPU")
     return summary
-
-
-def _write_files(summary: BenchSummary, out: Path, plot: bool) -> None:
-    """summary.json, and with ``plot`` bench.png and bench.html, under ``out``."""
-    if plot:
-        why = write_plot(summary, out / PNG)
-        if why:
-            summary.notes.append(why)
-        else:
-            summary.files["png"] = str(out / PNG)
-        write_html(summary, out / HTML, None if why else out / PNG)
-        summary.files["html"] = str(out / HTML)
-    (out / SUMMARY).write_text(summary.model_dump_json(indent=2) + "\n")
 
 
 def _rel(path: str, root, out: Path) -> str:
