@@ -212,7 +212,7 @@ def run_bench(
         from kforge_mcp.agents.providers import make_provider
 
         assert provider is not None  # gen_mode without generate: a provider was named
-        generate = make_provider(provider, model=model, base_url=base_url, settings=engine.settings if engine else None)
+        generate = make_provider(provider, model=model, base_url=base_url)
 
     own_engine = engine is None
     if own_engine:
