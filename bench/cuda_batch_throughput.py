@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     from kforge_mcp.api import Engine
+    from kforge_mcp.core.settings import Settings
     from kforge_mcp.runtime.executor import LocalExecutor
     from kforge_mcp.runtime.pool import WorkerPool
 
@@ -55,7 +56,7 @@ def main() -> None:
     engine = Engine(
         home=home,
         allow_dirs=[ROOT, home],
-        executor=LocalExecutor(WorkerPool(home), cpu_workers=args.cpu_workers),
+        executor=LocalExecutor(WorkerPool(home, settings=Settings.read()), cpu_workers=args.cpu_workers),
     )
     log = []
 

@@ -130,11 +130,13 @@ def prewarm_and_wait(ext: Path) -> None:
     """The lean headers precompiled before the first build, as a GPU server's probe starts them."""
     import torch.utils.cpp_extension as ce
 
-    from kforge_mcp.targets.cuda import fast_build as fb
     from kforge_mcp.targets.cuda.build import extension_cache_dir
+    from kforge_mcp.targets.cuda.build_plan import plan_build, toolchain_id
+    from kforge_mcp.targets.cuda.fast_build import pchs_for
+    from kforge_mcp.targets.cuda.preludes import PREWARMED
 
-    plan = fb.plan_build(ce.load_inline, "kforge_pch_plan", "", "__global__ void k() {}", [], {}, ext / "plan")
-    pchs = fb.pchs_for(plan, extension_cache_dir(), fb.toolchain_id(plan), fb.PREWARMED)
+    plan = plan_build(ce.load_inline, "kforge_pch_plan", "", "__global__ void k() {}", [], {}, ext / "plan")
+    pchs = pchs_for(plan, extension_cache_dir(), toolchain_id(plan), PREWARMED)
     for p in pchs.values():
         p.start_build()
     while not all(p.ready for p in pchs.values()):

@@ -51,11 +51,14 @@ def variants(folder: Path, count: int) -> list[str]:
 
 def make_engine(name: str, home: Path, folder: Path, cpu_workers: int | None):
     from kforge_mcp.api import Engine
+    from kforge_mcp.core.settings import Settings
     from kforge_mcp.runtime.executor import LocalExecutor
     from kforge_mcp.runtime.pool import WorkerPool
 
     if name.startswith("local"):
-        executor = LocalExecutor(WorkerPool(home), cpu_workers=cpu_workers if name == "local-cpu" else 1)
+        executor = LocalExecutor(
+            WorkerPool(home, settings=Settings.read()), cpu_workers=cpu_workers if name == "local-cpu" else 1
+        )
     else:
         from kforge_mcp.runtime.ray_executor import RayExecutor
 

@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kforge_mcp.targets.cuda import fast_build as fb
+from kforge_mcp.targets.cuda import build_plan
+from kforge_mcp.targets.cuda import preludes as pl
 from kforge_mcp.targets.cuda.split import split
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def flags(candidate_cuda: str) -> tuple[list[str], list[str], str]:
     if torch.cuda.is_available():
         import torch.utils.cpp_extension as ce
 
-        plan = fb.plan_build(
+        plan = build_plan.plan_build(
             ce.load_inline, "kforge_header_bench", "", candidate_cuda, [], {}, Path(tempfile.mkdtemp())
         )
         return plan.cxx, plan.host_cflags + plan.post_cflags, "torch's build plan"
@@ -75,14 +76,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kforge-headers-"))
     host = split(cuda).host
     (work / "host_full.cpp").write_text(host)
-    (work / "host_lean.cpp").write_text(fb._EXTENSION_INCLUDE.sub(fb.LEAN_HOST_HEADER, host))
+    (work / "host_lean.cpp").write_text(pl._EXTENSION_INCLUDE.sub(pl.LEAN_HOST_HEADER, host))
     (work / "main_full.cpp").write_text(MAIN_CPP.format(fn=fn))
     (work / "main_lean.cpp").write_text(
-        MAIN_CPP.format(fn=fn).replace(fb.FULL_BINDINGS_HEADER, fb.LEAN_BINDINGS_HEADER)
+        MAIN_CPP.format(fn=fn).replace(pl.FULL_BINDINGS_HEADER, pl.LEAN_BINDINGS_HEADER)
     )
-    (work / "main_slim.cpp").write_text(fb.bindings_unit(MAIN_CPP.format(fn=fn))[1])
-    preludes = {"extension": fb.PRELUDE, "types": fb.LEAN_PRELUDE, "python": fb.BINDINGS_PRELUDE}
-    preludes["slim"] = fb.SLIM_BINDINGS_PRELUDE
+    (work / "main_slim.cpp").write_text(pl.bindings_unit(MAIN_CPP.format(fn=fn))[1])
+    preludes = {"extension": pl.PRELUDE, "types": pl.LEAN_PRELUDE, "python": pl.BINDINGS_PRELUDE}
+    preludes["slim"] = pl.SLIM_BINDINGS_PRELUDE
     for name, prelude in preludes.items():
         (work / f"{name}.h").write_text(prelude)
     options = [  # (unit, header, source, prelude)

@@ -59,10 +59,15 @@ def main() -> None:
 
     from kforge_mcp.api import Engine
     from kforge_mcp.core.requests import Done
+    from kforge_mcp.core.settings import Settings
     from kforge_mcp.runtime.executor import LocalExecutor
     from kforge_mcp.runtime.pool import WorkerPool
 
-    engine = Engine(home=home, allow_dirs=[ROOT, home], executor=LocalExecutor(WorkerPool(home), cpu_workers=1))
+    engine = Engine(
+        home=home,
+        allow_dirs=[ROOT, home],
+        executor=LocalExecutor(WorkerPool(home, settings=Settings.read()), cpu_workers=1),
+    )
     try:
         started = time.perf_counter()
         engine.executor.prewarm("compile")

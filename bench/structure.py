@@ -28,13 +28,17 @@ class Limits:
     file_lines: int = 450  # lines of one product file (kforge_mcp/, less the prompts' one-shot examples)
     function_lines: int = 80  # lines of one product function, from its def
     long_functions: int = 5  # product functions longer than function_lines
+    settings_readers: int = 4  # modules that read Settings from the process environment (the roots)
+    environ_readers: int = 3  # modules that read or change os.environ themselves
     bench_mb: float = 6.0  # everything under bench/: scripts and the records docs cite; raw captures packed
 
 
 LIMITS = Limits()
-# The line and function limits are printed as a report while the long files are split; True makes them
-# fail the check like the others (bench's size, tests reading bench/, stale test digests).
-LINE_LIMITS_FAIL = False
+# Files over the line limit the check still lets pass, each until it is split (then remove it from here).
+PENDING_LONG_FILES = {"kforge_mcp/judge/verify.py"}
+# The Settings roots are printed as a report while the reads below the roots are passed down as arguments;
+# True makes the limit fail the check like the others.
+SETTINGS_LIMIT_FAILS = False
 SKIP_DIRS = {".git", ".venv", "__pycache__", ".kforge", ".mypy_cache", ".ruff_cache", ".pytest_cache", "node_modules"}
 
 
@@ -182,6 +186,31 @@ def long_functions(mods: dict[str, Path], root: Path) -> list[tuple[int, str]]:
                 if n > LIMITS.function_lines:
                     found.append((n, f"{p.relative_to(root)}:{node.lineno} {node.name}"))
     return sorted(found, reverse=True)
+
+
+def settings_readers(mods: dict[str, Path]) -> list[str]:
+    """Product modules that call ``Settings.read()`` on the process environment (``Settings.read(env)``, which
+    parses a given mapping, is not a read)."""
+    found = []
+    for m, p in product(mods).items():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "read"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "Settings"
+                and not node.args
+                and not node.keywords
+            ):
+                found.append(m)
+                break
+    return sorted(found)
+
+
+def environ_readers(mods: dict[str, Path]) -> list[str]:
+    """Product modules that read or change os.environ (or call getenv) themselves."""
+    return sorted(m for m, p in product(mods).items() if re.search(r"os\.environ|os\.getenv|getenv\(", p.read_text()))
 
 
 def repository_files(root: Path, under: str = "") -> list[Path]:
@@ -334,11 +363,13 @@ def limits(root: Path) -> bool:
         ((n, p) for p in product(mods).values() if (n := len(p.read_text().splitlines())) > LIMITS.file_lines),
         reverse=True,
     )
+    pending = {str(p.relative_to(root)) for _, p in over} & PENDING_LONG_FILES
     rules.append(
         (
-            f"product files over {LIMITS.file_lines} lines: {len(over)} (limit 0)",
-            bool(over),
-            LINE_LIMITS_FAIL,
+            f"product files over {LIMITS.file_lines} lines: {len(over)} (limit 0; pending a split: "
+            f"{', '.join(sorted(pending)) or 'none'})",
+            len(over) > len(pending),
+            True,
             [f"{n:4d} {p.relative_to(root)}" for n, p in over],
         )
     )
@@ -347,8 +378,26 @@ def limits(root: Path) -> bool:
         (
             f"product functions over {LIMITS.function_lines} lines: {len(long)} (limit {LIMITS.long_functions})",
             len(long) > LIMITS.long_functions,
-            LINE_LIMITS_FAIL,
+            True,
             [f"{n:4d} {where}" for n, where in long],
+        )
+    )
+    readers = settings_readers(mods)
+    rules.append(
+        (
+            f"modules that read Settings from the environment: {len(readers)} (limit {LIMITS.settings_readers})",
+            len(readers) > LIMITS.settings_readers,
+            SETTINGS_LIMIT_FAILS,
+            readers,
+        )
+    )
+    environ = environ_readers(mods)
+    rules.append(
+        (
+            f"modules that read or change os.environ: {len(environ)} (limit {LIMITS.environ_readers})",
+            len(environ) > LIMITS.environ_readers,
+            True,
+            environ,
         )
     )
     bench_mb = megabytes(bench)

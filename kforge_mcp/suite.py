@@ -28,10 +28,8 @@ from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.options import BASELINES, VERIFY
 from kforge_mcp.core.problem import REQUIRED_PROBLEM_NAMES, check_allowed_path, default_allowed_roots
 from kforge_mcp.core.schemas import VerifyReport
-from kforge_mcp.suite_report import BenchSummary, problem_result, suite_metrics, write_html, write_plot
+from kforge_mcp.suite_report import RESULTS, SUMMARY, BenchSummary, problem_result, suite_metrics, write_files
 from kforge_mcp.targets import TARGETS
-
-RESULTS, SUMMARY, PNG, HTML = "results.jsonl", "summary.json", "bench.png", "bench.html"
 
 Progress = Callable[[int, int, str], None] | None  # (done, total, message)
 
@@ -223,12 +221,7 @@ def run_bench(
         roots = [Path(problems).resolve(), out.resolve()] + ([Path(candidates).resolve()] if candidates else [])
         engine = Engine(allow_dirs=default_allowed_roots() + roots)
     try:
-        for folder, role in ((problems, "problems"), (None if gen_mode else candidates, "candidates")):
-            if folder is not None:  # the engine reads only under its allow_dirs: say so once, not per pair
-                check_allowed_path(Path(folder), role, engine.allow_dirs)
-        status = engine.target_status(target)
-        if not status.available:
-            raise InputError(f"target '{target}' is not available here: {status.reason}")
+        _check_engine(engine, target, problems, None if gen_mode else candidates)
         done = load_results(out / RESULTS)
         log = ResultLog(out / RESULTS)
         opts = {
@@ -248,6 +241,26 @@ def run_bench(
         if own_engine:
             engine.close()
 
+    summary = _summary(plan, records, problems, None if gen_mode else candidates, out, target, settings)
+    summary.judged_now, summary.reused = judged_now, reused
+    summary.seconds = round(time.perf_counter() - started, 2)
+    write_files(summary, out, plot)
+    return summary
+
+
+def _check_engine(engine, target: str, problems, candidates) -> None:
+    """The engine may read the folders and has the target: said once, not per pair."""
+    for folder, role in ((problems, "problems"), (candidates, "candidates")):
+        if folder is not None:  # the engine reads only under its allow_dirs
+            check_allowed_path(Path(folder), role, engine.allow_dirs)
+    status = engine.target_status(target)
+    if not status.available:
+        raise InputError(f"target '{target}' is not available here: {status.reason}")
+
+
+def _summary(plan, records: dict, problems, candidates, out: Path, target: str, settings: dict) -> BenchSummary:
+    """The run's summary from its records, each problem's candidates in the plan's order (``candidates``: the
+    folder judged, None when the loop wrote them)."""
     results = []
     for p in plan:
         order = {c: i for i, c in enumerate(p.candidates)}  # the plan's order, not the order they finished in
@@ -262,29 +275,17 @@ def run_bench(
         target=target,
         mode=settings["mode"],
         problems_dir=str(Path(problems).resolve()),
-        candidates_dir=str(Path(candidates).resolve()) if candidates and not gen_mode else None,
+        candidates_dir=str(Path(candidates).resolve()) if candidates else None,
         out=str(out.resolve()),
         settings=settings,
         device=ran.device if ran else None,
         execution=ran.execution if ran else None,
-        judged_now=judged_now,
-        reused=reused,
-        seconds=round(time.perf_counter() - started, 2),
         suite=suite_metrics(results),
         problems=results,
         files={"results": str(out / RESULTS), "summary": str(out / SUMMARY)},
     )
     if summary.execution == "triton-interpreter":
         summary.notes.append("kernels ran in Triton's CPU interpreter: the speedups say nothing about a GPU")
-    if plot:
-        why = write_plot(summary, out / PNG)
-        if why:
-            summary.notes.append(why)
-        else:
-            summary.files["png"] = str(out / PNG)
-        write_html(summary, out / HTML, None if why else out / PNG)
-        summary.files["html"] = str(out / HTML)
-    (out / SUMMARY).write_text(summary.model_dump_json(indent=2) + "\n")
     return summary
 
 

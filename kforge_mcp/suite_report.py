@@ -15,6 +15,8 @@ from pydantic import BaseModel, Field
 from kforge_mcp.advice.drawing import one_at_a_time
 from kforge_mcp.core.schemas import VerifyReport
 
+RESULTS, SUMMARY, PNG, HTML = "results.jsonl", "summary.json", "bench.png", "bench.html"
+
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 
 
@@ -263,3 +265,16 @@ def write_html(summary: BenchSummary, path: Path, png: Path | None) -> None:
     env = Environment(loader=PackageLoader("kforge_mcp", "templates"), autoescape=select_autoescape(["html", "j2"]))
     image = base64.b64encode(png.read_bytes()).decode() if png is not None and png.is_file() else None
     path.write_text(env.get_template("bench.html.j2").render(s=summary, image=image, fmt=_fmt))
+
+
+def write_files(summary: BenchSummary, out: Path, plot: bool) -> None:
+    """summary.json, and with ``plot`` bench.png and bench.html, under ``out``."""
+    if plot:
+        why = write_plot(summary, out / PNG)
+        if why:
+            summary.notes.append(why)
+        else:
+            summary.files["png"] = str(out / PNG)
+        write_html(summary, out / HTML, None if why else out / PNG)
+        summary.files["html"] = str(out / HTML)
+    (out / SUMMARY).write_text(summary.model_dump_json(indent=2) + "\n")

@@ -14,7 +14,20 @@ import pytest
 
 from kforge_mcp.advice import agent, kinds
 from kforge_mcp.advice.calibration import Workload, analyze_measured
-from kforge_mcp.advice.rules import RULES, Rule, Wording, compiled, compute, launch, memory, structure, timeline
+from kforge_mcp.advice.rules import (
+    RULES,
+    Rule,
+    Wording,
+    compiled,
+    compute,
+    conv,
+    fusion,
+    launch,
+    memory,
+    structure,
+    tensor_cores,
+    timeline,
+)
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, PRIORITY_RANK, RANKING, recommendation
 from kforge_mcp.judge.roofline import make_roofline
 from kforge_mcp.profiling.loader import load_profile
@@ -24,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "profiles"
 TRAJECTORIES = ROOT / "tests" / "data" / "advice-trajectories" / "h200.json"
 CORPUS = ROOT / "tests" / "data" / "analysis-corpus"
-RULE_MODULES = (kinds, compute, memory, launch, structure, timeline, compiled)
+RULE_MODULES = (kinds, compute, tensor_cores, conv, memory, fusion, launch, structure, timeline, compiled)
 
 
 def recorded_steps() -> list[dict]:

@@ -218,6 +218,7 @@ def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other(mo
 
     from kforge_mcp.cli.serve import warm_up
     from kforge_mcp.core.schemas import TargetsReport, TargetStatus
+    from kforge_mcp.core.settings import Settings
 
     def engine_with(*statuses, idle_for=2):
         started: list[str] = []
@@ -230,7 +231,8 @@ def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other(mo
             return {"ok": True}
 
         executor = SimpleNamespace(prewarm=started.append, warm_up=warm)
-        return SimpleNamespace(list_targets=lambda: report, executor=executor), started
+        engine = SimpleNamespace(list_targets=lambda: report, executor=executor, settings=Settings.read())
+        return engine, started
 
     gpu = TargetStatus(name="cuda", available=True, devices=["cuda:1", "cuda:0"])
     cpu = TargetStatus(name="triton", available=True, devices=["cpu"])

@@ -88,7 +88,9 @@ def test_every_source_splits_with_its_lines_and_template_kernels(entry, tmp_path
 def extension_cache():
     """One extension cache for the module, its lean headers precompiled first (as a GPU machine's server
     does at its probe), so each source pays for its own code."""
-    from kforge_mcp.targets.cuda import fast_build as fb
+    from kforge_mcp.targets.cuda.build_plan import plan_build, toolchain_id
+    from kforge_mcp.targets.cuda.fast_build import pchs_for
+    from kforge_mcp.targets.cuda.preludes import PREWARMED
 
     root = Path(tempfile.mkdtemp(prefix="kforge-corpus-ext-"))
     saved = {k: os.environ.get(k) for k in ("TORCH_EXTENSIONS_DIR", "KFORGE_CUDA_PCH", "TORCH_CUDA_ARCH_LIST")}
@@ -98,8 +100,8 @@ def extension_cache():
 
         from kforge_mcp.targets.cuda.build import extension_cache_dir
 
-        plan = fb.plan_build(ce.load_inline, "kforge_pch_plan", "", "__global__ void k() {}", [], {}, root / "plan")
-        pchs = fb.pchs_for(plan, extension_cache_dir(), fb.toolchain_id(plan), fb.PREWARMED)
+        plan = plan_build(ce.load_inline, "kforge_pch_plan", "", "__global__ void k() {}", [], {}, root / "plan")
+        pchs = pchs_for(plan, extension_cache_dir(), toolchain_id(plan), PREWARMED)
         for pch in pchs.values():
             pch.start_build()
         deadline = time.monotonic() + 900

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kforge_mcp.targets.cuda.fast_build import candidate_errors
+from kforge_mcp.targets.cuda.preludes import candidate_errors
 from kforge_mcp.targets.cuda.split import CannotSplit, lower_launches, split
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def test_the_device_unit_gets_what_torch_headers_give_kernels_where_they_use_it(
     """Under nvcc torch's headers bring cuda_fp16.h, cuda_bf16.h and c10's macros to a load_inline source;
     the device unit, without torch's headers, includes each only where its kernels use it (each costs the
     rebuild after a kernel edit)."""
-    from kforge_mcp.targets.cuda.fast_build import device_prelude
+    from kforge_mcp.targets.cuda.preludes import device_prelude
 
     assert device_prelude("__global__ void k(float* x) { x[0] = 1.0f; }") == ""
     half = device_prelude("C10_DEVICE __half f(__half v) { return v; }")
@@ -154,7 +154,7 @@ def test_device_unit_compiles_without_torch_headers(path, tmp_path):
 def test_host_unit_type_checks_with_torch_headers(tmp_path):
     """The lowered launches call the stubs with the kernels' own parameter types (g++, torch's headers),
     with the lean header the split build tries first (torch/types.h in place of torch/extension.h)."""
-    from kforge_mcp.targets.cuda.fast_build import _EXTENSION_INCLUDE, LEAN_HOST_HEADER, LEAN_PRELUDE
+    from kforge_mcp.targets.cuda.preludes import _EXTENSION_INCLUDE, LEAN_HOST_HEADER, LEAN_PRELUDE
     from kforge_mcp.targets.cuda.target import torch_include_dirs
 
     path = ROOT / "examples/candidates/gemm_bias_relu/cuda.py"
@@ -202,7 +202,7 @@ def test_lean_bindings_take_what_kernelbench_declarations_use(tmp_path):
     """Both lean bindings preludes (the slim one for declarations, torch/python.h otherwise) know the types
     load_inline declarations use; one that needs the C++ frontend fails there, and the build then compiles
     the full header."""
-    from kforge_mcp.targets.cuda.fast_build import BINDINGS_PRELUDE, SLIM_BINDINGS_PRELUDE
+    from kforge_mcp.targets.cuda.preludes import BINDINGS_PRELUDE, SLIM_BINDINGS_PRELUDE
 
     typical = (
         "torch::Tensor a(torch::Tensor x, double s);\nat::Tensor b(const at::Tensor& x, int64_t n);\n"
@@ -233,7 +233,7 @@ def test_slim_bindings_see_every_type_caster_the_full_header_brings(tmp_path):
     """pybind11 binds an argument type through the type_caster specialisations in scope; one missing would
     compile and then refuse the call at run time. So every header torch/extension.h pulls in that declares
     a caster (or makes a type opaque) must also come with the slim prelude, for the torch installed here."""
-    from kforge_mcp.targets.cuda.fast_build import FULL_BINDINGS_HEADER, SLIM_BINDINGS_PRELUDE
+    from kforge_mcp.targets.cuda.preludes import FULL_BINDINGS_HEADER, SLIM_BINDINGS_PRELUDE
 
     (tmp_path / "full.cpp").write_text(FULL_BINDINGS_HEADER + "\n")
     (tmp_path / "slim.cpp").write_text(SLIM_BINDINGS_PRELUDE)
@@ -252,7 +252,7 @@ def test_slim_bindings_see_every_type_caster_the_full_header_brings(tmp_path):
 def test_bindings_of_declarations_get_the_slim_prelude_and_keep_their_lines():
     """load_inline's main.cpp: the header, cpp_sources, the module it generates from ``functions``. Only
     declarations get the slim prelude (a body might call more of torch); lines stay where they were."""
-    from kforge_mcp.targets.cuda.fast_build import FULL_BINDINGS_HEADER, bindings_unit
+    from kforge_mcp.targets.cuda.preludes import FULL_BINDINGS_HEADER, bindings_unit
 
     module = '\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\nm.def("f", torch::wrap_pybind_function(f), "f");\n}'
     declared = f'{FULL_BINDINGS_HEADER}\n#line 3 "c.py"\n#include <torch/extension.h>\n/* {{ */ torch::Tensor f(torch::Tensor x); // {{\n'
@@ -330,18 +330,21 @@ def test_a_host_unit_that_passed_its_check_is_not_compiled_again(tmp_path, monke
     text, and its pass is remembered by content instead of compiled again."""
     import torch.utils.cpp_extension as ce
 
+    from kforge_mcp.targets.cuda import build_plan
     from kforge_mcp.targets.cuda import fast_build as fb
 
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
     host = "torch::Tensor f(torch::Tensor x) {\n  k<<<1, 1>>>(x.data_ptr<float>());\n  return x;\n}\n"
     plans = [
-        fb.plan_build(ce.load_inline, "x", "torch::Tensor f(torch::Tensor x);", kernel + host, ["f"], {}, tmp_path / n)
+        build_plan.plan_build(
+            ce.load_inline, "x", "torch::Tensor f(torch::Tensor x);", kernel + host, ["f"], {}, tmp_path / n
+        )
         for n, kernel in (
             ("a", "__global__ void k(float* y) { y[0] = 1.0f; }\n"),
             ("b", "__global__ void k(float* y) { y[0] = 2.0f; }\n"),
         )
     ]
-    fb.toolchain_id(plans[0])  # the compilers' versions, asked once per process
+    build_plan.toolchain_id(plans[0])  # the compilers' versions, asked once per process
     compiles = []
 
     def compiler(cmd, **kwargs):

@@ -14,6 +14,7 @@ import pytest
 
 from kforge_mcp.api import Engine
 from kforge_mcp.core.requests import Done, ProbeRequest
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.devices import driver_probe
 from kforge_mcp.devices.device import discover
 from kforge_mcp.devices.driver_probe import discover_without_torch, torch_build
@@ -110,7 +111,7 @@ def test_a_warm_up_runs_only_while_its_lane_is_idle(tmp_path):
 
     from kforge_mcp.runtime.pool import WorkerPool
 
-    pool = WorkerPool(tmp_path)
+    pool = WorkerPool(tmp_path, settings=Settings.read())
     try:
         assert isinstance(pool.run("compile", ProbeRequest(), 120, warm_up=True), Done)  # idle: it runs
         assert isinstance(pool.run("compile", ProbeRequest(), 120, warm_up=True), Done)  # only warm-ups so far

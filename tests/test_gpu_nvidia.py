@@ -15,6 +15,7 @@ from conftest import example, problem
 
 from kforge_mcp.api import Engine
 from kforge_mcp.core.requests import Done, WarmUpRequest
+from kforge_mcp.core.settings import Settings
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -150,7 +151,9 @@ def test_batch_builds_ahead_on_cpu_workers(tmp_path):
         for t in (64, 128, 512)
     ]
     messages: list[str] = []
-    engine = Engine(home=tmp_path, executor=LocalExecutor(WorkerPool(tmp_path), cpu_workers=2))
+    engine = Engine(
+        home=tmp_path, executor=LocalExecutor(WorkerPool(tmp_path, settings=Settings.read()), cpu_workers=2)
+    )
     try:
         reports = engine.verify_batch(items, on_progress=messages.append, target="cuda", baselines=["eager"])
     finally:

@@ -13,6 +13,7 @@ from loop_replies import PROBLEM, REPLIES, SYNTAX_ERROR_LINE
 
 import kforge_mcp
 from kforge_mcp.agents.loop import LoopDriver, summarize
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.store import RunStore
 
 FAST = {"trials": 1, "baselines": ["eager"], "timing_budget_s": 0.2, "max_iterations": 4}
@@ -121,7 +122,7 @@ def two_cpu_workers(engine):
     from kforge_mcp.runtime.executor import LocalExecutor
     from kforge_mcp.runtime.pool import WorkerPool
 
-    pool = WorkerPool(engine.home)
+    pool = WorkerPool(engine.home, settings=Settings.read())
     eng = Engine(home=engine.home, executor=LocalExecutor(pool, cpu_workers=2))
     real, gate, spans = eng.executor.run, threading.Barrier(2, timeout=120), []
 

@@ -22,6 +22,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from kforge_mcp.api import Engine  # noqa: E402
 from kforge_mcp.core.requests import WarmUpRequest  # noqa: E402
+from kforge_mcp.core.settings import Settings  # noqa: E402
 from kforge_mcp.runtime.executor import LocalExecutor  # noqa: E402
 from kforge_mcp.runtime.pool import WorkerFailure, WorkerPool  # noqa: E402
 from kforge_mcp.runtime.ray_executor import RayExecutor  # noqa: E402
@@ -223,7 +224,7 @@ async def test_verify_batch_tool_streams_progress_through_ray(engine):
 
 def test_local_executor_runs_cpu_jobs_side_by_side(home):
     """Two interpreter workers ('cpu' and 'cpu.1'), both with TRITON_INTERPRET=1."""
-    pool = WorkerPool(home)
+    pool = WorkerPool(home, settings=Settings.read())
     eng = Engine(home=home, executor=LocalExecutor(pool, cpu_workers=2))
     try:
         assert eng.executor.slots("cpu") == 2 and eng.executor.slots("cuda:0") == 1

@@ -15,7 +15,6 @@ client is thread-safe, so the loop may ask for several replies at once."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Protocol, cast
 
 from kforge_mcp.agents.reply import Reply
@@ -84,14 +83,17 @@ def make_provider(
     temperature: float | None = None,
     max_retries: int = 2,
     timeout_s: float = 600.0,
+    settings: Settings | None = None,
 ) -> Provider:
+    """``settings``: the caller's (its model, keys and base URLs); read from the environment when none is given."""
     if name not in PROVIDERS:
         raise InputError(f"unknown provider '{name}'; choose from {', '.join(PROVIDERS)}")
-    key = os.environ.get(KEY_ENV[name])
+    settings = settings or Settings.read()
+    key = settings.api_key(name)
     if not key and not (name == "openai" and base_url):  # a local OpenAI-compatible server may need no key
         raise InputError(f"provider '{name}' needs {KEY_ENV[name]} in the environment")
-    model = model or Settings.read().model or DEFAULT_MODEL[name]
-    base_url = base_url or os.environ.get(f"{name.upper()}_BASE_URL") or None
+    model = model or settings.model or DEFAULT_MODEL[name]
+    base_url = base_url or getattr(settings, f"{name}_base_url") or None
     where = base_url or "(the SDK's default)"
     extra = {} if temperature is None else {"temperature": temperature}
     try:

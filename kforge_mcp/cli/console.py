@@ -16,8 +16,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kforge_mcp.core.settings import Settings
-
 # Piped or redirected, rich would squeeze a table into 80 columns and wrap every cell: give each row
 # the width it needs, in plain ASCII (colour is off there anyway). --json is the form for programs.
 PIPED = not sys.stdout.isatty()
@@ -110,7 +108,12 @@ def open_engine(home: str | None, allow_dirs: Sequence[Path | str] | None = None
     from kforge_mcp.api import Engine
 
     allow_dirs = allow_dirs if allow_dirs is not None else [Path(Path.cwd().anchor)]
-    engine = Engine(home=home, allow_dirs=allow_dirs, executor=executor_from(args, home) if args else None)
+    engine = Engine(
+        home=home,
+        allow_dirs=allow_dirs,
+        executor=executor_from(args, home) if args else None,
+        settings=args.settings if args else None,
+    )
     try:
         yield engine
     finally:
@@ -119,7 +122,7 @@ def open_engine(home: str | None, allow_dirs: Sequence[Path | str] | None = None
 
 def executor_from(args, home: str | None):
     """The executor the options (or $KFORGE_EXECUTOR) ask for; None: the engine's local default."""
-    name = getattr(args, "executor", None) or Settings.read().executor
+    name = getattr(args, "executor", None) or args.settings.executor
     cpu_workers = getattr(args, "cpu_workers", None)
     if not name and not cpu_workers:
         return None
@@ -139,7 +142,12 @@ def executor_from(args, home: str | None):
             )
         )
     return make_executor(
-        name, home=home, ray_address=getattr(args, "ray_address", None), cpu_workers=cpu_workers, **options
+        args.settings,
+        name,
+        home=home,
+        ray_address=getattr(args, "ray_address", None),
+        cpu_workers=cpu_workers,
+        **options,
     )
 
 

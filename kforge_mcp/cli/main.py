@@ -21,6 +21,7 @@ from kforge_mcp.cli.options import add_options, add_target
 from kforge_mcp.cli.serve import add_serve_options
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.options import AnalyzeCall, CompileCall, ProfileCall, VerifyOptions
+from kforge_mcp.core.settings import Settings
 
 JUDGING = ("device", "trials", "atol", "rtol", "precision", "seed", "timeout_s", "baselines", "timing_budget_s")
 
@@ -109,6 +110,7 @@ def _terminate(signum, frame) -> None:
 
 def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _terminate)
+    args.settings = Settings.read()  # the command line's entry: KFORGE_* read once, passed down on ``args``
     try:
         return args.handler(args)
     except (KforgeError, OSError) as e:  # bad input, or e.g. an unusable --home

@@ -96,7 +96,8 @@ def cmd_run_loop(args) -> int:
             )
     elif not (args.problem and args.target and provider):
         raise InputError("run-loop needs a problem, --target and --provider anthropic or openai (or --resume RUN_ID)")
-    generate = make_provider(provider, model=model, base_url=base_url)  # a missing key fails before any work
+    # a missing key fails before any work
+    generate = make_provider(provider, model=model, base_url=base_url, settings=args.settings)
     opts.update(provider_model=generate.model, **({"provider_base_url": base_url} if base_url else {}))
     say = lambda m: err.print(m, highlight=False)  # noqa: E731
     with open_engine(args.home) as engine:

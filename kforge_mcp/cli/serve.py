@@ -19,7 +19,6 @@ from rich.text import Text
 from kforge_mcp import __version__
 from kforge_mcp.cli.console import EXIT_OK, add_executor_options, err, open_engine, with_status
 from kforge_mcp.core.errors import KforgeError
-from kforge_mcp.core.settings import Settings
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 WILDCARD_HOSTS = ("0.0.0.0", "::")
@@ -143,7 +142,7 @@ def warm_up(engine) -> None:
     if not gpus:
         return
     engine.executor.prewarm(gpus[0])
-    if Settings.read().gpu_warmup_on:
+    if engine.settings.gpu_warmup_on:
         for stage in ("imports", "compile"):
             if engine.executor.warm_up(gpus[0], WarmUpRequest(device=gpus[0], stage=stage), timeout_s=300) is None:
                 return
@@ -165,7 +164,7 @@ def targets_line(engine, spinner: bool = True) -> Text:
 def cmd_serve(args) -> int:
     from kforge_mcp.http_transport import TOKEN_ENV
 
-    args.token = args.token or Settings.read().http_token
+    args.token = args.token or args.settings.http_token
     if args.transport == "http" and not is_loopback(args.host) and not args.token:
         raise KforgeError(
             f"refusing to listen on non-loopback host '{args.host}' without authentication: the server "

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, ValidationInfo, ValidatorFunctionWrapHandler, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, ValidatorFunctionWrapHandler, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PREFIX = "KFORGE_"
@@ -22,7 +22,7 @@ OFF = ("off", "0", "false", "no")
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=PREFIX, env_ignore_empty=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, env_ignore_empty=True, extra="ignore", populate_by_name=True)
 
     home: Path = Field(default_factory=lambda: Path.home() / ".kforge", description="engine home: caches, runs")
     executor: str | None = Field(None, description="where jobs run: local (the default) or ray")
@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     )
     worker_lane: str | None = Field(None, description="set by the pool: the worker's lane")
     worker_tmp: str | None = Field(None, description="set by the pool: the worker's temp dir")
+    # the LLM providers' own variables (no KFORGE_ prefix); a worker's environment never holds them
+    anthropic_api_key: SecretStr | None = Field(None, validation_alias="ANTHROPIC_API_KEY")
+    openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
+    anthropic_base_url: str | None = Field(None, validation_alias="ANTHROPIC_BASE_URL")
+    openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
 
     @field_validator("home", "prompts_dir")
     @classmethod
@@ -75,10 +80,20 @@ class Settings(BaseSettings):
     def read(cls, env: Mapping[str, str] | None = None) -> Settings:
         if env is None:
             return cls()
-        values: dict[str, Any] = {
-            name: env[PREFIX + name.upper()] for name in cls.model_fields if env.get(PREFIX + name.upper())
-        }
+        variables = {name: cls.variable(name) for name in cls.model_fields}
+        values: dict[str, Any] = {name: env[var] for name, var in variables.items() if env.get(var)}
         return _FromMapping(**values)
+
+    @classmethod
+    def variable(cls, name: str) -> str:
+        """The environment variable a field is read from: KFORGE_<NAME>, or the provider's own name."""
+        alias = cls.model_fields[name].validation_alias
+        return alias if isinstance(alias, str) else PREFIX + name.upper()
+
+    def api_key(self, provider: str) -> str | None:
+        """The provider's API key (ANTHROPIC_API_KEY, OPENAI_API_KEY); None when unset."""
+        key = getattr(self, f"{provider}_api_key", None)
+        return key.get_secret_value() if key is not None else None
 
     @property
     def split_cuda_builds(self) -> bool:

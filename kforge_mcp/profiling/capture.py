@@ -9,7 +9,6 @@ user per process.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from kforge_mcp import platforms
 from kforge_mcp.core.problem import build_models, load_problem, seed_everything
+from kforge_mcp.core.process_env import child_environment
 from kforge_mcp.core.profile import ProfileReport
 from kforge_mcp.core.requests import ProfileRequest
 from kforge_mcp.core.source import SourceRuntimeError
@@ -203,8 +203,7 @@ def _runner_spec(req: ProfileRequest, workdir: Path, mode: str, extra: dict) -> 
 
 
 def _run(cmd: list[str], workdir: Path, timeout: float) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)
+    env = child_environment(drop=("TRITON_INTERPRET",))
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 

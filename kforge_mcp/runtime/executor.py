@@ -120,6 +120,7 @@ class LocalExecutor:
 
 
 def make_executor(
+    settings: Settings,
     name: str | None = None,
     home: Path | str | None = None,
     memory_limit_mb: int | None = None,
@@ -127,9 +128,8 @@ def make_executor(
     cpu_workers: int | None = None,
     **ray_options,
 ) -> Executor:
-    """``local`` (default) or ``ray``; the name and the Ray address fall back to $KFORGE_EXECUTOR and
-    $KFORGE_RAY_ADDRESS. A Ray executor with no address starts a local Ray."""
-    settings = Settings.read()
+    """``local`` (default) or ``ray``; the name and the Ray address fall back to ``settings`` ($KFORGE_EXECUTOR and
+    $KFORGE_RAY_ADDRESS). A Ray executor with no address starts a local Ray."""
     name = (name or settings.executor or "local").lower()
     limit = memory_limit_mb or settings.worker_memory_mb
     if name == "local":

@@ -10,6 +10,8 @@ import glob
 import os
 from collections.abc import Mapping
 
+from kforge_mcp.core.process_env import variables
+
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_CREATE_RULESET_VERSION = 1
 LANDLOCK_RULE_PATH_BENEATH, LANDLOCK_RULE_NET_PORT = 1, 2
@@ -69,7 +71,7 @@ def landlock_abi() -> int:
 
 def writable_dirs(env: Mapping[str, str] | None = None) -> list[str]:
     """Where a sandboxed worker may write: its temp dir and the caches compiling needs."""
-    env = os.environ if env is None else env
+    env = variables() if env is None else env
     keys = (
         "KFORGE_WORKER_TMP",
         "TMPDIR",
@@ -83,12 +85,8 @@ def writable_dirs(env: Mapping[str, str] | None = None) -> list[str]:
     return list(dict.fromkeys(env[k] for k in keys if env.get(k)))
 
 
-def _landlock(write_dirs: list[str]) -> str:
-    abi = landlock_abi()
-    if abi < 1:
-        return "off (Landlock is not available in this kernel)"
-    libc = _libc()
-    libc.syscall.restype = ctypes.c_long
+def _write_rights(abi: int) -> int:
+    """The filesystem rights that write, as far as the kernel's Landlock ABI knows them."""
     write = (
         FS_WRITE_FILE
         | FS_REMOVE_DIR
@@ -105,6 +103,17 @@ def _landlock(write_dirs: list[str]) -> str:
         write |= FS_REFER
     if abi >= 3:
         write |= FS_TRUNCATE
+    return write
+
+
+def _landlock(write_dirs: list[str], owned: set[str | None]) -> str:
+    """Enter Landlock: read everywhere, write only to ``write_dirs`` (made first unless ``owned``: the pool's)."""
+    abi = landlock_abi()
+    if abi < 1:
+        return "off (Landlock is not available in this kernel)"
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    write = _write_rights(abi)
     handled = READ | write
     attr = _RulesetAttr(
         handled_access_fs=handled,
@@ -145,7 +154,6 @@ def _landlock(write_dirs: list[str]) -> str:
         allowed = []
         # the pool makes and removes the worker's temp dir: gone means the pool shut down while this worker
         # started, and making it again would leave it behind
-        owned = {os.environ.get("KFORGE_WORKER_TMP"), os.environ.get("TMPDIR")}
         for d in write_dirs:
             try:
                 if d not in owned:

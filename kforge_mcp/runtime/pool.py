@@ -33,9 +33,14 @@ from kforge_mcp.core.requests import REPLY, Done, InternalFailure, JobRequest, R
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.runtime import sandbox
 from kforge_mcp.runtime.environment import worker_environment
+from kforge_mcp.runtime.limits import Step, _rss_bytes, _signal_name, summarize_stderr
 
 STARTUP_TIMEOUT_S = 180.0
+
+
 MEMORY_SETTING = "KFORGE_WORKER_MEMORY_MB"  # the pool passes its limit on, so a job can tell what will not fit
+
+
 POLL_S = 0.05
 
 
@@ -59,63 +64,6 @@ class JobCancelled(WorkerFailure):
 def _limit_child() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     sandbox.default_sigchld()  # the worker and its candidates see their children's exits
-
-
-def _rss_bytes(pid: int) -> int:
-    """Resident memory of the worker and its direct children, from /proc."""
-    total = 0
-    pids = [pid]
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                pids += [int(p) for p in f.read().split()]
-    except OSError:
-        pass
-    for p in pids:
-        if p != pid and (pss := _pss_bytes(p)) is not None:
-            total += pss  # a forked child shares the worker's pages: count its share, not them all
-            continue
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
-
-
-def _pss_bytes(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def summarize_stderr(lines: list[str], keep: int) -> str:
-    """The end of a worker's stderr, with a faulthandler dump cut to the crashing thread's
-    stack (other threads and the list of extension modules are noise to the reader)."""
-    if any(line.startswith("Current thread") for line in lines):
-        start = max(i for i, line in enumerate(lines) if line.startswith("Current thread"))
-        fatal = [line for line in lines if line.startswith("Fatal Python error")]
-        stack = []
-        for line in lines[start:]:
-            if not line.strip() or line.startswith("Extension modules"):
-                break
-            stack.append(line)
-        lines = fatal[-1:] + stack
-    return "\n".join(lines[-keep:])
-
-
-def _signal_name(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return signal.Signals(-returncode).name
-        except ValueError:
-            return f"signal {-returncode}"
-    return f"exit code {returncode}"
 
 
 class Worker:
@@ -279,52 +227,6 @@ class Worker:
                     raise self._failure("internal", f"worker sent a malformed reply: {str(e)[:300]}") from None
 
 
-class Step:
-    """What a job is doing now, from its progress lines: each line starts a step, which may carry its own
-    time limit (a correctness trial's, which follows from the reference's time) under the job's timeout.
-    It forwards each line, then says every TICK_S how long the step has run and what its limit is."""
-
-    TICK_S = 5.0
-
-    def __init__(self, timeout_s: float, on_progress: Callable[[str], None] | None):
-        self.job_started = time.monotonic()
-        self.timeout_s, self.on_progress = timeout_s, on_progress
-        self.message = ""
-        self.limit_s: float | None = None
-        self.why: str | None = None
-        self.started, self.next_tick = self.job_started, self.job_started + self.TICK_S
-
-    def begin(self, message: str, limit_s: float | None, why: str | None) -> None:
-        self.message, self.why = message, why
-        self.limit_s = float(limit_s) if isinstance(limit_s, (int, float)) and limit_s > 0 else None
-        self.started = time.monotonic()
-        self.next_tick = self.started + self.TICK_S
-        self._say(message + (f" (limit {self.limit_s:g} s)" if self.limit_s else ""))
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now < self.next_tick or not self.message:
-            return
-        self.next_tick = now + self.TICK_S
-        if self.limit_s:
-            self._say(f"{self.message}: {now - self.started:.0f} s of its {self.limit_s:g} s limit")
-        else:
-            self._say(
-                f"{self.message}: {now - self.started:.0f} s (job {now - self.job_started:.0f} s of {self.timeout_s:g} s)"
-            )
-
-    def overrun(self) -> bool:
-        return self.limit_s is not None and time.monotonic() - self.started > self.limit_s
-
-    def overrun_message(self) -> str:
-        why = f" ({self.why})" if self.why else ""
-        return f"{self.message} did not finish within {self.limit_s:g} s{why}; the worker was killed"
-
-    def _say(self, text: str) -> None:
-        if self.on_progress:
-            self.on_progress(text)
-
-
 @dataclass
 class Lane:
     name: str
@@ -341,10 +243,11 @@ class WorkerPool:
         memory_limit_mb: int | None = 8192,
         max_jobs_per_worker: int = 200,
         base_env: dict[str, str] | None = None,
-        settings: Settings | None = None,
+        *,
+        settings: Settings,
     ):
         self.home = home
-        self.settings = settings or Settings.read()  # an entry point passes its own; read here otherwise
+        self.settings = settings  # read once by the entry point that made the pool
         self.memory_limit = memory_limit_mb * 2**20 if memory_limit_mb else None
         self.max_jobs_per_worker = max_jobs_per_worker
         self.base_env = base_env  # the environment workers are scrubbed from (default: this process's)
@@ -370,13 +273,13 @@ class WorkerPool:
     def _start(self, lane: str) -> Worker:
         env = worker_environment(lane, self.home, self.tmp, self.base_env)
         cgroup = None
-        if sandbox.enabled("cgroup"):
+        if self.settings.sandbox_enabled("cgroup"):
             cgroup = sandbox.PidsCgroup.create(self.settings.sandbox_max_procs)
         if cgroup is not None:
             env["KFORGE_SANDBOX_CGROUP"] = str(cgroup.path)
         env[MEMORY_SETTING] = str(self.memory_limit // 2**20 if self.memory_limit else 0)
         max_tasks = None
-        if sandbox.watchdog_applies(cgroup is not None):  # no pids cgroup here: count the tree ourselves
+        if sandbox.watchdog_applies(cgroup is not None, self.settings):  # no pids cgroup here: count the tree ourselves
             max_tasks = self.settings.sandbox_max_procs
         # spawned and registered under the lock: a shutdown comes either first (nothing is spawned) or after
         # (it kills this worker), never between, even when this is a background start the interpreter's exit freezes

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from kforge_mcp.core.process_env import variables
 from kforge_mcp.core.schemas import TargetsReport
 from kforge_mcp.runtime.cache import code_versions
 from kforge_mcp.runtime.environment import SECRET_MARKERS
@@ -49,7 +50,7 @@ def fingerprint() -> str:
 
     env = {
         k: v
-        for k, v in os.environ.items()
+        for k, v in variables().items()
         if k.startswith(ENV_PREFIXES) and not any(m in k.upper() for m in SECRET_MARKERS)
     }
     parts = {
@@ -58,7 +59,7 @@ def fingerprint() -> str:
         "tools": {t: _stat(shutil.which(t)) for t in TOOLS},
         "devices": sorted(glob.glob("/dev/nvidia[0-9]*") + glob.glob("/dev/dri/renderD*")),
         "env": sorted(env.items()),
-        "path": os.environ.get("PATH", ""),
+        "path": variables().get("PATH", ""),
         "code": code_versions(),  # our target and engine code, torch and kforge-mcp
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()

@@ -12,7 +12,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from kforge_mcp.core.home import check_home, default_home
+from kforge_mcp.core.process_env import variables
 from kforge_mcp.core.requests import Done, ProbeRequest, Reply, parse_request
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.runtime.pool import WorkerFailure, WorkerPool
 
 LOCAL_LANE = {"cuda": "cuda:0", "xpu": "xpu:0"}  # the lane inside the actor: the node's first device it was given
@@ -70,7 +72,7 @@ class NodeWorker:
     that owns a warm worker pool on its node and runs one job at a time."""
 
     def __init__(self, home: str | None, memory_limit_mb: int | None, lane: str):
-        self.pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb)
+        self.pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb, settings=Settings.read())
         self.lane = lane
         self.node = _node_info()
         self.jobs: dict[str, tuple[threading.Event, list[str]]] = {}
@@ -108,8 +110,8 @@ class NodeWorker:
 def probe_node(home: str | None, memory_limit_mb: int | None, timeout_s: float) -> dict:
     """A Ray task pinned to one node: which targets and devices that node offers."""
     # Ray empties CUDA_VISIBLE_DEVICES for a task that asked for no GPU; the probe must see them all
-    base = {k: v for k, v in os.environ.items() if not (k in EMPTIED_BY_RAY and not v)}
-    pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb, base_env=base)
+    base = {k: v for k, v in variables().items() if not (k in EMPTIED_BY_RAY and not v)}
+    pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb, base_env=base, settings=Settings.read())
     try:
         reply = pool.run("compile", ProbeRequest(), timeout_s)
     except WorkerFailure as e:

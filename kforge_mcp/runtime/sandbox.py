@@ -35,8 +35,10 @@ import os
 import resource
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+from kforge_mcp.core.process_env import variable
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.runtime.landlock import _landlock, _libc, writable_dirs
 
@@ -52,8 +54,9 @@ LANDLOCK_OFF_WITH_NVIDIA = "off (the NVIDIA driver fails under Landlock here: CU
 STATUS: dict[str, str] = {}
 
 
-def enabled(name: str, env: dict | None = None) -> bool:
-    """Whether a protection is on, by KFORGE_SANDBOX and KFORGE_SANDBOX_DISABLE (of ``env`` when given)."""
+def enabled(name: str, env: Mapping[str, str]) -> bool:
+    """Whether a protection is on in ``env`` (a worker's environment to be), by KFORGE_SANDBOX and
+    KFORGE_SANDBOX_DISABLE; a process with its settings read asks ``Settings.sandbox_enabled``."""
     return Settings.read(env).sandbox_enabled(name)
 
 
@@ -233,9 +236,9 @@ def exit_with_parent(poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, daemon=True, name="kforge-parent-watch").start()
 
 
-def watchdog_applies(has_cgroup: bool, env: dict | None = None) -> bool:
+def watchdog_applies(has_cgroup: bool, settings: Settings) -> bool:
     """The pool counts a worker's tasks itself when the worker has no pids cgroup."""
-    return not has_cgroup and enabled("limits", env)
+    return not has_cgroup and settings.sandbox_enabled("limits")
 
 
 def _join_cgroup(path: str) -> str:
@@ -269,15 +272,16 @@ def _apply_limits(settings: Settings) -> list[str]:
         done.append("nofile")
     except (ValueError, OSError):
         pass
-    if reset_cpu_limit(settings.sandbox_cpu_s):
+    if reset_cpu_limit(settings):
         done.append("cpu")
     return done
 
 
-def reset_cpu_limit(cpu_s: int) -> bool:
-    """RLIMIT_CPU counts the process's whole life: before each job, allow ``cpu_s`` more seconds."""
-    if not enabled("limits"):
+def reset_cpu_limit(settings: Settings) -> bool:
+    """RLIMIT_CPU counts the process's whole life: before each job, allow sandbox_cpu_s more seconds."""
+    if not settings.sandbox_enabled("limits"):
         return False
+    cpu_s = settings.sandbox_cpu_s
     usage = resource.getrusage(resource.RUSAGE_SELF)
     used = int(usage.ru_utime + usage.ru_stime)
     try:
@@ -323,11 +327,12 @@ def apply(settings: Settings) -> dict[str, str]:
     a protection that cannot be had is reported as off, with the reason."""
     STATUS.clear()
     exit_with_parent()  # not a protection one may turn off: an orphaned worker is never wanted
-    if not enabled("landlock") and not enabled("network") and not enabled("limits") and not enabled("cgroup"):
+    on = settings.sandbox_enabled
+    if not on("landlock") and not on("network") and not on("limits") and not on("cgroup"):
         STATUS.update({p: "off (disabled)" for p in PROTECTIONS})
         return STATUS
     cgroup = settings.sandbox_cgroup
-    if not enabled("cgroup"):
+    if not on("cgroup"):
         STATUS["cgroup"] = "off (disabled)"
     elif cgroup:
         STATUS["cgroup"] = _join_cgroup(cgroup)
@@ -337,26 +342,27 @@ def apply(settings: Settings) -> dict[str, str]:
             STATUS["cgroup"] = "off (" + STATUS["cgroup"] + ")"
     else:
         STATUS["cgroup"] = "off (no writable pids cgroup)"
-    if enabled("limits"):
+    if on("limits"):
         STATUS["limits"] = "on (" + ", ".join(_apply_limits(settings)) + ")"
     else:
         STATUS["limits"] = "off (disabled)"
-    STATUS["process cap"] = _process_cap(STATUS["cgroup"], settings.sandbox_max_procs)
-    STATUS["network"] = _unshare_network() if enabled("network") else "off (disabled)"
-    if not enabled("landlock"):
+    STATUS["process cap"] = _process_cap(STATUS["cgroup"], settings.sandbox_max_procs, on("limits"))
+    STATUS["network"] = _unshare_network() if on("network") else "off (disabled)"
+    if not on("landlock"):
         STATUS["landlock"] = "off (disabled)"
     elif os.path.exists(NVIDIA_CONTROL_DEVICE):
         STATUS["landlock"] = LANDLOCK_OFF_WITH_NVIDIA
     else:
-        STATUS["landlock"] = _landlock(writable_dirs())
+        owned = {settings.worker_tmp, variable("TMPDIR")}
+        STATUS["landlock"] = _landlock(writable_dirs(), owned)
     return STATUS
 
 
-def _process_cap(cgroup_status: str, cap: int) -> str:
+def _process_cap(cgroup_status: str, cap: int, limits: bool) -> str:
     """Which bound on processes holds for this worker, in words."""
     if cgroup_status.startswith("on"):
         return f"pids cgroup ({cap} tasks)"
-    if not enabled("limits"):
+    if not limits:
         return "none (limits disabled)"
     # keep orphaned grandchildren (double fork, setsid) in our tree, where the watchdog counts
     # and kills them; without this they would reparent to init and escape both

@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from kforge_mcp.core.process_env import set_variable
 from kforge_mcp.core.settings import Settings
 
 
@@ -143,7 +144,7 @@ def serve(
         device = request["payload"].get("device") if request["kind"] in CANDIDATE_JOBS else None
         if device and device not in clean_devices:
             clean_devices[device] = device_snapshot(device)
-        sandbox.reset_cpu_limit(settings.sandbox_cpu_s)  # a CPU-time backstop per job, not per worker life
+        sandbox.reset_cpu_limit(settings)  # a CPU-time backstop per job, not per worker life
         refusals.forget_socket_calls()
         workdir = Path(tempfile.mkdtemp(prefix="job-", dir=settings.worker_tmp))
         os.chdir(workdir)  # relative writes by the candidate land in its own job folder
@@ -164,7 +165,7 @@ def main(handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
     sys.stdout = sys.stderr
     faulthandler.enable()  # a segfault prints the Python stack, with the candidate's line
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # so does a hang: the pool signals before it kills
-    os.environ["KINETO_LOG_LEVEL"] = "6"  # torch.profiler's stage lines (USDT: ... profiler_start) are noise here
+    set_variable("KINETO_LOG_LEVEL", "6")  # torch.profiler's stage lines (USDT: ... profiler_start) are noise here
     from kforge_mcp.runtime import refusals
     from kforge_mcp.runtime.sandbox import apply
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from kforge_mcp.core.process_env import variable
 
 NEEDS_GPU = "needs an NVIDIA GPU to run; compile works here"
 BUNDLED_BY_TRITON = ("cuobjdump", "nvdisasm", "ptxas")
@@ -32,7 +33,7 @@ def find_tool(name: str, prefer_triton_bundle: bool = False) -> str | None:
     Triton bundles. Triton asks for its bundle first, so its cubins meet the tools they came with."""
     if prefer_triton_bundle and _triton_bundled(name):
         return _triton_bundled(name)
-    for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    for base in (variable("CUDA_HOME"), variable("CUDA_PATH"), "/usr/local/cuda"):
         if base and Path(base, "bin", name).exists():
             return str(Path(base, "bin", name))
     return shutil.which(name) or _triton_bundled(name)

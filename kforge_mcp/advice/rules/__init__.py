@@ -1,7 +1,8 @@
 """The rules the agent runs, listed here in one place (each module holds the rules of one concern):
 
-memory: coalescing, bank conflicts, spills, atomics. compute: at the limit, tensor cores, feeding the
-tensor pipe, issue-bound. conv: a convolution's tensor-core kernel waiting on its own gathers. launch: fused launches, latency-bound kernels, grid size, ncu's own rules.
+memory: coalescing, bank conflicts, spills, atomics. compute: at the limit, issue-bound. tensor_cores:
+tensor cores, feeding the tensor pipe. conv: a convolution's tensor-core kernel waiting on its own gathers.
+fusion: fused launches and epilogues. launch: latency-bound kernels, grid size, ncu's own rules.
 structure: levers of the reference's FX graph, work on weights alone. timeline: device idle gaps and
 Intel XVE counters. compiled: the candidate compiled for an NVIDIA arch where no GPU ran it.
 
@@ -23,12 +24,14 @@ from kforge_mcp.advice.rules.compiled import (
     compiled_spills,
     compiled_tensor_cores,
 )
-from kforge_mcp.advice.rules.compute import at_the_limit, feed_tensor_pipe, issue_bound, use_tensor_cores
+from kforge_mcp.advice.rules.compute import at_the_limit, issue_bound
 from kforge_mcp.advice.rules.conv import gather_fed_conv
-from kforge_mcp.advice.rules.launch import fuse_launches, grid_too_small, latency_bound, ncu_own_rules
+from kforge_mcp.advice.rules.fusion import fuse_launches
+from kforge_mcp.advice.rules.launch import grid_too_small, latency_bound, ncu_own_rules
 from kforge_mcp.advice.rules.memory import atomic_contention, register_spills, shared_bank_conflicts, uncoalesced_access
 from kforge_mcp.advice.rules.ranking import rank
 from kforge_mcp.advice.rules.structure import adopt_taken_lever, reference_structure, weights_once
+from kforge_mcp.advice.rules.tensor_cores import feed_tensor_pipe, use_tensor_cores
 from kforge_mcp.advice.rules.timeline import device_idle_gaps, xve_idle, xve_stalled
 from kforge_mcp.profiling.report import ProfileReport, Recommendation, RuleNotRun
 

@@ -15,7 +15,7 @@ from math import prod
 from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import KINDS, busiest_tensor_pipe, is_gather_fed_conv
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, pct, recommendation
-from kforge_mcp.advice.rules.compute import efficiency_range
+from kforge_mcp.advice.rules.tensor_cores import efficiency_range
 from kforge_mcp.core.schemas import Convolution
 from kforge_mcp.judge.roofline.conv import stride_phases
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
@@ -54,9 +54,9 @@ GATHER_WORDING = Wording(
     "index, masked at the borders), not on a pipeline that fails to overlap: make each K step's input tile a plain "
     "block. (1) Lay the input out channels-last once per forward, zero-padded so that no tap reads outside it, in one "
     "pass ({relayout}); the weight as [taps, C_in, C_out] once per weight version. (2) Walk K tap by tap, channels "
-    "inside: the tap's spatial offset is added once per tap, and a [BLOCK_M pixels, BLOCK_K channels] tile is "
-    "BLOCK_M rows of BLOCK_K contiguous floats (16-byte vector loads), with no border mask thanks to the padding. "
-    "(3) Keep the next steps' loads in flight: 3-4 pipeline stages, BLOCK_K 32-64 channels.",
+    "inside: the tap's spatial offset is added once per tap, and a [pixels, channels] tile is rows of "
+    "contiguous floats (16-byte vector loads), with no border mask thanks to the padding. "
+    "(3) Keep the next steps' loads in flight: 3-4 pipeline stages, 32-64 channels a K step.",
     {
         "triton": "The tensor pipe waits on the convolution's gathered operands (computed offsets, a channel and a "
         "tap per K index, masked at the borders), not on a pipeline that fails to overlap: make each K step's input "

@@ -6,7 +6,6 @@ Also Nsight Compute's own rule results, when the details page carries them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from kforge_mcp.advice import vocabulary
@@ -30,7 +29,6 @@ from kforge_mcp.advice.rules.base import pct as _pct
 from kforge_mcp.advice.rules.memory import memory_pathology
 from kforge_mcp.judge.roofline import output_floor
 from kforge_mcp.platforms.base import Vocabulary
-from kforge_mcp.platforms.formats import MEMCPY_METRIC
 from kforge_mcp.profiling.report import Evidence, NcuRule, ProfileReport, Recommendation
 
 
@@ -56,129 +54,40 @@ class LaunchThresholds:
 LAUNCH = LaunchThresholds()
 
 
-def busy_compute(k, v: Vocabulary, t: LaunchThresholds = LAUNCH) -> bool:
-    pipe = max(busiest_tensor_pipe(k, v)[1], k.fma_pipe_pct or 0.0)
-    return k.category in ("gemm", "conv") and pipe >= t.busy_compute_pct
-
-
-def _fuse_launches(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
-    v = vocabulary.of(report)
-    ks = [k for k in report.device_kernels() if MEMCPY_METRIC not in k.metrics]
-    per_fwd = report.launches_per_forward or 0
-    if len(ks) < t.min_launches or per_fwd < t.min_launches:
-        return []
-    fwd = report.forwards or 1
-    times = {k.name: k.device_ms / fwd for k in ks}
-    total = sum(times.values())
-    busy = next((k for k in ks if busy_compute(k, v, t)), None)
-    # a convolution's kernel anchors the fusion whether or not its pipe is busy: what follows it reads its output back
-    busy = busy or next((k for k in ks if k.category == "conv"), None)
-    evidence = [
-        Evidence(metric="launches per forward", value=round(per_fwd, 2), good="1 (one fused kernel)"),
-        Evidence(metric="distinct kernels", value=len(ks), good="1"),
-        Evidence(metric="device ms per forward", value=round(total, 5)),
-    ]
-    evidence += [Evidence(metric="mean ms per launch", value=round(k.mean_ms, 5), kernel=k.name) for k in ks[:6]]
-    if busy is None:
-        # memory-bound kernels: the fused kernel reads the inputs and writes the output once, about as long as
-        # the longest of them (measured on an H200: three element-wise kernels and a three-kernel softmax
-        # realized 0.50-0.66 where this gave 0.50-0.67)
-        longest = max(times.values())
-        gain = 1 - longest / total if total > 0 else 0.0
-        basis = (
-            f"a fused memory-bound kernel takes about as long as the longest current kernel: "
-            f"1 - {longest:.4g} / {total:.4g} ms per forward (host launch time saved comes on top)"
+def _occupancy_evidence(k, v: Vocabulary, warps: float | None, t: LaunchThresholds) -> list:
+    """What a latency-bound kernel shows of its occupancy: warps per block, achieved and theoretical occupancy,
+    its top stall."""
+    evidence = []
+    if warps is not None:
+        evidence.append(
+            ev("warps per block", warps, f">= {t.enough_warps:g} ({t.enough_warps * v.warp_size:g}+ threads)", k.name)
         )
-        action = (
-            "Write one kernel for the whole forward: load each input once, keep intermediates in registers "
-            "(e.g. x + bias -> gelu -> * scale, or a row's max, sum of exp and normalized output from one load "
-            "with the row held in a block), and store only the final output. Each extra launch costs a launch "
-            "latency plus a full write and re-read of the intermediate tensor in global memory."
-        )
-        fold = ks
-    else:
-        # a compute-bound GEMM/conv: only the kernels after it fold in, as its epilogue; work before it would run
-        # again for every tile in its main loop, on a pipe that is already busy (measured on an H200: folding a
-        # bf16 operand split into a bf16x3 GEMM whose tensor pipe was 66% busy made it 35% slower; a bias + ReLU
-        # epilogue saved 6%, its own share of the time)
-        order = [k.name for k in ks]
-        fold = [k for k in ks if order.index(k.name) > order.index(busy.name)]
-        before = [k for k in ks if order.index(k.name) < order.index(busy.name)]
-        gain = sum(times[k.name] for k in fold) / total if total > 0 else 0.0
-        basis = (
-            f"{busy.name[:40]} is compute-bound: the kernels after it fold into its epilogue and save their own "
-            f"time ({gain:.3f} of the forward); the kernels before it are not counted"
-        )
-        pipe = max(busiest_tensor_pipe(busy, v)[1], busy.fma_pipe_pct or 0.0)
-        evidence.append(Evidence(metric="busiest math pipe of the GEMM", value=f"{pipe:.0f}%", kernel=busy.name))
-        reductions = [k for k in fold if k.category in ("reduction", "other")]
-        action = (
-            statistics_in_epilogue(report, busy, times[busy.name])
-            if busy.category == "conv" and reductions
-            else f"Fold the element-wise kernels that follow {busy.name[:40]} into its epilogue (apply them to the "
-            "accumulator in registers before the store). "
-        )
-        if busy.category == "conv" and reductions and (busy.atomic_instructions or 0) > 0:
-            # the statistics come from the conv's epilogue already (its atomics): what is left after it is the pass
-            # that needs them all, which folds only by recomputing the conv there (a conv whose epilogue took a
-            # softmax's sums went 3% slower for the 35% it was promised; the normalize pass left was 19%)
-            left = sum(times[k.name] for k in fold)
-            gain = max(0.0, left - times[busy.name]) / total if total > 0 else 0.0
-            basis = (
-                f"{busy.name[:40]} reduces in its epilogue already (atomics): the {left:.4g} ms after it fold in only "
-                f"by recomputing the conv ({times[busy.name]:.4g} ms) in their place"
+    if k.achieved_occupancy_pct is not None:
+        evidence.append(ev("achieved occupancy", _pct(k.achieved_occupancy_pct), ">= 25%", k.name))
+    if k.theoretical_occupancy_pct is not None and k.theoretical_occupancy_pct < 100:
+        evidence.append(
+            ev(
+                "theoretical occupancy",
+                _pct(k.theoretical_occupancy_pct),
+                f"limited by {k.occupancy_limiter or '?'}",
+                k.name,
             )
-        if before:
-            action += (
-                f"Do not fold the kernels before it ({', '.join(k.name[:30] for k in before)}) into its main loop: "
-                "their work would run again for every tile that loads the data, on a math pipe already "
-                f"{pipe:.0f}% busy. Keep them as they are, or do them once per weight version when they only "
-                "touch weights."
-            )
-        if not fold:
-            return []
-    return [
-        recommendation(
-            rule="fuse_launches",
-            title=f"Fuse the {len(ks)} kernels of each forward into one"
-            if busy is None
-            else f"Fold the {len(fold)} kernel(s) after the {'convolution' if busy.category == 'conv' else 'GEMM'} "
-            "into its epilogue",
-            evidence=evidence,
-            action=action,
-            expected_gain=gain,
-            gain_basis=basis,
-            kernels=[k.name for k in fold] if busy is not None else [k.name for k in ks],
-            change="fuse the forward's kernels",
         )
-    ]
+    if k.top_stalls:
+        s = k.top_stalls[0]
+        evidence.append(ev(f"top stall: {s.reason}", s.cycles_per_issue, "few cycles per issue", k.name))
+    return evidence
 
 
-def statistics_in_epilogue(report: ProfileReport, conv, conv_ms: float) -> str:
-    """The kernels after a convolution reduce its output (a norm's statistics, a softmax's sums, a mean): the
-    output need not make the round trip. Their statistics come from the conv's epilogue, and what needs the output
-    again either reads it once (written by the conv) or recomputes the conv, whichever the figures say is cheaper."""
-    r = report.roofline
-    out = (r.out_bytes or 0.0) if r is not None else 0.0
-    size = {"fp64": 8.0, "fp16": 2.0, "bf16": 2.0}.get(r.dtype, 4.0) if r is not None else 4.0
-    conv_bytes = max((c.batch * c.c_out * math.prod(c.out_spatial) * size for c in r.convs), default=0.0) if r else 0.0
-    text = (
-        f"Compute what the kernels after {conv.name[:40]} reduce its output to in the conv's epilogue: per tile, "
-        "reduce the accumulator in registers (a norm's per-(sample, group) sum and sum of squares, a softmax's "
-        "per-row max and sum of exponentials, a mean's sum) and add the partial results into a small buffer with "
-        "atomics, so no kernel reads the conv output back to find them. "
-    )
-    if conv_bytes and r is not None:
-        round_trip = 2 * conv_bytes / r.peak_bandwidth * 1e3
-        text += (
-            f"Where the output must then be normalized, either write the conv output once and normalize it in one "
-            f"pass, or recompute the convolution in that pass and never write it: writing and reading back its "
-            f"{conv_bytes / 1e6:.4g} MB costs at least {round_trip:.3g} ms at peak bandwidth, recomputing it about "
-            f"this conv kernel's {conv_ms:.3g} ms a forward; take the cheaper. "
-        )
-    if out and conv_bytes and out < 0.25 * conv_bytes:
-        text += "Where only the reduction is the output, the conv output need not exist at all. "
-    return text
+def _latency_cause(k, warps: float | None, latency_kind: bool, t: LaunchThresholds) -> str:
+    """Why the kernel waits on latency, as a key of LATENCY_WORDING."""
+    if latency_kind and k.category in ("gemm", "conv"):
+        return "tiles"
+    if warps is not None and warps < t.enough_warps:
+        return "few_warps"
+    if k.occupancy_limiter == "registers" and (k.theoretical_occupancy_pct or 100) < t.register_limited_occupancy_pct:
+        return "registers"
+    return "ilp"
 
 
 def _latency_bound(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:
@@ -219,40 +128,8 @@ def _latency_bound(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
                 ev("DRAM throughput", _pct(k.dram_throughput_pct), "idle too: not memory-bound", k.name),
                 ev("tensor pipe busy", _pct(tensor), "idles for latency, not for want of feeding", k.name),
             ]
-        if warps is not None:
-            evidence.append(
-                ev(
-                    "warps per block",
-                    warps,
-                    f">= {t.enough_warps:g} ({t.enough_warps * v.warp_size:g}+ threads)",
-                    k.name,
-                )
-            )
-        if k.achieved_occupancy_pct is not None:
-            evidence.append(ev("achieved occupancy", _pct(k.achieved_occupancy_pct), ">= 25%", k.name))
-        if k.theoretical_occupancy_pct is not None and k.theoretical_occupancy_pct < 100:
-            evidence.append(
-                ev(
-                    "theoretical occupancy",
-                    _pct(k.theoretical_occupancy_pct),
-                    f"limited by {k.occupancy_limiter or '?'}",
-                    k.name,
-                )
-            )
-        if k.top_stalls:
-            s = k.top_stalls[0]
-            evidence.append(ev(f"top stall: {s.reason}", s.cycles_per_issue, "few cycles per issue", k.name))
-        if latency_kind and k.category in ("gemm", "conv"):
-            causes.append("tiles")
-        elif warps is not None and warps < t.enough_warps:
-            causes.append("few_warps")
-        elif (
-            k.occupancy_limiter == "registers"
-            and (k.theoretical_occupancy_pct or 100) < t.register_limited_occupancy_pct
-        ):
-            causes.append("registers")
-        else:
-            causes.append("ilp")
+        evidence += _occupancy_evidence(k, v, warps, t)
+        causes.append(_latency_cause(k, warps, latency_kind, t))
     if not hits:
         return []
     action = " ".join(LATENCY_WORDING[c].say(report.target) for c in dict.fromkeys(causes))
@@ -428,7 +305,6 @@ def _ncu_own_rules(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
     return out
 
 
-fuse_launches = Rule("fuse_launches", _fuse_launches, LAUNCH, (DEVICE_KERNELS,))
 latency_bound = Rule(
     "latency_bound",
     _latency_bound,

@@ -66,6 +66,17 @@ def placeholder_peaks(r: Roofline) -> bool:
     return r.peaks_source == PLACEHOLDER
 
 
+def _padding_loss(feasible: list[ComputePath], best: ComputePath | None, flops: float, convs, peaks) -> str:
+    """Why the path of the highest peak is not the fastest: the convolutions' MMA padding on it ('' when it is)."""
+    by_peak = fastest(feasible)
+    if not best or not by_peak or by_peak.path == best.path:
+        return ""
+    return (
+        f"; {by_peak.path}'s higher peak loses to the convolutions' MMA padding on it "
+        f"({compute_flops(flops, convs, *mma_granules(peaks, by_peak.path)):.4g} FLOPs there)"
+    )
+
+
 def make_roofline(
     flops: float,
     nbytes: float,
@@ -110,12 +121,7 @@ def make_roofline(
     measured_any = measured is not None and bool(measured.errors)
     left = measured.unmeasured if measured is not None else None
     reason = path_choice(paths, best, tol, measured_any, left) if best else no_path(flops, dtype, peaks.name)
-    by_peak = fastest(feasible)
-    if best and by_peak and by_peak.path != best.path:
-        reason += (
-            f"; {by_peak.path}'s higher peak loses to the convolutions' MMA padding on it "
-            f"({compute_flops(flops, convs, *mma_granules(peaks, by_peak.path)):.4g} FLOPs there)"
-        )
+    reason += _padding_loss(feasible, best, flops, convs, peaks)
     granules = mma_granules(peaks, path)
     paid = compute_flops(flops, convs, *granules)
     flop_ms, byte_ms = paid / pf * 1e3, nbytes / bw * 1e3

@@ -208,6 +208,37 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
             f"global_{label}_bytes_per_sector",
             m(f"smsp__sass_average_data_bytes_per_sector_mem_global_op_{op}.ratio"),
         )
+    _read_pipes(k, m)
+    k.issue_active_pct = m("smsp__issue_active.avg.pct_of_peak_sustained_active")
+    k.l1_hit_pct, k.l2_hit_pct = m("l1tex__t_sector_hit_rate.pct"), m("lts__t_sector_hit_rate.pct")
+    if k.dram_throughput_pct is None:
+        k.dram_throughput_pct = m("dram__throughput.avg.pct_of_peak_sustained_elapsed")
+    k.shared_wavefronts = _sum(m, "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{}.sum")
+    k.shared_bank_conflicts = _sum(m, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{}.sum")
+    k.shared_instructions = _sum(m, "smsp__sass_inst_executed_op_shared_{}.sum")
+    k.local_sectors = _sum(m, "l1tex__t_sectors_pipe_lsu_mem_local_op_{}.sum")
+    k.atomic_instructions = _sum(m, "smsp__sass_inst_executed_op_global_{}.sum", ("atom", "red"))
+    k.instructions = m("smsp__inst_executed.sum")
+    spill_requests = m("local_spilling_requests")
+    if spill_requests is not None:
+        k.metrics["local_spilling_requests"] = spill_requests
+    stalls = []
+    for r in STALL_REASONS:
+        if r == "selected":
+            continue  # issuing, not a stall
+        v = m(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio")
+        if v:
+            stalls.append(StallReason(reason=r, cycles_per_issue=round(v, 3)))
+    k.top_stalls = sorted(stalls, key=lambda s: -s.cycles_per_issue)[:3]
+    for key in ("launch__sm_count", "dram__bytes.sum.per_second"):
+        if (value := m(key)) is not None:
+            k.metrics[key] = value
+    return k
+
+
+def _read_pipes(k: KernelProfile, m) -> None:
+    """Each pipe's activity (cycles, instructions) and the tensor and FMA pipes' share, from ``m`` (a metric's
+    mean over the launches)."""
     for p in PIPES:
         v = m(f"sm__pipe_{p}_cycles_active.avg.pct_of_peak_sustained_active")
         if v is not None:
@@ -234,31 +265,6 @@ def kernel_from_launches(name: str, launches: list[dict]) -> KernelProfile:
     ]
     k.tensor_pipe_pct = max(tensor) if tensor else None
     k.fma_pipe_pct = k.pipes.get("fma", k.metrics.get("inst_pipe_fma_pct"))
-    k.issue_active_pct = m("smsp__issue_active.avg.pct_of_peak_sustained_active")
-    k.l1_hit_pct, k.l2_hit_pct = m("l1tex__t_sector_hit_rate.pct"), m("lts__t_sector_hit_rate.pct")
-    if k.dram_throughput_pct is None:
-        k.dram_throughput_pct = m("dram__throughput.avg.pct_of_peak_sustained_elapsed")
-    k.shared_wavefronts = _sum(m, "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{}.sum")
-    k.shared_bank_conflicts = _sum(m, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{}.sum")
-    k.shared_instructions = _sum(m, "smsp__sass_inst_executed_op_shared_{}.sum")
-    k.local_sectors = _sum(m, "l1tex__t_sectors_pipe_lsu_mem_local_op_{}.sum")
-    k.atomic_instructions = _sum(m, "smsp__sass_inst_executed_op_global_{}.sum", ("atom", "red"))
-    k.instructions = m("smsp__inst_executed.sum")
-    spill_requests = m("local_spilling_requests")
-    if spill_requests is not None:
-        k.metrics["local_spilling_requests"] = spill_requests
-    stalls = []
-    for r in STALL_REASONS:
-        if r == "selected":
-            continue  # issuing, not a stall
-        v = m(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio")
-        if v:
-            stalls.append(StallReason(reason=r, cycles_per_issue=round(v, 3)))
-    k.top_stalls = sorted(stalls, key=lambda s: -s.cycles_per_issue)[:3]
-    for key in ("launch__sm_count", "dram__bytes.sum.per_second"):
-        if (value := m(key)) is not None:
-            k.metrics[key] = value
-    return k
 
 
 def _sum(m, pattern: str, ops: tuple[str, ...] = ("ld", "st")) -> float | None:

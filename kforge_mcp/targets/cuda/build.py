@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import re
 import types
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kforge_mcp.core.problem import Source
+from kforge_mcp.core.process_env import variable
 from kforge_mcp.core.source import import_source
 
 CUTLASS_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](cute|cutlass)/', re.M)
@@ -135,9 +135,9 @@ def capture_builds(source: Source, workdir: Path) -> tuple[types.ModuleType, lis
 
 def extension_cache_dir() -> Path:
     """Built extensions live under the engine home (the pool points TORCH_EXTENSIONS_DIR there)."""
-    base = os.environ.get("TORCH_EXTENSIONS_DIR")
+    base = variable("TORCH_EXTENSIONS_DIR")
     if not base:
-        triton_cache = os.environ.get("TRITON_CACHE_DIR")
+        triton_cache = variable("TRITON_CACHE_DIR")
         base = (
             str(Path(triton_cache).parent / "torch_extensions")
             if triton_cache

@@ -18,11 +18,8 @@ build, so the verdict never depends on this path.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -33,34 +30,21 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from kforge_mcp.core.process_env import child_environment
 from kforge_mcp.targets.cuda.build_cache import ObjectCache, Pch, digest, seal, sealed, start_detached, write_whole
+from kforge_mcp.targets.cuda.build_plan import Plan, plan_build, toolchain_id
+from kforge_mcp.targets.cuda.preludes import (
+    _EXTENSION_INCLUDE,
+    FULL_BINDINGS_HEADER,
+    LEAN_HOST_HEADER,
+    LEAN_PRELUDE,
+    PCH_PRELUDES,
+    PRELUDE,
+    PREWARMED,
+    bindings_unit,
+    device_prelude,
+)
 from kforge_mcp.targets.cuda.split import CannotSplit, split
-from kforge_mcp.targets.nvidia import find_tool
-
-PRELUDE = """// kforge: what the host unit needs before the candidate's own text (precompiled when ready)
-#pragma once
-#include <torch/types.h>
-#include <torch/extension.h>
-#include <cuda.h>
-#include <cuda_runtime.h>
-// what torch's headers bring under nvcc (c10's Half and BFloat16 include them when __CUDACC__ is set)
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-// how nvcc lowers k<<<grid, block, smem, stream>>>(args): push the configuration, call k's stub
-extern "C" unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim = 1, size_t sharedMem = 0,
-                                                struct CUstream_st *stream = 0);
-// nvcc's C++ overloads that take a kernel; a plain C++ compiler sees only the const void* forms
-template <class T> inline cudaError_t cudaFuncSetAttribute(T *entry, cudaFuncAttribute attr, int value) {
-  return ::cudaFuncSetAttribute((const void *)entry, attr, value);
-}
-template <class T> inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, T *entry) {
-  return ::cudaFuncGetAttributes(attr, (const void *)entry);
-}
-template <class T>
-inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, T *func, int block, size_t smem) {
-  return ::cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, (const void *)func, block, smem);
-}
-"""
 
 
 class FastBuildError(Exception):
@@ -69,26 +53,6 @@ class FastBuildError(Exception):
     def __init__(self, unit: str, output: str):
         super().__init__(f"{unit} failed")
         self.unit, self.output = unit, output
-
-
-@dataclass
-class Plan:
-    """What torch would run, read from the build.ninja it wrote."""
-
-    cxx: list[str]
-    nvcc: list[str]
-    cflags: list[str]
-    post_cflags: list[str]
-    cuda_cflags: list[str]
-    cuda_post_cflags: list[str]
-    ldflags: list[str]
-    main_cpp: str
-    cuda_cu: str
-
-    @property
-    def host_cflags(self) -> list[str]:
-        # the module name matters to main.cpp only; leaving it out keeps the precompiled header valid
-        return [f for f in self.cflags if not f.startswith("-DTORCH_EXTENSION_NAME=")]
 
 
 @dataclass
@@ -105,143 +69,9 @@ class BuildInfo:
     first_build: dict | None = None  # a reused extension: how it was built (often ahead, by a CPU worker)
 
 
-CUDA_CONFIG_HEADER = "c10/cuda/impl/cuda_cmake_macros.h"
-NO_CUDA_CONFIG = "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"
-
-
-def cpu_torch_flags() -> list[str]:
-    """A CPU build of torch ships c10/cuda's headers without the one its CUDA build generates, which on
-    Linux only marks c10_cuda's exports; this define tells c10/cuda/CUDAMacros.h to do without it."""
-    from torch.utils.cpp_extension import include_paths
-
-    return [] if (Path(include_paths()[0]) / CUDA_CONFIG_HEADER).exists() else [NO_CUDA_CONFIG]
-
-
-def plan_build(real_load_inline, module_name: str, cpp_src, cuda_src, functions, kwargs: dict, where: Path) -> Plan:
-    """Let torch write its build (flags for this torch, toolkit and arch) without running it."""
-    import torch.utils.cpp_extension as ce
-
-    where.mkdir(parents=True, exist_ok=True)
-    saved = (ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER, ce.CUDA_HOME)
-    ce._run_ninja_build = lambda *a, **k: None
-    ce._import_module_from_library = lambda *a, **k: None
-    ce.JIT_EXTENSION_VERSIONER = ce.ExtensionVersioner()  # a fresh one: torch keeps the name as given
-    nvcc = find_tool("nvcc")
-    if ce.CUDA_HOME is None and nvcc:  # a CPU build of torch: the toolkit found here stands in for its own
-        ce.CUDA_HOME = str(Path(nvcc).resolve().parents[1])
-    try:
-        real_load_inline(
-            module_name, cpp_src, cuda_sources=cuda_src, functions=functions, build_directory=str(where), **kwargs
-        )
-    finally:
-        ce._run_ninja_build, ce._import_module_from_library, ce.JIT_EXTENSION_VERSIONER, ce.CUDA_HOME = saved
-    ninja = (where / "build.ninja").read_text()
-    var = {m.group(1): m.group(2) for m in re.finditer(r"^(\w+) = (.*)$", ninja, re.M)}
-    no_cuda_config = cpu_torch_flags()
-    return Plan(
-        cxx=shlex.split(var.get("cxx", "c++")),
-        nvcc=shlex.split(var["nvcc"]),
-        cflags=shlex.split(var.get("cflags", "")) + no_cuda_config,
-        post_cflags=shlex.split(var.get("post_cflags", "")),
-        cuda_cflags=shlex.split(var.get("cuda_cflags", "")) + no_cuda_config,
-        cuda_post_cflags=shlex.split(var.get("cuda_post_cflags", "")),
-        ldflags=shlex.split(var.get("ldflags", "")),
-        main_cpp=(where / "main.cpp").read_text(),
-        cuda_cu=(where / "cuda.cu").read_text(),
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _tool_version(cmd: tuple[str, ...]) -> str:
-    try:
-        return subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-
-
-def toolchain_id(plan: Plan) -> tuple[str, str]:
-    """The C++ compiler's and nvcc's own version text (asked once per process), for cache keys."""
-    return _tool_version(tuple(plan.cxx)), _tool_version(tuple(plan.nvcc))
-
-
 def _compile(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:  # a file, not a pipe: units are polled, and one's errors can be long
         return subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-
-
-# torch/extension.h = torch/all.h (the C++ frontend: nn, optim, data, jit...) + torch/python.h (pybind11).
-# Each unit first gets the least it is likely to need; a unit that needs more fails there and is compiled
-# again with the full header. The host functions get torch/types.h (ATen, TORCH_CHECK). The bindings
-# (main.cpp) get, when cpp_sources only declares functions (what KernelBench candidates do), Tensor and
-# pybind11 with torch's type casters; otherwise torch/python.h. The lean preludes are what gets
-# precompiled: a lean header, precompiled, compiles several times faster than torch/extension.h, and the
-# slim bindings about twice as fast as torch/python.h (bench/host_header_options.py measures each option).
-FULL_BINDINGS_HEADER = "#include <torch/extension.h>"
-LEAN_BINDINGS_HEADER = "#include <torch/python.h>"
-LEAN_HOST_HEADER = "#include <torch/types.h>"
-LEAN_PRELUDE = PRELUDE.replace("#include <torch/extension.h>\n", "")
-BINDINGS_PRELUDE = (
-    "// kforge: what the bindings need (precompiled when ready)\n#pragma once\n" + LEAN_BINDINGS_HEADER + "\n"
-)
-# Every pybind11 type caster torch/extension.h brings is in torch/csrc/utils/pybind.h (a test compares the
-# two with g++ -M on the installed torch), so declared functions are bound alike; a declaration naming
-# more than these fails to compile and gets the full header.
-SLIM_BINDINGS_PRELUDE = """// kforge: what bindings of declared functions need (precompiled when ready)
-#pragma once
-#include <ATen/core/Tensor.h>
-#include <torch/csrc/utils/pybind.h>
-#include <torch/csrc/Exceptions.h>
-namespace torch {
-using namespace at;
-}
-"""
-SLIM_BINDINGS_HEADER = "#include <ATen/core/Tensor.h> + <torch/csrc/utils/pybind.h>"
-PCH_PRELUDES = {"bindings": SLIM_BINDINGS_PRELUDE, "bindings-python": BINDINGS_PRELUDE, "host": LEAN_PRELUDE}
-PREWARMED = ("bindings", "host")  # what most candidates build with; bindings-python is built when first used
-_EXTENSION_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"][ \t]*$", re.M)
-# what load_inline appends to cpp_sources when it is given ``functions``
-_GENERATED_MODULE = re.compile(r"\nPYBIND11_MODULE\(TORCH_EXTENSION_NAME, m\) \{\n(?:m\.def\([^\n]*\);\n)*\}\s*\Z")
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-
-
-def bindings_unit(main_cpp: str) -> tuple[str | None, str, str]:
-    """(lean prelude or None for the full header, main.cpp to compile, the header it stands for).
-    Line numbers are kept, so the compiler's messages still point at the candidate's lines."""
-    if not main_cpp.startswith(FULL_BINDINGS_HEADER + "\n"):
-        return None, main_cpp, FULL_BINDINGS_HEADER
-    module = _GENERATED_MODULE.search(main_cpp)
-    declared = main_cpp[len(FULL_BINDINGS_HEADER) : module.start()] if module else "{"
-    if "{" not in _COMMENT.sub("", declared):  # declarations only: no body that could call more of torch
-        mark = "// kforge: torch/extension.h left out; the bindings prelude declares what this needs"
-        return (
-            "bindings",
-            mark + _EXTENSION_INCLUDE.sub(mark, main_cpp[len(FULL_BINDINGS_HEADER) :]),
-            SLIM_BINDINGS_HEADER,
-        )
-    return "bindings-python", main_cpp.replace(FULL_BINDINGS_HEADER, LEAN_BINDINGS_HEADER, 1), LEAN_BINDINGS_HEADER
-
-
-# What the device unit gets of what torch's headers give device code under nvcc (load_inline's cuda.cu
-# always starts with torch/types.h), each where the kernels use it (a header costs the kernel-edit
-# rebuild time): cuda_fp16.h, cuda_bf16.h, c10's macros (C10_DEVICE, C10_LAUNCH_BOUNDS_1), and c10's
-# scalar types where kernels take them (template kernels dispatched on at::Half, at::BFloat16), the same
-# types the host unit's stub calls name, so the symbols match.
-DEVICE_PRELUDES = [
-    (re.compile(r"half"), "#include <cuda_fp16.h>\n"),
-    (re.compile(r"bfloat16"), "#include <cuda_bf16.h>\n"),
-    (re.compile(r"\bC10_"), "#include <c10/macros/Macros.h>\n"),
-    (
-        re.compile(r"\b(at|c10)::(Half|BFloat16)\b"),
-        "#include <c10/util/Half.h>\n#include <c10/util/BFloat16.h>\n"
-        "namespace at {\nusing c10::BFloat16;\nusing c10::Half;\n}\n",
-    ),
-]
-
-
-def device_prelude(device_source: str) -> str:
-    """What the device unit includes first ('' when nothing)."""
-    parts = [text for pattern, text in DEVICE_PRELUDES if pattern.search(device_source)]
-    return "// kforge: what torch's headers give these kernels\n#pragma once\n" + "".join(parts) if parts else ""
 
 
 def undefined_symbols(obj: Path) -> list[str]:
@@ -487,19 +317,6 @@ def load_split(
     return load(), info
 
 
-# names the device unit lacks (torch's headers are left out of it): an error about them may be the split's
-NOT_IN_DEVICE_UNIT = re.compile(r"\b(torch|at|c10|TORCH_\w*|AT_\w*|C10_\w*|Tensor|pybind11|py)\b")
-
-
-def candidate_errors(output: str, file: str) -> bool:
-    """Whether a failed device unit failed on the candidate's own code: every error is at a line of the
-    candidate's file and none names something only torch's headers declare."""
-    from kforge_mcp.targets.cuda.nvcc import parse_compiler_output
-
-    errors = [r for r in parse_compiler_output(output) if r.severity == "error"]
-    return bool(errors) and all(r.file == file and not NOT_IN_DEVICE_UNIT.search(r.message) for r in errors)
-
-
 def torch_versions() -> list:
     import torch
 
@@ -526,7 +343,7 @@ def start_pch_prewarm(cache_root: Path) -> None:
     a moment; a thread of a worker did that under a job's feet (and, while a candidate's import had
     load_inline swapped, built a whole dummy extension inside that job)."""
     package_root = str(Path(__file__).resolve().parents[3])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    env = child_environment(pythonpath_first=package_root)
     code = "import sys, pathlib; from kforge_mcp.targets.cuda.fast_build import prewarm_pch; "
     code += "prewarm_pch(pathlib.Path(sys.argv[1]))"
     start_detached([sys.executable, "-c", code, str(cache_root)], env)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 import types
 from pathlib import Path
 
 from kforge_mcp.core.problem import Source
+from kforge_mcp.core.process_env import torch_cuda_arch_list
 from kforge_mcp.core.schemas import Diagnostic
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError, import_source
@@ -30,16 +30,10 @@ from kforge_mcp.targets.cuda.build import (
     extension_cache_dir,
     patched_load_inline,
 )
-from kforge_mcp.targets.cuda.fast_build import (
-    BuildInfo,
-    FastBuildError,
-    candidate_errors,
-    check_host,
-    load_split,
-    plan_build,
-    torch_versions,
-)
+from kforge_mcp.targets.cuda.build_plan import plan_build
+from kforge_mcp.targets.cuda.fast_build import BuildInfo, FastBuildError, check_host, load_split, torch_versions
 from kforge_mcp.targets.cuda.nvcc import build_errors
+from kforge_mcp.targets.cuda.preludes import candidate_errors
 from kforge_mcp.targets.cuda.split import CannotSplit
 from kforge_mcp.targets.nvidia import tool_version
 from kforge_mcp.targets.source_map import map_pieces
@@ -120,22 +114,18 @@ def check_host_unit(build: InlineBuild, source: Source, arch: str, workdir: Path
     kwargs.pop("build_directory", None)
     kwargs["verbose"] = False
     number = re.fullmatch(r"(?:sm|compute)_(\d+)(\d)([a-z]?)", arch)
-    env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     # torch plans for this arch; the host unit's flags do not depend on it
-    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{number[1]}.{number[2]}{number[3]}" if number else "9.0"
-    try:
+    with torch_cuda_arch_list(f"{number[1]}.{number[2]}{number[3]}" if number else "9.0"):
         try:
-            plan = plan_build(ce.load_inline, build.name, cpp_src, cuda_src, build.functions, kwargs, workdir / "plan")
-        except Exception:  # noqa: BLE001  (planning uses torch's internals: never the candidate's fault)
+            try:
+                plan = plan_build(
+                    ce.load_inline, build.name, cpp_src, cuda_src, build.functions, kwargs, workdir / "plan"
+                )
+            except Exception:  # noqa: BLE001  (planning uses torch's internals: never the candidate's fault)
+                return None
+            ok, output = check_host(plan, extension_cache_dir(), Settings.read().cuda_pch_on)
+        except CannotSplit:
             return None
-        ok, output = check_host(plan, extension_cache_dir(), Settings.read().cuda_pch_on)
-    except CannotSplit:
-        return None
-    finally:
-        if env_arch is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
     return ok, own_name(output, source.name)
 
 
@@ -192,40 +182,44 @@ def load_candidate(
         kwargs.setdefault("verbose", False)
         from filelock import FileLock
 
-        env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
-        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}{'a' if major >= 9 else ''}"
-        started = time.perf_counter()
-        try:
-            with FileLock(str(build_dir) + ".lock", timeout=1800):
-                module, info = split_build(
-                    real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, source.name, not prebuild, link
-                )
-                builds.append(info)
-                if prebuild:  # the candidate's import goes on with stand-ins; the GPU worker imports the build
-                    fns = functions if not isinstance(functions, str) else [functions]
-                    return StubExtension(str(name), list(fns.keys()) if isinstance(fns, dict) else list(fns or []))
-                if module is not None:
+        with torch_cuda_arch_list(f"{major}.{minor}{'a' if major >= 9 else ''}"):
+            started = time.perf_counter()
+            try:
+                with FileLock(str(build_dir) + ".lock", timeout=1800):
+                    module, info = split_build(
+                        real,
+                        name,
+                        cpp_src,
+                        cuda_src,
+                        functions,
+                        args,
+                        kwargs,
+                        build_dir,
+                        source.name,
+                        not prebuild,
+                        link,
+                    )
+                    builds.append(info)
+                    if prebuild:  # the candidate's import goes on with stand-ins; the GPU worker imports the build
+                        fns = functions if not isinstance(functions, str) else [functions]
+                        return StubExtension(str(name), list(fns.keys()) if isinstance(fns, dict) else list(fns or []))
+                    if module is not None:
+                        return module
+                    # keywords only: load_inline's positional order differs across torch versions (sycl_sources)
+                    module = real(
+                        f"{name}_{key}",
+                        cpp_src,
+                        *args,
+                        cuda_sources=cuda_src,
+                        functions=functions,
+                        build_directory=str(build_dir),
+                        **kwargs,
+                    )
+                    info.seconds = round(time.perf_counter() - started, 2)
                     return module
-                # keywords only: load_inline's positional order differs across torch versions (sycl_sources)
-                module = real(
-                    f"{name}_{key}",
-                    cpp_src,
-                    *args,
-                    cuda_sources=cuda_src,
-                    functions=functions,
-                    build_directory=str(build_dir),
-                    **kwargs,
-                )
-                info.seconds = round(time.perf_counter() - started, 2)
-                return module
-        except Exception as e:
-            errors.extend(build_errors(str(getattr(e, "output", "")) or str(e), source.name))
-            raise
-        finally:
-            if env_arch is None:
-                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-            else:
-                os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
+            except Exception as e:
+                errors.extend(build_errors(str(getattr(e, "output", "")) or str(e), source.name))
+                raise
 
     holder: dict = {}
 

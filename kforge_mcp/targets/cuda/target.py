@@ -42,7 +42,8 @@ from kforge_mcp.targets.cuda.build import (
     cutlass_include_dir,
     extension_cache_dir,
 )
-from kforge_mcp.targets.cuda.fast_build import BuildInfo, cpu_torch_flags, start_pch_prewarm
+from kforge_mcp.targets.cuda.build_plan import cpu_torch_flags
+from kforge_mcp.targets.cuda.fast_build import BuildInfo, start_pch_prewarm
 from kforge_mcp.targets.cuda.lean_header import TORCH_LEAN_H
 from kforge_mcp.targets.cuda.load import check_host_unit, load_candidate
 from kforge_mcp.targets.cuda.nvcc import (
@@ -83,6 +84,28 @@ def torch_include_dirs() -> list[str]:
 
 
 # ---- the target ----
+
+
+def _cutlass_includes(pieces, build: InlineBuild, source: Source, diags: list[Diagnostic]) -> list[str]:
+    """CUTLASS's include dir where the pieces include CuTe/CUTLASS headers; a warning in ``diags`` when it is
+    not installed."""
+    includes = []
+    uses_cutlass = any(CUTLASS_HEADER.search(p.text) for p in pieces)
+    if uses_cutlass:
+        inc = cutlass_include_dir()
+        if inc:
+            includes.append(inc)
+        else:
+            diags.append(
+                Diagnostic(
+                    severity="warning",
+                    file=source.name,
+                    line=build.call_line,
+                    message="the source includes CuTe/CUTLASS headers but nvidia-cutlass is not "
+                    "installed (pip install nvidia-cutlass)",
+                )
+            )
+    return includes
 
 
 class CudaTarget(Target):
@@ -196,22 +219,7 @@ class CudaTarget(Target):
         if not build.cuda:
             return not diags, diags
         pieces = map_pieces(build.cuda, source.text, "cuda_sources")
-        includes = []
-        uses_cutlass = any(CUTLASS_HEADER.search(p.text) for p in pieces)
-        if uses_cutlass:
-            inc = cutlass_include_dir()
-            if inc:
-                includes.append(inc)
-            else:
-                diags.append(
-                    Diagnostic(
-                        severity="warning",
-                        file=source.name,
-                        line=build.call_line,
-                        message="the source includes CuTe/CUTLASS headers but nvidia-cutlass is not "
-                        "installed (pip install nvidia-cutlass)",
-                    )
-                )
+        includes = _cutlass_includes(pieces, build, source, diags)
         flags = usable_flags(build.flags())
         blocks = [(p, top_level_blocks(p.text)) for p in pieces]
 

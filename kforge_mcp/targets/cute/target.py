@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import Source
+from kforge_mcp.core.process_env import set_default
 from kforge_mcp.core.schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError, import_source
@@ -52,7 +53,7 @@ def dump_dir() -> Path:
     """The DSL writes PTX and cubin only into an existing dump directory; it reads the
     variable once, so one per worker process, created before each compile."""
     root = Settings.read().worker_tmp or tempfile.gettempdir()  # the pool cleans its workers' tmp
-    path = Path(os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(Path(root) / f"kforge-cute-{os.getpid()}")))
+    path = Path(set_default("CUTE_DSL_DUMP_DIR", str(Path(root) / f"kforge-cute-{os.getpid()}")))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
