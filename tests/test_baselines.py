@@ -47,12 +47,14 @@ class Sleeper:
         CLOCK.now += self.ms / 1e3
 
 
-def verifier(cache: baselines.BaselineCache) -> types.SimpleNamespace:
+def verifier(cache: baselines.BaselineCache, shapes: tuple[str, ...] = ("8x8 float32",)) -> types.SimpleNamespace:
     """The parts of a Verifier the timing uses."""
     v = types.SimpleNamespace(
         cache=cache,
         req=types.SimpleNamespace(baselines=["eager", "compiled"], fresh_timing_inputs=True, timing_budget_s=1.0),
         device="cpu",
+        device_name="cpu",
+        timing_shapes=list(shapes),
         problem=types.SimpleNamespace(source=types.SimpleNamespace(digest="p")),
         judge=types.SimpleNamespace(dtype=None),
         progress=lambda _m: None,
@@ -65,15 +67,16 @@ def verifier(cache: baselines.BaselineCache) -> types.SimpleNamespace:
 
 
 @pytest.mark.usefixtures("host_clock")
-def test_kept_baselines_are_scaled_by_the_anchor_and_timed_again_when_it_moves_far():
-    cache, eager, compiled = baselines.BaselineCache(), Sleeper(4.0), Sleeper(3.0)
+def test_kept_baselines_are_scaled_by_the_anchor_and_timed_again_when_it_moves_far(tmp_path):
+    cache, eager, compiled = baselines.BaselineCache(tmp_path), Sleeper(4.0), Sleeper(3.0)
     fns = {"candidate": Sleeper(2.0), "eager": eager, "compiled": compiled}
     check = ("candidate", 2, 0)
 
     first = verifier(cache)
     stats, _, _ = baselines.time_with_baselines(first, fns, 0.05, check)
     assert not first.findings and stats["eager"].median_ms == pytest.approx(4.0, rel=0.1)
-    kept = cache.kept[baselines.timing_key(first, ["eager", "compiled"])]
+    kept = cache.get(baselines.timing_key(first, ["eager", "compiled"]))
+    assert kept is not None
 
     eager.ms, compiled.ms = 4.4, 30.0  # the host is 10% slower; compiled is not run again, so its 30 ms goes unseen
     again = verifier(cache)
@@ -93,20 +96,31 @@ def test_kept_baselines_are_scaled_by_the_anchor_and_timed_again_when_it_moves_f
     assert moved.findings[0].evidence["drift"] == pytest.approx(1.0, rel=0.15)
     assert stats["eager"].median_ms == pytest.approx(8.0, rel=0.1)
     assert stats["compiled"].median_ms == pytest.approx(30.0, rel=0.1)
-    retimed = cache.kept[baselines.timing_key(moved, ["eager", "compiled"])].stats
-    assert retimed["eager"].median_ms == pytest.approx(8.0, rel=0.1)
+    retimed = cache.get(baselines.timing_key(moved, ["eager", "compiled"]))
+    assert retimed is not None and retimed.stats["eager"].median_ms == pytest.approx(8.0, rel=0.1)
+
+
+class Uncompiled:
+    """A compiled baseline that must not be made: its timing is kept."""
+
+    def make(self):
+        raise AssertionError("compiled although its timing was kept")
 
 
 @pytest.mark.usefixtures("host_clock")
-def test_kept_baselines_expire():
-    cache = baselines.BaselineCache()
-    fns = {"candidate": Sleeper(1.0), "eager": Sleeper(1.0)}
-    baselines.time_with_baselines(verifier(cache), fns, 0.02, ("candidate", 1, 0))
-    for kept in cache.kept.values():
-        kept.at -= baselines.REUSE_FOR_S
-    late = verifier(cache)
-    baselines.time_with_baselines(late, fns, 0.02, ("candidate", 1, 0))
-    assert not late.findings
+def test_kept_timings_outlive_the_worker_and_spare_the_compile_until_the_shapes_change(tmp_path):
+    fns = {"candidate": Sleeper(1.0), "eager": Sleeper(2.0), "compiled": Sleeper(1.5)}
+    baselines.time_with_baselines(verifier(baselines.BaselineCache(tmp_path)), fns, 0.02, ("candidate", 1, 0))
+
+    restarted = verifier(baselines.BaselineCache(tmp_path))  # a new worker (or server) on the same home
+    lazy = {**fns, "compiled": baselines._Pending(Uncompiled().make)}
+    stats, _, _ = baselines.time_with_baselines(restarted, lazy, 0.02, ("candidate", 1, 0))
+    assert [f.code for f in restarted.findings] == ["baselines_reused"]
+    assert stats["compiled"].median_ms == pytest.approx(1.5, rel=0.1)
+
+    other = verifier(baselines.BaselineCache(tmp_path), shapes=("16x8 float32",))  # another key: timed afresh
+    baselines.time_with_baselines(other, fns, 0.02, ("candidate", 1, 0))
+    assert not other.findings
 
 
 def test_the_baselines_job_keeps_them_for_the_next_call(engine):

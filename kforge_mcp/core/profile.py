@@ -162,6 +162,11 @@ class ProfileReport(JobAware):
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
     seconds: float = 0.0
+    phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="seconds per step inside the worker (build, warm-up, timeline, weight work, roofline, metrics): "
+        "where a profile's time went",
+    )
     # the profilers' own output by file name (trace.json, ncu.csv): the worker sends it, the MCP tool
     # keeps it as resources (tools/artifacts.py); never part of the report's JSON
     raw: dict[str, str] = Field(default_factory=dict, exclude=True)

@@ -256,6 +256,14 @@ class VerifyReport(JobAware):
         "where a verify's time went",
     )
     node: str | None = Field(None, description="the cluster node it ran on (Ray executor; see list_targets nodes)")
+    shapes: list[str] = Field(
+        default_factory=list, description="the input shapes the trials ran, e.g. '1024x8192 float32'"
+    )
+    published_shapes: list[str] | None = Field(
+        None,
+        description="where Triton's CPU interpreter ran a reduced instance of the problem (smaller batch and spatial "
+        "sizes): the problem's own input shapes, which a GPU verify runs",
+    )
     input_sets: list[InputSetReport] = Field(
         default_factory=list, description="the problem's get_input_sets() shapes that were checked, in order"
     )

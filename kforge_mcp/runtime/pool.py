@@ -230,7 +230,12 @@ class Worker:
             if time.monotonic() > deadline:
                 self.dump_stacks()
                 self.kill()
-                raise self._failure("timeout", f"{what} did not finish within {timeout_s:g} s; the worker was killed")
+                during = f" during {step.message}" if step is not None and step.message else ""
+                raise self._failure(
+                    "timeout",
+                    f"{what} did not finish within {timeout_s:g} s (its timeout){during}; the worker was killed. "
+                    "Raise it with --timeout or timeout_s",
+                )
             if self.max_tasks and sandbox.tree_tasks(self.proc.pid) > self.max_tasks:
                 self.kill()
                 raise self._failure(
@@ -317,6 +322,7 @@ class Step:
         return self.limit_s is not None and time.monotonic() - self.started > self.limit_s
 
     def overrun_message(self) -> str:
+        """Which limit was hit, why it was that long and how to raise it (the worker's ``why`` says)."""
         why = f" ({self.why})" if self.why else ""
         return f"{self.message} did not finish within {self.limit_s:g} s{why}; the worker was killed"
 
