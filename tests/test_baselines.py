@@ -4,6 +4,8 @@ that makes them ahead of a verify; and the cheaper seeding every timed call draw
 
 from __future__ import annotations
 
+import contextlib
+import random
 import sys
 import types
 
@@ -15,6 +17,7 @@ from kforge_mcp.core.problem import seed_everything
 from kforge_mcp.core.requests import BaselinesRequest, Done
 from kforge_mcp.judge import baselines
 from kforge_mcp.judge.device_guard import DeviceGuard
+from kforge_mcp.judge.timing import precise, time_interleaved
 
 
 class HostClock:
@@ -61,6 +64,8 @@ def verifier(cache: baselines.BaselineCache, shapes: tuple[str, ...] = ("8x8 flo
         timing_feed=lambda: list,
         findings=[],
         guard=DeviceGuard("cpu"),
+        phase=lambda _name: contextlib.nullcontext(),
+        report=types.SimpleNamespace(phases={}),
     )
     v.finding = v.findings.append
     return v
@@ -149,3 +154,29 @@ def test_seeding_draws_what_torch_manual_seed_draws():
     ours = torch.randn(64), torch.rand(3, generator=None)
     torch.manual_seed(1234)
     assert all(torch.equal(a, b) for a, b in zip(ours, (torch.randn(64), torch.rand(3))))
+
+
+class Noisy(Sleeper):
+    """A call whose time jumps between two values at random after its warm-up (three calls at the low one): its
+    median is not known after a few samples."""
+
+    def __init__(self, low: float, high: float, seed: int):
+        super().__init__(low)
+        self.low, self.high, self.rng, self.calls = low, high, random.Random(seed), 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        self.ms = self.low if self.calls <= 3 else self.rng.choice((self.low, self.high))
+        super().__call__(*args)
+
+
+@pytest.mark.usefixtures("host_clock")
+def test_timing_stops_once_the_speedup_is_known_and_not_before():
+    def timed(candidate, eager):
+        fns = {"candidate": candidate, "eager": eager}
+        return time_interleaved(fns, "cpu", 0.1, feed=list, check=("candidate", 4, 0), enough=precise(["eager"]))
+
+    steady_stats, _, steady_kept = timed(Sleeper(1.0), Sleeper(2.0))  # 100 calls each planned, in 5 rounds
+    assert steady_stats["candidate"].samples <= 40 and len(steady_kept) == 4  # stopped after 2 of 5 rounds
+    noisy_stats, _, noisy_kept = timed(Noisy(1.0, 3.0, 1), Noisy(2.0, 6.0, 2))
+    assert noisy_stats["candidate"].samples >= 99 and len(noisy_kept) == 4  # every round (of about 100 calls)

@@ -40,7 +40,9 @@ def test_a_problem_too_large_for_the_budget_runs_on_fewer_rows_and_says_so(engin
     assert 2 <= rows < 8192 and shape.endswith("x512 float32")  # fewer rows, every feature
     assert report.published_shapes == ["8192x512"]
     (finding,) = [f for f in report.findings if f.code == "reduced_instance"]
-    assert f"batch_size 8192 -> {rows}" in finding.message and "a GPU verify runs the published shapes" in finding.message
+    assert (
+        f"batch_size 8192 -> {rows}" in finding.message and "a GPU verify runs the published shapes" in finding.message
+    )
     assert finding.evidence["published_shapes"] == ["8192x512"] and report.trials == 5
 
 

@@ -252,8 +252,9 @@ class VerifyReport(JobAware):
     seconds: float | None = None
     phases: dict[str, float] = Field(
         default_factory=dict,
-        description="seconds per step inside the worker (load, correctness, baselines, timing, checks): "
-        "where a verify's time went",
+        description="seconds per step, each counted once (in the worker: plan, load, models, correctness, "
+        "baseline_compile: the wait for torch.compile, timing, checks; baseline_compile_ahead: the compile that ran "
+        "meanwhile; paths_wait: the server's wait for the compute paths): where a verify's time went",
     )
     node: str | None = Field(None, description="the cluster node it ran on (Ray executor; see list_targets nodes)")
     shapes: list[str] = Field(

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.schemas import Finding, TimingStats
-from kforge_mcp.judge.timing import _perf_counter, summarize, time_interleaved
+from kforge_mcp.judge.timing import _perf_counter, precise, summarize, time_interleaved
 from kforge_mcp.runtime.cache import CompileCache
 
 # ``v`` below is the verify's Verifier (judge/verify.py), which imports this module.
@@ -67,7 +67,9 @@ class BaselineCache:
 
     def __init__(self, root: Path | None = None):
         self.compiled: dict[tuple, object] = {}
-        self.compiling: dict[tuple, Future] = {}
+        self.compiling: dict[tuple, Future] = {}  # started ahead, on a thread of its own
+        self.ahead_s: dict[tuple, float] = {}  # how long a compile started ahead took, till its verify reads it
+        self.failed: dict[tuple, Exception] = {}  # a compile started ahead that raised, till its verify says so
         root = root or (Path(os.environ[STORE_SETTING]) if os.environ.get(STORE_SETTING) else None)
         self.store = CompileCache(root, "the baselines' timings") if root is not None else None
         self.memory: dict[str, Kept] = {}
@@ -88,10 +90,13 @@ class BaselineCache:
                 self.store.put(key, kept.to_json())
 
     def settled(self) -> None:
-        """Wait for every compile on a thread of its own: nothing is timed or profiled while one runs."""
+        """Wait for every compile on a thread of its own (nothing is timed or profiled while one runs) and keep
+        what it made."""
         for key, future in list(self.compiling.items()):
-            with contextlib.suppress(Exception):  # its failure is the verify's to report
-                future.result()
+            try:
+                self.compiled[key], self.ahead_s[key] = future.result()
+            except Exception as e:  # noqa: BLE001  (its verify reports it)
+                self.failed[key] = e
             self.compiling.pop(key, None)
 
 
@@ -157,18 +162,19 @@ def compiled_baseline(v, inputs: list) -> Callable | None:
     import torch
 
     key = problem_key(v)
+    with v.phase("baseline_compile"):
+        v.cache.settled()  # a compile started ahead: what is left of it
+    if key in v.cache.ahead_s:
+        v.report.phases["baseline_compile_ahead"] = round(v.cache.ahead_s.pop(key), 4)
     if key in v.cache.compiled:
         return v.cache.compiled[key]
-    v.progress("compiling the torch.compile baseline")
     try:
+        if key in v.cache.failed:
+            raise v.cache.failed.pop(key)
+        v.progress("compiling the torch.compile baseline")
         with v.phase("baseline_compile"):
-            future = v.cache.compiling.pop(key, None)
-            if future is not None:
-                compiled, seconds = future.result()
-                v.report.phases["baseline_compile_ahead"] = round(seconds, 4)
-            else:
-                compiled = torch.compile(v.reference)
-                compiled(*inputs)  # compile now, so a failure is the baseline's, not the timing's
+            compiled = torch.compile(v.reference)
+            compiled(*inputs)  # compile now, so a failure is the baseline's, not the timing's
         v.cache.compiled[key] = compiled
         return compiled
     except Exception as e:  # noqa: BLE001  (torch.compile's failure is reported, the eager baseline still runs)
@@ -221,7 +227,8 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple, **calls) -> t
     key = timing_key(v, names)
     kept = v.cache.get(key)
     earlier: list = []
-    v.cache.settled()
+    with v.phase("baseline_compile"):
+        v.cache.settled()  # nothing is timed while a compile runs
     if kept is not None and names and set(names) <= set(kept.stats) and kept.stats[names[0]].median_ms > 0:
         anchor, others = names[0], names[1:]  # (a 0 ms anchor scales nothing)
         v.progress(f"timing candidate with {anchor} (other baselines kept from an earlier verify)")
@@ -233,6 +240,7 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple, **calls) -> t
             check=check,
             shares={anchor: ANCHOR_SHARE},
             settle=settle,
+            enough=precise([anchor]),
             **calls,
         )
         factor = stats[anchor].median_ms / kept.stats[anchor].median_ms if anchor in stats else 0.0
@@ -275,7 +283,7 @@ def time_with_baselines(v, fns: dict, budget: float, check: tuple, **calls) -> t
     fns = resolved(fns)
     names = [n for n in fns if n != "candidate"]
     stats, samples, calls_kept = time_interleaved(
-        fns, v.device, budget, feed=v.timing_feed(), check=check, settle=settle, **calls
+        fns, v.device, budget, feed=v.timing_feed(), check=check, settle=settle, enough=precise(names), **calls
     )
     v.cache.put(timing_key(v, names), Kept({n: stats[n] for n in names}, {n: samples[n] for n in names}))
     return stats, samples, earlier + calls_kept

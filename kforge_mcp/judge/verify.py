@@ -137,12 +137,16 @@ class Verifier:
         if self.reference_s is not None:
             bases.append((scale * self.reference_s, f"{scale}x the reference's {self.reference_s:.3g} s"))
         if self.candidate_s is not None:
-            bases.append((CANDIDATE_CALL_SCALE * self.candidate_s, f"{CANDIDATE_CALL_SCALE}x the candidate's slowest call"))
+            bases.append(
+                (CANDIDATE_CALL_SCALE * self.candidate_s, f"{CANDIDATE_CALL_SCALE}x the candidate's slowest call")
+            )
         elif interpreted and plan is not None and (worst := plan.worst_first_call_s()) is not None:
             bases.append((worst, "the reference's work at the interpreter's slowest rate"))
         limit = round(max([floor] + [b for b, _ in bases]), 1)
         terms = [f"{text} ({value:.3g} s)" for value, text in bases]
-        terms.append(f"{floor:.3g} s ({'a first call, which compiles: ' if first_call else ''}the floor at this timeout)")
+        terms.append(
+            f"{floor:.3g} s ({'a first call, which compiles: ' if first_call else ''}the floor at this timeout)"
+        )
         if self.candidate_s is not None:
             estimate = f"{self.candidate_s:.3g} s, its slowest call so far at these shapes"
         elif interpreted and plan is not None and plan.call_estimate_s is not None:

@@ -162,8 +162,7 @@ def run_profile(
             )
         if module is not None:
             target.profile_details(report, module, device)
-            with phase("weight_work"):
-                weight_work(report, cache, req, model, lambda: (inputs, problem.make_inputs(INPUT_SEED + 1, device)))
+            weight_work(report, cache, req, model, lambda: (inputs, problem.make_inputs(INPUT_SEED + 1, device)), phase)
         with torch.no_grad(), phase("timeline"):
             platform.device_timeline(report, lambda: model(*inputs), iters)
 
@@ -210,7 +209,7 @@ def reference_bound(cache: ProfileCache, problem, device: str, name: str, req: P
     return cache.rooflines[key].model_copy(deep=True)
 
 
-def weight_work(report: ProfileReport, cache: ProfileCache, req: ProfileRequest, model, draw) -> None:
+def weight_work(report: ProfileReport, cache: ProfileCache, req: ProfileRequest, model, draw, phase: Phases) -> None:
     """Which kernels work on the weights alone (two forwards compared), where a rule can read it: device kernels
     ran. Traced once per candidate, problem and device in this worker."""
     target = get_target(req.target)
@@ -219,8 +218,9 @@ def weight_work(report: ProfileReport, cache: ProfileCache, req: ProfileRequest,
     key = (req.candidate.digest, req.problem.digest, req.device)
     if key not in cache.weight_work:
         traced = ProfileReport()
-        inputs, other = draw()
-        attach_weight_work(traced, model, inputs, other, target.launch_counter)
+        with phase("weight_work"):
+            inputs, other = draw()
+            attach_weight_work(traced, model, inputs, other, target.launch_counter)
         cache.weight_work[key] = (traced.weight_work, traced.weights_read, traced.notes)
     work, read, notes = cache.weight_work[key]
     report.weight_work, report.weights_read = dict(work), {k: list(v) for k, v in read.items()}
