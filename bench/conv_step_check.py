@@ -1,7 +1,9 @@
 """The convolution trajectories' kernels, checked on a CPU: each problem of `--set conv` (bench/advice_trajectories.py)
 with its size constants scaled down (batch 2, spatial sizes about a quarter, channels and kernel sizes as published),
 its step's candidate run through Triton's interpreter against the reference with TF32 off, at fp32 atol = rtol = 1e-4,
-on two seeds (weights and inputs drawn as verify draws them: kforge's build_models and make_inputs).
+on two seeds (weights and inputs drawn as verify draws them: kforge's build_models and make_inputs). tl.dot runs as
+verify runs it under the interpreter: its operands rounded as an NVIDIA GPU rounds them (tf32x3's split), bf16 ones
+multiplied as values (the interpreter alone multiplies their bit patterns).
 
 Two things make the check stricter than verify's rule alone, so that it can fail where the published problems hide a
 wrong kernel: parameters that start constant (GroupNorm's ones and zeros, a scale of ones) are redrawn at random, the
@@ -72,6 +74,7 @@ def check(problem_name: str, candidate: Path, workdir: Path) -> bool:
     from kforge_mcp.core.source import Source, import_source
     from kforge_mcp.judge.correctness import compare_outputs
     from kforge_mcp.judge.precision_paths import error_fraction
+    from kforge_mcp.targets.triton.target import interpreted
 
     path = ROOT / "bench" / "problems" / f"{problem_name}.py"
     problem = load_problem(Source(text=path.read_text(), name=str(path)), workdir)
@@ -87,7 +90,8 @@ def check(problem_name: str, candidate: Path, workdir: Path) -> bool:
         with torch.no_grad():
             expected = reference(*[x.clone() for x in inputs])
             started = time.perf_counter()
-            got = model(*[x.clone() for x in inputs])
+            with interpreted():
+                got = model(*[x.clone() for x in inputs])
             seconds = time.perf_counter() - started
         mismatch = compare_outputs(expected, got, seed, ATOL, RTOL)
         frac = error_fraction(expected, got, ATOL, RTOL)

@@ -151,7 +151,7 @@ class Engine(EngineParts):
         **options: Any,
     ) -> AnalysisReport:
         """Recommendations from a ProfileReport (dict), a captured file, or a screenshot. ``options``:
-        AnalyzeCall's other fields (forwards)."""
+        AnalyzeCall's other fields (forwards, device_model)."""
         call = AnalyzeCall.validated(
             "analyze_profile", profile=profile, path=path, image=image, problem=problem, **options
         )

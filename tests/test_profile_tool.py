@@ -139,3 +139,34 @@ def test_plots_drawn_on_several_threads_at_once_all_draw(tmp_path):
     for t in threads:
         t.join()
     assert errors == [] and len(list(tmp_path.glob("*.png"))) == 18
+
+
+async def test_a_profile_that_outlived_wait_s_comes_back_whole_and_analyzes_from_its_wrapper(server):
+    """job_result gives a profile job's result with what the profile tool gives in time (its roofline drawn), and
+    analyze_profile takes job_result's wrapper as the profile once the job is done, a running one refused."""
+    args = {"problem": problem("row_softmax"), "target": "triton", "device": "cpu", "iterations": 1, "wait_s": 0}
+    async with Client(server) as client:
+        started = (await client.call_tool("profile", args)).structured_content
+        running = await client.call_tool("analyze_profile", {"profile": started, "problem": problem("row_softmax")})
+        assert running.is_error and f"job {started['job_id']}" in running.content[0].text
+        done = await client.call_tool("job_result", {"job_id": started["job_id"], "wait_s": 50})
+        wrapper = done.structured_content
+        assert wrapper["status"] == "done" and "image" in [c.type for c in done.content]
+        advice = await client.call_tool("analyze_profile", {"profile": wrapper, "problem": problem("row_softmax")})
+    assert not advice.is_error, advice.content[0].text
+    assert advice.structured_content["roofline"]["device"] == "CPU (generic)"
+
+
+async def test_a_problems_roofline_is_never_for_a_guessed_device(server):
+    """A profile that names no device gets no roofline from a guess: device_model says which, or the call says why."""
+    report = {"source": "torch.profiler", "kernels": [{"name": "k", "device_ms": 1.0, "launches": 1}]}
+    guessed = await call(server, "analyze_profile", {"profile": report, "problem": problem("row_softmax")})
+    assert guessed.is_error and "device_model" in guessed.content[0].text
+    named = await call(
+        server, "analyze_profile", {"profile": report, "problem": problem("row_softmax"), "device_model": "h200"}
+    )
+    assert not named.is_error and named.structured_content["roofline"]["device"] == "H200"
+    unknown = await call(
+        server, "analyze_profile", {"profile": report, "problem": problem("row_softmax"), "device_model": "tpu"}
+    )
+    assert unknown.is_error and "not in the peaks table" in unknown.content[0].text

@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="recommendations from a captured profile (ncu CSV, torch.profiler trace, proton .hatchet) or a screenshot",
     )
     p.add_argument("file", help="the captured profile")
-    add_options(p, AnalyzeCall, ("problem", "forwards"))
+    add_options(p, AnalyzeCall, ("problem", "device_model", "forwards"))
     p.set_defaults(handler=cmd_analyze)
 
     run_loop.add_parser(sub, [report])

@@ -236,6 +236,10 @@ class AnalyzeCall(Arguments):
     )
     image: str | None = Field(None, description="a screenshot of a GUI profiler (needs an LLM that reads images)")
     problem: str | None = Field(None, description="the reference: adds its roofline and the levers of its structure")
+    device_model: str | None = Field(
+        None,
+        description="the device of the peaks table its roofline is for (e.g. 'h100'), where the profile names none",
+    )
     forwards: int | None = Field(None, ge=1, description="forwards the captured file holds (default: inferred)")
 
     def given(self) -> str:

@@ -39,9 +39,16 @@ def analyze(
         return agent.analyze_image(call.image)
     if call.profile is not None:
         try:
-            report = ProfileReport.model_validate(call.profile)
+            report = ProfileReport.model_validate(finished_profile(call.profile))
+        except InputError:
+            raise
         except Exception as e:  # noqa: BLE001  (pydantic's message says which field)
             raise InputError(f"profile: not a ProfileReport: {str(e)[:600]}") from None
+        if report.job_id and report.status != "done":
+            raise InputError(
+                f"profile: a placeholder of job {report.job_id}, {report.status}: pass the report job_result gives "
+                "once the job is done"
+            )
     else:
         assert call.path is not None  # exactly one of the three was given, neither profile nor image
         try:
@@ -49,9 +56,48 @@ def analyze(
         except ProfileParseError as e:
             raise InputError(str(e)) from None
     if call.problem:
-        device = report.device_name or report.device
+        device = bound_device(call, report, peaks)
         r = roofline(parts, call.problem, device_name=device, peaks=peaks, atol=atol, rtol=rtol)
         earlier = report.roofline
         where = f"comes from the profile's roofline (checked on {earlier.device})" if earlier else None
         report.roofline = carry_levers(with_measured(r, report.device_ms_per_forward), earlier, where)
     return agent.analyze(report)
+
+
+def finished_profile(value: dict[str, Any]) -> dict[str, Any]:
+    """A profile as given: a ProfileReport, or the wrapper job_result returns for a profile that outlived its
+    wait_s ({job_id, tool, status, ..., result}), which stands for its report once the job is done."""
+    if "tool" not in value or "job_id" not in value:
+        return value
+    job, tool, status = value["job_id"], value["tool"], value.get("status")
+    if tool != "profile":
+        raise InputError(f"profile: the result of job {job} is a {tool} result, not a profile")
+    if status != "done" or not isinstance(value.get("result"), dict):
+        raise InputError(
+            f"profile: job {job} is {status}"
+            + (f" ({value['error']})" if value.get("error") else "")
+            + ": pass its result once done (job_result waits for it with wait_s)"
+        )
+    return value["result"]
+
+
+def bound_device(call: AnalyzeCall, report: ProfileReport, peaks: dict[str, Any] | None) -> str | None:
+    """The device a problem's roofline is for: the one asked for, else the one the profile ran on; never a guess.
+    A name the peaks table does not know is an input error listing the table, unless the caller gave the peaks."""
+    from kforge_mcp.platforms import table_device
+
+    name = call.device_model or report.device_name
+    if peaks and not call.device_model:
+        return name
+    if not name:
+        raise InputError(
+            "analyze_profile: the profile does not say which device it ran on, so a roofline for the problem would "
+            "be a guess: pass device_model (a device of the peaks table, e.g. 'h100')"
+        )
+    try:
+        key = table_device(name)
+    except InputError as e:
+        if call.device_model:
+            raise
+        raise InputError(f"analyze_profile: the profile ran on '{name}': {e}; pass device_model") from None
+    return key if call.device_model else name

@@ -298,7 +298,7 @@ def error_fractions(expected, got, atol: float | None, rtol: float | None):
 
     from kforge_mcp.judge.correctness import flatten_outputs, tolerance_for
 
-    parts = [torch.zeros(0, dtype=torch.float64)]
+    parts = []
     for e, g in zip(flatten_outputs(expected), flatten_outputs(got), strict=True):
         if not (isinstance(e, torch.Tensor) and e.is_floating_point()) or e.numel() == 0:
             continue
@@ -309,7 +309,13 @@ def error_fractions(expected, got, atol: float | None, rtol: float | None):
             return None
         diff = torch.where(ok, g64 - e64, 0.0)
         parts.append(torch.where(diff == 0, 0.0, diff / (atol + rtol * e64.abs())).flatten())  # a zero tolerance: inf
-    return torch.cat(parts)
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+
+def _floating(t) -> bool:
+    import torch
+
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
 
 
 def error_fraction(expected, got, atol: float | None, rtol: float | None) -> float | None:
@@ -571,6 +577,15 @@ def measure_reference(
                     judge.settle(first.dtype)
         cost = _plan_of(problem)
         splits = Splits([*model.parameters(), *model.buffers()])
+        largest = max(
+            (float(t.abs().max()) for *_, e in cases for t in flatten_outputs(e) if _floating(t) and t.numel()),
+            default=None,
+        )
+        vacuous = largest is not None and judge.atol is not None and largest <= judge.atol
+        if vacuous:  # every output within atol of zero: any path, zeros too, "passes"; errors cannot rank paths
+            within = f"the reference's outputs all sit within atol ({judge.atol:g}) of zero (largest {largest:.3g})"
+            unmeasured = {name: within for name in order}
+            order = []
         for i, name in enumerate(order):
             spec = PATH_SPECS[name]
             expect_s = reference_s * (cost.forward_s(name) / cost.forward_s() if cost else len(spec.terms))
@@ -597,7 +612,9 @@ def measure_reference(
             f"{reduction.reduced_outputs}: up to {growth:.3g}x where its error varies with the inputs, less where "
             f"it does not (scaled_by)"
         )
-    if unmeasured:
+    if vacuous:
+        notes.append(f"{within}: a measured error cannot tell one path from another, so each is judged by rounding")
+    elif unmeasured:
         notes.append(f"{', '.join(unmeasured)} not measured within the {budget_s:g} s budget: judged by rounding")
     if emulated and not products:
         notes.append("the reference does no matrix product or convolution: every path computes it alike")

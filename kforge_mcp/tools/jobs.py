@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
@@ -11,19 +13,28 @@ from pydantic import Field
 
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.schemas import JobInfo
+from kforge_mcp.profiling.report import ProfileReport
 from kforge_mcp.runtime.jobs import Job
+from kforge_mcp.tools.artifacts import keep
 from kforge_mcp.tools.common import READ_ONLY, App, hints, wait_for
-from kforge_mcp.tools.links import result
+from kforge_mcp.tools.links import profile_image, result
 from kforge_mcp.tools.summaries import summary
 
 JobId = Annotated[str, Field(description="the job_id a call answered with when it outlived its wait_s")]
 
 
-def with_result(job: Job) -> CallToolResult:
-    """The job's info with its own result whole in the structured content, and in the text its summary."""
+async def with_result(job: Job, home: Path) -> CallToolResult:
+    """The job's info with its own result whole in the structured content, and in the text its summary; a
+    profile's result comes with what the profile tool gives when it answers in time: links to the profiler's own
+    files and its roofline drawn."""
     answer = result(job.info(with_result=True))
-    if job.result is not None:
-        answer.content.append(TextContent(type="text", text=summary(job.result)))
+    if job.result is None:
+        return answer
+    answer.content.append(TextContent(type="text", text=summary(job.result)))
+    if isinstance(job.result, ProfileReport):
+        links = await anyio.to_thread.run_sync(keep, home, job.result.raw, "the profiler's own output")
+        drawn = await profile_image(job.result, links)
+        answer.content += [c for c in drawn.content if not isinstance(c, TextContent)]
     return answer
 
 
@@ -48,7 +59,7 @@ def register(mcp: MCPServer, app: App) -> None:
         """The job's own result (the verify or compile report) once done; the error if it failed."""
         job = find(job_id)
         await wait_for(job, wait_s, ctx)
-        return with_result(job)
+        return await with_result(job, app.engine.home)
 
     # destructive: the job's worker is killed and its unfinished work lost
     @mcp.tool(annotations=hints(read_only=False, destructive=True))

@@ -6,6 +6,7 @@ Also Nsight Compute's own rule results, when the details page carries them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kforge_mcp.advice import vocabulary as v
@@ -65,6 +66,8 @@ def _fuse_launches(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
     times = {k.name: k.device_ms / fwd for k in ks}
     total = sum(times.values())
     busy = next((k for k in ks if busy_compute(k, t)), None)
+    # a convolution's kernel anchors the fusion whether or not its pipe is busy: what follows it reads its output back
+    busy = busy or next((k for k in ks if k.category == "conv"), None)
     evidence = [
         Evidence(metric="launches per forward", value=round(per_fwd, 2), good="1 (one fused kernel)"),
         Evidence(metric="distinct kernels", value=len(ks), good="1"),
@@ -103,8 +106,11 @@ def _fuse_launches(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
         )
         pipe = max(busiest_tensor_pipe(busy)[1], busy.fma_pipe_pct or 0.0)
         evidence.append(Evidence(metric="busiest math pipe of the GEMM", value=f"{pipe:.0f}%", kernel=busy.name))
+        reductions = [k for k in fold if k.category in ("reduction", "other")]
         action = (
-            f"Fold the element-wise kernels that follow {busy.name[:40]} into its epilogue (apply them to the "
+            statistics_in_epilogue(report, busy, times[busy.name])
+            if busy.category == "conv" and reductions
+            else f"Fold the element-wise kernels that follow {busy.name[:40]} into its epilogue (apply them to the "
             "accumulator in registers before the store). "
         )
         if before:
@@ -121,7 +127,8 @@ def _fuse_launches(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
             rule="fuse_launches",
             title=f"Fuse the {len(ks)} kernels of each forward into one"
             if busy is None
-            else f"Fold the {len(fold)} kernel(s) after the GEMM into its epilogue",
+            else f"Fold the {len(fold)} kernel(s) after the {'convolution' if busy.category == 'conv' else 'GEMM'} "
+            "into its epilogue",
             evidence=evidence,
             action=action,
             expected_gain=gain,
@@ -130,6 +137,33 @@ def _fuse_launches(report: ProfileReport, t: LaunchThresholds) -> list[Recommend
             change="fuse the forward's kernels",
         )
     ]
+
+
+def statistics_in_epilogue(report: ProfileReport, conv, conv_ms: float) -> str:
+    """The kernels after a convolution reduce its output (a norm's statistics, a softmax's sums, a mean): the
+    output need not make the round trip. Their statistics come from the conv's epilogue, and what needs the output
+    again either reads it once (written by the conv) or recomputes the conv, whichever the figures say is cheaper."""
+    r = report.roofline
+    out = (r.out_bytes or 0.0) if r is not None else 0.0
+    size = {"fp64": 8.0, "fp16": 2.0, "bf16": 2.0}.get(r.dtype, 4.0) if r is not None else 4.0
+    conv_bytes = max((c.batch * c.c_out * math.prod(c.out_spatial) * size for c in r.convs), default=0.0) if r else 0.0
+    text = (
+        f"Compute what the kernels after {conv.name[:40]} reduce its output to in the conv's epilogue: per tile, "
+        "reduce the accumulator in registers (a norm's per-(sample, group) sum and sum of squares, a softmax's "
+        "per-row max and sum of exponentials, a mean's sum) and add the partial results into a small buffer with "
+        "atomics, so no kernel reads the conv output back to find them. "
+    )
+    if conv_bytes and r is not None:
+        round_trip = 2 * conv_bytes / r.peak_bandwidth * 1e3
+        text += (
+            f"Where the output must then be normalized, either write the conv output once and normalize it in one "
+            f"pass, or recompute the convolution in that pass and never write it: writing and reading back its "
+            f"{conv_bytes / 1e6:.4g} MB costs at least {round_trip:.3g} ms at peak bandwidth, recomputing it about "
+            f"this conv kernel's {conv_ms:.3g} ms a forward; take the cheaper. "
+        )
+    if out and conv_bytes and out < 0.25 * conv_bytes:
+        text += "Where only the reduction is the output, the conv output need not exist at all. "
+    return text
 
 
 def _latency_bound(report: ProfileReport, t: LaunchThresholds) -> list[Recommendation]:

@@ -69,7 +69,11 @@ def wasted_sectors(k: KernelProfile) -> tuple[float, float]:
         elif per_request is not None:
             total += sectors
             if per_request > v.VECTOR_SECTORS_PER_REQUEST:
-                wasted += sectors * (1 - v.COALESCED_SECTORS_PER_REQUEST / per_request)
+                # no LDG/STG ran (per_sector 0: cp.async or TMA, which copy 16-byte vectors): only the sectors past a
+                # coalesced vector request's are waste (a gather-fed conv's cp.async loads read 18.9 sectors a
+                # request: 15% over, not the 79% a 4-byte access would mean); unmeasured, a 4-byte access is assumed
+                width = v.VECTOR_SECTORS_PER_REQUEST if per_sector == 0 else v.COALESCED_SECTORS_PER_REQUEST
+                wasted += sectors * (1 - width / per_request)
     return total, wasted
 
 
@@ -149,6 +153,12 @@ def _uncoalesced_access(report: ProfileReport, t: MemoryThresholds) -> list[Reco
         else:
             mem_bound = (k.memory_throughput_pct or 0) >= (k.sm_throughput_pct or 0)
             g = waste * (1.0 if mem_bound else t.compute_bound_waste_factor)
+            waits_elsewhere = bool(k.top_stalls) and k.top_stalls[0].reason not in v.GLOBAL_LATENCY_STALLS
+            if waits_elsewhere and k.memory_throughput_pct is not None:
+                # warps wait on something else (shared memory, the math pipes): the sectors cost time only as far as
+                # the memory units are busy moving them (a conv whose gathers hit L1 while it waited on shared
+                # memory went from 7 to 29 useful bytes per sector, promised 78%, and gained 1.6%)
+                g *= min(1.0, k.memory_throughput_pct / t.dram_ceil_pct)
         gain += share * g
         hits.append(k.name)
         evidence += [
@@ -170,7 +180,9 @@ def _uncoalesced_access(report: ProfileReport, t: MemoryThresholds) -> list[Reco
             action=COALESCE_WORDING.say(report.target),
             expected_gain=gain,
             gain_basis="time share x wasted fraction of the sectors moved (halved where the kernel is not "
-            "memory-bound): a kernel bound by L1/L2 sector throughput scales with the sectors it moves (on an "
+            f"memory-bound; x how busy its memory units are, of {t.dram_ceil_pct:g}%, where its warps wait on "
+            "anything but global memory): a kernel bound by L1/L2 sector throughput scales with the sectors it "
+            "moves (on an "
             f"H200 transposes and column walks realized 0.85-0.90 where this gave 0.78-0.88); with DRAM at >= "
             f"{t.dram_bound_pct:g}% only the DRAM bytes over the bytes the accesses use count (stride-2 loads whose "
             "other half the next load used realized 0.01)",

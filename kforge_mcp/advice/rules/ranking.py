@@ -78,6 +78,13 @@ def rank(
     gains = [r for r in recs if r.stop or max(r.expected_gain, r.expected_gain_high or 0.0) >= t.negligible_gain]
     ranked = sorted(
         gains,
-        key=lambda r: (not r.stop, PRIORITY_RANK[r.priority], r.rule.startswith("ncu:"), -r.expected_gain),
+        # at equal gain a lever of the problem's structure leads: it removes work every later change would do
+        key=lambda r: (
+            not r.stop,
+            PRIORITY_RANK[r.priority],
+            r.rule.startswith("ncu:"),
+            -r.expected_gain,
+            not r.lowers_bound,
+        ),
     )
     return ranked, [r for r in recs if r not in gains]
