@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kforge_mcp.core.errors import KforgeError
-from kforge_mcp.core.schemas import Finding, TimingStats
+from kforge_mcp.core.schemas import Finding, Roofline, TimingStats
 from kforge_mcp.judge.timing import _perf_counter, precise, summarize, time_interleaved
 from kforge_mcp.runtime.cache import CompileCache
 
@@ -62,14 +62,15 @@ class Kept:
 
 
 class BaselineCache:
-    """What a worker keeps between verifies: compiled references (and those compiling), and the baselines'
-    timings, on disk where ``root`` (or KFORGE_BASELINES_DIR) names a folder."""
+    """What a worker keeps between verifies: compiled references (and those compiling), the reference's bound, and
+    the baselines' timings, on disk where ``root`` (or KFORGE_BASELINES_DIR) names a folder."""
 
     def __init__(self, root: Path | None = None):
         self.compiled: dict[tuple, object] = {}
         self.compiling: dict[tuple, Future] = {}  # started ahead, on a thread of its own
         self.ahead_s: dict[tuple, float] = {}  # how long a compile started ahead took, till its verify reads it
         self.failed: dict[tuple, Exception] = {}  # a compile started ahead that raised, till its verify says so
+        self.rooflines: dict[tuple, Roofline] = {}  # the reference's bound (and levers) per problem, shapes and device
         root = root or (Path(os.environ[STORE_SETTING]) if os.environ.get(STORE_SETTING) else None)
         self.store = CompileCache(root, "the baselines' timings") if root is not None else None
         self.memory: dict[str, Kept] = {}

@@ -685,17 +685,29 @@ class Verifier:
         from kforge_mcp.judge.roofline import lookup_peaks, reference_roofline, set_verify_bound, with_measured
         from kforge_mcp.judge.structure import reference_levers
 
+        name = self.report.device_state.get("name")
+        # the reference's bound and levers do not change between verifies of its problem: a worker computes them once
+        key = (
+            self.problem.source.digest,
+            self.device,
+            name,
+            tuple(self.timing_shapes),
+            self.judge.atol,
+            self.judge.rtol,
+        )
+        kept = self.cache.rooflines
         try:
-            roof = reference_roofline(
-                self.problem,
-                self.device,
-                self.report.device_state.get("name"),
-                candidate_ms,
-                atol=self.judge.atol,
-                rtol=self.judge.rtol,
-            )
+            if key not in kept:
+                kept[key] = reference_roofline(
+                    self.problem, self.device, name, None, atol=self.judge.atol, rtol=self.judge.rtol
+                )
+            roof = with_measured(kept[key].model_copy(deep=True), candidate_ms)
             if roof.below_bound:  # the levers say how much less work than the reference a kernel may do
-                roof = with_measured(reference_levers(self.problem, self.device, roof), candidate_ms)
+                if key + ("levers",) not in kept:
+                    kept[key + ("levers",)] = reference_levers(
+                        self.problem, self.device, kept[key].model_copy(deep=True)
+                    )
+                roof = with_measured(kept[key + ("levers",)].model_copy(deep=True), candidate_ms)
         except Exception as e:  # noqa: BLE001  (a reference the counter cannot run gets no bound, and says so)
             self.finding(Finding(code="no_speed_of_light", message=f"no speed-of-light bound: {type(e).__name__}: {e}"))
             return
