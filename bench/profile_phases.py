@@ -72,7 +72,7 @@ def main() -> None:
         engine.close()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"problem": str(args.problem.relative_to(ROOT)), "candidate": str(args.candidate.relative_to(ROOT))}
+        meta = {"problem": str(args.problem.resolve()), "candidate": str(args.candidate.resolve())}
         meta |= {"device": args.device, "depth": args.depth, "load": os.getloadavg()[0]}
         args.out.write_text(json.dumps({**meta, "runs": runs}, indent=1) + "\n")
 
