@@ -31,6 +31,24 @@ class ModelNew(_Honest):
         return super().forward(x)
 """
 
+SLOW_THEN_HANGS = """
+
+import time
+
+_Honest = ModelNew
+
+
+class ModelNew(_Honest):
+    calls = 0
+
+    def forward(self, x):
+        type(self).calls += 1
+        time.sleep(3.0)
+        while type(self).calls > 1:
+            time.sleep(0.1)
+        return super().forward(x)
+"""
+
 
 def test_a_problem_too_large_for_the_budget_runs_on_fewer_rows_and_says_so(engine):
     report = engine.verify(ROWS, ROWS_CANDIDATE, **FAST, timeout_s=30)
@@ -84,6 +102,20 @@ def test_a_call_past_the_limit_its_shapes_give_says_which_limit_and_how_to_raise
     report = engine.verify(ROWS, hangs, **FAST, timeout_s=60)  # floors at 60 s: 24 s for a first call, 4 s after
     assert report.verdict == "error"
     error = report.errors[0]
-    assert error.startswith("correctness trial 2/5 did not finish within 4 s"), error
+    # 4 s, or 1000x the reference's time where a loaded machine made that longer
+    assert error.startswith("correctness trial 2/5 did not finish within "), error
     assert "4x the candidate's slowest call" in error and "estimated: " in error and "at these shapes" in error
     assert "raise --timeout / timeout_s (now 60 s)" in error and "the worker was killed" in error
+
+
+def test_a_call_that_would_outlast_the_job_stops_as_its_call_with_the_estimate(engine):
+    """4x a 3 s first call passes the 15 s timeout: the second call's limit is the time left, and its error still
+    says the estimate and how to raise the timeout (the job's own timeout would say neither)."""
+    slow = Path(ROWS_CANDIDATE).read_text() + SLOW_THEN_HANGS
+    report = engine.verify(ROWS, slow, **FAST, timeout_s=15)
+    assert report.verdict == "error"
+    error = report.errors[0]
+    assert error.startswith("correctness trial 2/2 did not finish within "), error
+    assert "the time left before the job's timeout (under the largest of " in error
+    assert "4x the candidate's slowest call" in error
+    assert "estimated: 3." in error and "raise --timeout / timeout_s (now 15 s)" in error

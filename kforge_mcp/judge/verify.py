@@ -72,6 +72,10 @@ class CandidateFailed(Exception):
     """The candidate raised; the report already says where."""
 
 
+# the share of the job's timeout a call's limit leaves to what comes before the verifier and after the call
+JOB_MARGIN = 0.05
+
+
 class OverBudget(Exception):
     """The calls a verdict needs cannot end before the timeout; the report already says why."""
 
@@ -147,6 +151,11 @@ class Verifier:
         terms.append(
             f"{floor:.3g} s ({'a first call, which compiles: ' if first_call else ''}the floor at this timeout)"
         )
+        # a call that would outlast the job is stopped as its call, before the timeout: its message keeps the estimate
+        left = round(timeout * (1 - JOB_MARGIN) - (_perf_counter() - self.started), 1)
+        if 0 < left < limit:
+            limit = left
+            terms = [f"{left:.3g} s, the time left before the job's timeout (under the largest of {'; '.join(terms)})"]
         if self.candidate_s is not None:
             estimate = f"{self.candidate_s:.3g} s, its slowest call so far at these shapes"
         elif interpreted and plan is not None and plan.call_estimate_s is not None:
@@ -155,8 +164,9 @@ class Verifier:
             estimate = f"{self.reference_s:.3g} s, the reference's own time"
         else:
             estimate = "nothing yet: no call has run"
+        largest = "" if len(terms) == 1 else "the largest of "
         return limit, (
-            f"the limit of one call: the largest of {'; '.join(terms)}; estimated: {estimate}. Every call's limit "
+            f"the limit of one call: {largest}{'; '.join(terms)}; estimated: {estimate}. Every call's limit "
             f"grows with the job's timeout: raise --timeout / timeout_s (now {timeout:g} s)"
         )
 
