@@ -61,6 +61,8 @@ def main() -> None:
                 "wall_s": round(wall, 2),
                 "worker_s": round(report.seconds, 2),
                 "phases": report.phases,
+                # the worker's seconds no phase counted (loading the problem, reading the trace, the report)
+                "unphased_s": round(report.seconds - sum(v for k, v in report.phases.items() if k != "paths_wait"), 2),
                 "source": report.source,
                 "kernels": len(report.device_kernels()),
                 "errors": report.errors[:2],

@@ -2,9 +2,10 @@
 and a fresh home; wall seconds per call as the client sees them, with the worker's phases.
 
     python bench/warm_verify.py --device cpu --out bench/results/warm-verify/cpu.json
-    PYTHONPATH=/tmp/main python bench/warm_verify.py --label before --out ...   # another checkout's kforge_mcp
+    cd OTHER && PYTHONPATH=OTHER python /path/to/bench/warm_verify.py --label before --out ...  # another checkout
 
-The out file keeps each label's calls (a run replaces its label's).
+The out file keeps each label's calls (a run replaces its label's). Another checkout runs from its own folder: the
+workers start there and import its kforge_mcp.
 """
 
 from __future__ import annotations

@@ -108,6 +108,7 @@ def test_a_call_past_the_limit_its_shapes_give_says_which_limit_and_how_to_raise
     assert "raise --timeout / timeout_s (now 60 s)" in error and "the worker was killed" in error
 
 
+@pytest.mark.slow  # it waits for the job's timeout, by design
 def test_a_call_that_would_outlast_the_job_stops_as_its_call_with_the_estimate(engine):
     """4x a 3 s first call passes the 15 s timeout: the second call's limit is the time left, and its error still
     says the estimate and how to raise the timeout (the job's own timeout would say neither)."""

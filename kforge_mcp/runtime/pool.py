@@ -234,8 +234,8 @@ class Worker:
                 during = f" during {step.message}" if step is not None and step.message else ""
                 raise self._failure(
                     "timeout",
-                    f"{what} did not finish within {timeout_s:g} s (its timeout){during}",
-                    "; the worker was killed. Raise it with --timeout or timeout_s",
+                    f"{what} did not finish within {timeout_s:g} s (its timeout){during}; the worker was killed",
+                    ". Raise it with --timeout or timeout_s",
                 )
             if self.max_tasks and sandbox.tree_tasks(self.proc.pid) > self.max_tasks:
                 self.kill()
