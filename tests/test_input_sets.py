@@ -35,7 +35,8 @@ def test_timing_sets_all_times_each_set(engine):
     assert [s.index for s in report.input_sets] == [1, 2] and [s.shapes for s in report.input_sets] == SHAPES
     for s in report.input_sets:
         assert s.correct and s.speedup_over == "eager"
-        assert s.timing.candidate.samples >= INTERPRETER_TIMING["min_calls"]  # the interpreter's calls are slow
+        # three calls, or two where the interpreter's calls outlast its timing budget
+        assert s.timing.candidate.samples >= INTERPRETER_TIMING["min_calls"]
         assert s.speedup == pytest.approx(s.timing.eager.median_ms / s.timing.candidate.median_ms)
     speedups = [report.speedup] + [s.speedup for s in report.input_sets]
     assert report.speedup_geomean == pytest.approx(math.prod(speedups) ** (1 / 3))
