@@ -2,6 +2,10 @@
 and a fresh home; wall seconds per call as the client sees them, with the worker's phases.
 
     python bench/warm_verify.py --device cpu --out bench/results/warm-verify/cpu.json
+    cd OTHER && PYTHONPATH=OTHER python /path/to/bench/warm_verify.py --label before --out ...  # another checkout
+
+The out file keeps each label's calls (a run replaces its label's). Another checkout runs from its own folder: the
+workers start there and import its kforge_mcp.
 """
 
 from __future__ import annotations
@@ -55,9 +59,13 @@ def main() -> None:
     ap.add_argument("--candidate", default=str(ROOT / "bench/candidates/vector_add/triton.py"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--calls", type=int, default=6)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--label", default="after", help="the name these calls are kept under in the out file")
+    ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    Path(args.out).write_text(json.dumps(asyncio.run(run(args)), indent=1))
+    record = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    record = record if isinstance(record, dict) else {}
+    record[args.label] = asyncio.run(run(args))
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

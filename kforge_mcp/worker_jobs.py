@@ -96,9 +96,11 @@ def handle_baselines(req: BaselinesRequest, progress, workdir: Path, state: dict
 
 
 def handle_profile(req: ProfileRequest, progress, workdir: Path, state: dict) -> dict:
-    from kforge_mcp.profiling.capture import run_profile
+    from kforge_mcp.profiling.capture import ProfileCache, run_profile
 
-    report = run_profile(req, progress, workdir)
+    if "baselines" in state:
+        state["baselines"].settled()  # no torch.compile of an earlier verify runs while this one profiles
+    report = run_profile(req, progress, workdir, state.setdefault("profiles", ProfileCache()))
     return {**report.model_dump(), "raw": report.raw}  # raw is excluded from dumps: send it anyway
 
 

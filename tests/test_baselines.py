@@ -4,6 +4,8 @@ that makes them ahead of a verify; and the cheaper seeding every timed call draw
 
 from __future__ import annotations
 
+import contextlib
+import random
 import sys
 import types
 
@@ -15,6 +17,7 @@ from kforge_mcp.core.problem import seed_everything
 from kforge_mcp.core.requests import BaselinesRequest, Done
 from kforge_mcp.judge import baselines
 from kforge_mcp.judge.device_guard import DeviceGuard
+from kforge_mcp.judge.timing import precise, time_interleaved
 
 
 class HostClock:
@@ -47,33 +50,38 @@ class Sleeper:
         CLOCK.now += self.ms / 1e3
 
 
-def verifier(cache: baselines.BaselineCache) -> types.SimpleNamespace:
+def verifier(cache: baselines.BaselineCache, shapes: tuple[str, ...] = ("8x8 float32",)) -> types.SimpleNamespace:
     """The parts of a Verifier the timing uses."""
     v = types.SimpleNamespace(
         cache=cache,
         req=types.SimpleNamespace(baselines=["eager", "compiled"], fresh_timing_inputs=True, timing_budget_s=1.0),
         device="cpu",
+        device_name="cpu",
+        timing_shapes=list(shapes),
         problem=types.SimpleNamespace(source=types.SimpleNamespace(digest="p")),
         judge=types.SimpleNamespace(dtype=None),
         progress=lambda _m: None,
         timing_feed=lambda: list,
         findings=[],
         guard=DeviceGuard("cpu"),
+        phase=lambda _name: contextlib.nullcontext(),
+        report=types.SimpleNamespace(phases={}),
     )
     v.finding = v.findings.append
     return v
 
 
 @pytest.mark.usefixtures("host_clock")
-def test_kept_baselines_are_scaled_by_the_anchor_and_timed_again_when_it_moves_far():
-    cache, eager, compiled = baselines.BaselineCache(), Sleeper(4.0), Sleeper(3.0)
+def test_kept_baselines_are_scaled_by_the_anchor_and_timed_again_when_it_moves_far(tmp_path):
+    cache, eager, compiled = baselines.BaselineCache(tmp_path), Sleeper(4.0), Sleeper(3.0)
     fns = {"candidate": Sleeper(2.0), "eager": eager, "compiled": compiled}
     check = ("candidate", 2, 0)
 
     first = verifier(cache)
     stats, _, _ = baselines.time_with_baselines(first, fns, 0.05, check)
     assert not first.findings and stats["eager"].median_ms == pytest.approx(4.0, rel=0.1)
-    kept = cache.kept[baselines.timing_key(first, ["eager", "compiled"])]
+    kept = cache.get(baselines.timing_key(first, ["eager", "compiled"]))
+    assert kept is not None
 
     eager.ms, compiled.ms = 4.4, 30.0  # the host is 10% slower; compiled is not run again, so its 30 ms goes unseen
     again = verifier(cache)
@@ -93,20 +101,31 @@ def test_kept_baselines_are_scaled_by_the_anchor_and_timed_again_when_it_moves_f
     assert moved.findings[0].evidence["drift"] == pytest.approx(1.0, rel=0.15)
     assert stats["eager"].median_ms == pytest.approx(8.0, rel=0.1)
     assert stats["compiled"].median_ms == pytest.approx(30.0, rel=0.1)
-    retimed = cache.kept[baselines.timing_key(moved, ["eager", "compiled"])].stats
-    assert retimed["eager"].median_ms == pytest.approx(8.0, rel=0.1)
+    retimed = cache.get(baselines.timing_key(moved, ["eager", "compiled"]))
+    assert retimed is not None and retimed.stats["eager"].median_ms == pytest.approx(8.0, rel=0.1)
+
+
+class Uncompiled:
+    """A compiled baseline that must not be made: its timing is kept."""
+
+    def make(self):
+        raise AssertionError("compiled although its timing was kept")
 
 
 @pytest.mark.usefixtures("host_clock")
-def test_kept_baselines_expire():
-    cache = baselines.BaselineCache()
-    fns = {"candidate": Sleeper(1.0), "eager": Sleeper(1.0)}
-    baselines.time_with_baselines(verifier(cache), fns, 0.02, ("candidate", 1, 0))
-    for kept in cache.kept.values():
-        kept.at -= baselines.REUSE_FOR_S
-    late = verifier(cache)
-    baselines.time_with_baselines(late, fns, 0.02, ("candidate", 1, 0))
-    assert not late.findings
+def test_kept_timings_outlive_the_worker_and_spare_the_compile_until_the_shapes_change(tmp_path):
+    fns = {"candidate": Sleeper(1.0), "eager": Sleeper(2.0), "compiled": Sleeper(1.5)}
+    baselines.time_with_baselines(verifier(baselines.BaselineCache(tmp_path)), fns, 0.02, ("candidate", 1, 0))
+
+    restarted = verifier(baselines.BaselineCache(tmp_path))  # a new worker (or server) on the same home
+    lazy = {**fns, "compiled": baselines._Pending(Uncompiled().make)}
+    stats, _, _ = baselines.time_with_baselines(restarted, lazy, 0.02, ("candidate", 1, 0))
+    assert [f.code for f in restarted.findings] == ["baselines_reused"]
+    assert stats["compiled"].median_ms == pytest.approx(1.5, rel=0.1)
+
+    other = verifier(baselines.BaselineCache(tmp_path), shapes=("16x8 float32",))  # another key: timed afresh
+    baselines.time_with_baselines(other, fns, 0.02, ("candidate", 1, 0))
+    assert not other.findings
 
 
 def test_the_baselines_job_keeps_them_for_the_next_call(engine):
@@ -124,10 +143,13 @@ def test_the_baselines_job_keeps_them_for_the_next_call(engine):
 
 
 def test_a_verify_reports_where_its_time_went(engine):
-    report = engine.verify(problem("fused_bias_gelu"), example("fused_bias_gelu", "triton"), target="triton", trials=1)
+    report = engine.verify(
+        problem("fused_bias_gelu"), example("fused_bias_gelu", "triton"), target="triton", trials=1, baselines=["eager"]
+    )
     assert report.verdict == "pass"
     assert {"load", "correctness", "timing"} <= set(report.phases)
-    assert sum(report.phases.values()) <= report.seconds
+    # each second once, but for a compile that ran beside the others (none here: eager alone)
+    assert "baseline_compile_ahead" not in report.phases and sum(report.phases.values()) <= report.seconds
 
 
 def test_seeding_draws_what_torch_manual_seed_draws():
@@ -135,3 +157,29 @@ def test_seeding_draws_what_torch_manual_seed_draws():
     ours = torch.randn(64), torch.rand(3, generator=None)
     torch.manual_seed(1234)
     assert all(torch.equal(a, b) for a, b in zip(ours, (torch.randn(64), torch.rand(3))))
+
+
+class Noisy(Sleeper):
+    """A call whose time jumps between two values at random after its warm-up (three calls at the low one): its
+    median is not known after a few samples."""
+
+    def __init__(self, low: float, high: float, seed: int):
+        super().__init__(low)
+        self.low, self.high, self.rng, self.calls = low, high, random.Random(seed), 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        self.ms = self.low if self.calls <= 3 else self.rng.choice((self.low, self.high))
+        super().__call__(*args)
+
+
+@pytest.mark.usefixtures("host_clock")
+def test_timing_stops_once_the_speedup_is_known_and_not_before():
+    def timed(candidate, eager):
+        fns = {"candidate": candidate, "eager": eager}
+        return time_interleaved(fns, "cpu", 0.1, feed=list, check=("candidate", 4, 0), enough=precise(["eager"]))
+
+    steady_stats, _, steady_kept = timed(Sleeper(1.0), Sleeper(2.0))  # 100 calls each planned, in 5 rounds
+    assert steady_stats["candidate"].samples <= 40 and len(steady_kept) == 4  # stopped after 2 of 5 rounds
+    noisy_stats, _, noisy_kept = timed(Noisy(1.0, 3.0, 1), Noisy(2.0, 6.0, 2))
+    assert noisy_stats["candidate"].samples >= 99 and len(noisy_kept) == 4  # every round (of about 100 calls)

@@ -13,6 +13,8 @@ import pytest
 from conftest import ROOT
 from mcp import Client
 
+from kforge_mcp.judge.verify import INTERPRETER_TIMING
+
 PROBLEM = str(ROOT / "tests" / "cheats" / "problem.py")  # get_input_sets(): 8x128 and 64x128
 HONEST = str(ROOT / "tests" / "cheats" / "honest.py")
 FAST = {"target": "triton", "trials": 1, "baselines": ["eager"]}
@@ -32,7 +34,9 @@ def test_timing_sets_all_times_each_set(engine):
     assert report.verdict == "pass", report.errors
     assert [s.index for s in report.input_sets] == [1, 2] and [s.shapes for s in report.input_sets] == SHAPES
     for s in report.input_sets:
-        assert s.correct and s.speedup_over == "eager" and s.timing.candidate.samples >= 3
+        assert s.correct and s.speedup_over == "eager"
+        # three calls, or two where the interpreter's calls outlast its timing budget
+        assert s.timing.candidate.samples >= INTERPRETER_TIMING["min_calls"]
         assert s.speedup == pytest.approx(s.timing.eager.median_ms / s.timing.candidate.median_ms)
     speedups = [report.speedup] + [s.speedup for s in report.input_sets]
     assert report.speedup_geomean == pytest.approx(math.prod(speedups) ** (1 / 3))

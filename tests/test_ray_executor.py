@@ -146,7 +146,9 @@ def test_a_lane_no_node_offers_fails_clearly_instead_of_waiting(cluster, home):
 def test_timeout_holds_through_ray(engine):
     started = time.monotonic()
     report = engine.verify(problem("row_softmax"), hostile("hang"), **{**FAST, "timeout_s": 20})
-    assert report.verdict == "error" and "did not finish within 20 s" in report.errors[0]
+    # the call's limit (at most the 20 s the job has) or the job's timeout, whichever comes first
+    assert report.verdict == "error" and "did not finish within " in report.errors[0]
+    assert "the worker was killed" in report.errors[0]
     assert "on node" in report.errors[0] and time.monotonic() - started < 120
 
 

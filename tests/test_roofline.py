@@ -204,3 +204,48 @@ def test_verifys_own_bound_takes_the_levers_and_flags_no_honest_fold(tmp_path):
     folded = check(roof.byte_ms / 2)  # the fold reads a [1 x 64] weight, not the [96 x 64] one
     assert [f.code for f in folded.findings] == ["below_speed_of_light_model"] and "takes the lever" in folded.sol_path
     assert "faster_than_light" in [f.code for f in check(roof.byte_ms / 100).findings]  # under any lever: a bug
+
+
+def test_a_worker_computes_the_references_bound_once_and_each_verify_gets_its_own_time(tmp_path, monkeypatch):
+    """The reference's roofline and levers are kept per problem, shapes and device in the worker's cache: the
+    second verify of a problem counts nothing again, and its bound is the one a fresh worker would give."""
+    import kforge_mcp.judge.roofline as roofline
+    import kforge_mcp.judge.structure as structure
+    from kforge_mcp.core.requests import VerifyRequest
+    from kforge_mcp.judge.verify import BaselineCache, Verifier
+
+    src = Source(FOLD.read_text(), FOLD.name)
+    req = VerifyRequest(problem=src, candidate=src, target="triton", device="cpu", trials=1)
+    calls = {"roofline": 0, "levers": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(roofline, "reference_roofline", counted("roofline", reference_roofline))
+    monkeypatch.setattr(structure, "reference_levers", counted("levers", reference_levers))
+
+    def check(ms: float, cache: BaselineCache):
+        v = Verifier(req, lambda *a, **k: None, tmp_path, cache)
+        v.load_problem()
+        v.report.device_state = {"name": H200}
+        v.speed_of_light(ms)
+        return v.report
+
+    roof = reference_roofline(load(tmp_path, path=FOLD), "cpu", H200)
+    kept = BaselineCache()
+    slow, folded = roof.sol_ms * 2, roof.byte_ms / 2
+    first, second = check(slow, kept), check(folded, kept)
+    assert calls == {"roofline": 1, "levers": 1}  # the levers only for the time under the bound
+    for ms, report in ((slow, first), (folded, second)):
+        fresh = check(ms, BaselineCache())
+        assert (report.sol_ms, report.fraction_of_sol, report.sol_path) == (
+            fresh.sol_ms,
+            fresh.fraction_of_sol,
+            fresh.sol_path,
+        )
+        assert [f.model_dump() for f in report.findings] == [f.model_dump() for f in fresh.findings]
+    assert first.fraction_of_sol == pytest.approx(0.5) and "takes the lever" in second.sol_path

@@ -3,6 +3,12 @@ weight version (advice/rules/structure.py weights_once)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import types
+
 import pytest
 
 from kforge_mcp.advice import agent
@@ -13,18 +19,49 @@ PROBLEM = "tests/problems/linear_relu_small.py"
 H200 = "NVIDIA H200"
 
 
+TRACE = """
+import json, sys
+from pathlib import Path
+from kforge_mcp.core.problem import build_models, load_problem
+from kforge_mcp.core.profile import ProfileReport
+from kforge_mcp.core.source import Source, import_source
+from kforge_mcp.profiling.weight_work import attach_weight_work
+from kforge_mcp.targets import get_target
+
+problem_path, candidate_path, workdir = sys.argv[1:]
+problem = load_problem(Source(text=Path(problem_path).read_text(), name=problem_path), Path(workdir))
+module = import_source(Source(text=Path(candidate_path).read_text(), name=candidate_path), Path(workdir), "candidate")
+_, model = build_models(problem, module, "cpu", build_reference=False)
+report = ProfileReport()
+attach_weight_work(report, model, problem.make_inputs(7, "cpu"), problem.make_inputs(8, "cpu"),
+                   get_target("triton").launch_counter)
+print(json.dumps(report.weight_work))
+"""
+
+
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory):
-    from kforge_mcp.api import Engine
+    """Each candidate's weight work, traced through Triton's interpreter in a process of its own (a profile traces
+    it where device kernels ran: on a GPU)."""
+    out = {}
+    for c in ("weight_transpose_every_forward", "weight_transpose_cached", "weight_scale_shared_buffer"):
+        workdir = tmp_path_factory.mktemp(c)
+        proc = subprocess.run(
+            [sys.executable, "-c", TRACE, PROBLEM, f"tests/candidates/{c}.py", str(workdir)],
+            env={**os.environ, "TRITON_INTERPRET": "1"},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        out[c] = types.SimpleNamespace(weight_work=json.loads(proc.stdout.splitlines()[-1]), errors=[])
+    return out
 
-    engine = Engine(home=tmp_path_factory.mktemp("home"))
-    try:
-        yield {
-            c: engine.profile(PROBLEM, f"tests/candidates/{c}.py", target="triton", device="cpu")
-            for c in ("weight_transpose_every_forward", "weight_transpose_cached", "weight_scale_shared_buffer")
-        }
-    finally:
-        engine.close()
+
+def test_a_profile_without_device_kernels_traces_no_weight_work(engine):
+    """Its one reader, the weights_once rule, reads device kernels: on the interpreter the forwards are not run."""
+    r = engine.profile(PROBLEM, "tests/candidates/weight_transpose_every_forward.py", target="triton", device="cpu")
+    assert not r.errors and not r.device_kernels() and r.weight_work == {}
+    assert "weight_work" not in r.phases
 
 
 def test_a_kernel_that_transposes_the_weight_every_forward_is_weight_work(profiles):

@@ -56,13 +56,17 @@ def check_precision(precision, atol, rtol, where: str = "verify", seed=None) -> 
 # not at the job's timeout. The limit follows from the reference's own time for one call, with floors.
 TRIAL_SCALE = 100  # x the reference's time
 INTERPRETER_TRIAL_SCALE = 1000  # Triton's CPU interpreter runs kernels far slower than torch's CPU ops
+CANDIDATE_CALL_SCALE = 4  # x the candidate's slowest call so far on the same shapes
+# the floors at the default timeout; they grow and shrink with the job's timeout
 TRIAL_FLOOR_S = 20.0
 FIRST_CALL_FLOOR_S = 120.0  # a first call on new shapes also compiles (and autotunes) the candidate's kernels
-TRIAL_LIMIT_TEXT = (
-    f"each correctness call has its own limit too: {TRIAL_SCALE}x the reference's time ({INTERPRETER_TRIAL_SCALE}x "
-    f"interpreted), at least {TRIAL_FLOOR_S:g} s ({FIRST_CALL_FLOOR_S:g} s for a first call, which compiles)"
-)
 DEFAULT_TIMEOUT_S = 300.0
+TRIAL_LIMIT_TEXT = (
+    f"each call of the candidate has its own limit too, from the work of the shapes that run: the largest of "
+    f"{TRIAL_SCALE}x the reference's time ({INTERPRETER_TRIAL_SCALE}x interpreted) and {CANDIDATE_CALL_SCALE}x its "
+    f"slowest call so far, at least {TRIAL_FLOOR_S / DEFAULT_TIMEOUT_S:.3g} of the timeout "
+    f"({FIRST_CALL_FLOOR_S / DEFAULT_TIMEOUT_S:.2g} for a first call, which compiles)"
+)
 
 # ---- each argument, written once: the models below (and the tools' models) declare their fields with these ----
 

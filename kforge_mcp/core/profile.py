@@ -162,6 +162,12 @@ class ProfileReport(JobAware):
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
     seconds: float = 0.0
+    phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="seconds per step (in the worker: build, warm_up, timeline, weight_work, roofline, metrics: the "
+        "wait for the metrics profiler's own process after them, proton; paths_wait: the server's wait for the "
+        "compute paths): where a profile's time went",
+    )
     # the profilers' own output by file name (trace.json, ncu.csv): the worker sends it, the MCP tool
     # keeps it as resources (tools/artifacts.py); never part of the report's JSON
     raw: dict[str, str] = Field(default_factory=dict, exclude=True)

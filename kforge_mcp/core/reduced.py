@@ -264,10 +264,10 @@ def _sizes(problem: LoadedProblem, full: _Instance) -> tuple[list[_Size], list[s
     return sizes, kept
 
 
-def reduce_problem(problem: LoadedProblem, fits: Fits, batch_mixes: bool = False) -> Reduction:
-    """The largest instance of ``problem`` that ``fits``: the batch shrinks first (to MIXED_BATCH_FLOOR at least
-    where ``batch_mixes``: samples_mix), then the carried sizes together, then the averaged ones. Without one that
-    fits, the smallest tried, saying so."""
+def reduce_problem(problem: LoadedProblem, fits: Fits, batch_mixes: bool = False, batch_floor: int = 1) -> Reduction:
+    """The largest instance of ``problem`` that ``fits``: the batch shrinks first (to ``batch_floor`` at least, and to
+    MIXED_BATCH_FLOOR where ``batch_mixes``: samples_mix), then the carried sizes together, then the averaged ones.
+    Without one that fits, the smallest tried, saying so."""
     try:
         full = _instance(problem)
     except Exception as e:  # noqa: BLE001  (data-dependent code, an op without a meta kernel)
@@ -289,7 +289,8 @@ def reduce_problem(problem: LoadedProblem, fits: Fits, batch_mixes: bool = False
     values = {s.name: s.value for s in sizes}
     chosen: _Instance | None = None
     for group in [g for g in groups if g]:
-        chosen, found = _search(problem, sizes, values, group, fits, MIXED_BATCH_FLOOR if batch_mixes else 1)
+        floor = max(batch_floor, MIXED_BATCH_FLOOR if batch_mixes else 1)
+        chosen, found = _search(problem, sizes, values, group, fits, floor)
         values.update(found)
         if chosen is not None:
             break

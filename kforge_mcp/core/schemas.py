@@ -252,10 +252,19 @@ class VerifyReport(JobAware):
     seconds: float | None = None
     phases: dict[str, float] = Field(
         default_factory=dict,
-        description="seconds per step inside the worker (load, correctness, baselines, timing, checks): "
-        "where a verify's time went",
+        description="seconds per step, each counted once (in the worker: plan, load, models, correctness, "
+        "baseline_compile: the wait for torch.compile, timing, checks; baseline_compile_ahead: the compile that ran "
+        "meanwhile; paths_wait: the server's wait for the compute paths): where a verify's time went",
     )
     node: str | None = Field(None, description="the cluster node it ran on (Ray executor; see list_targets nodes)")
+    shapes: list[str] = Field(
+        default_factory=list, description="the input shapes the trials ran, e.g. '1024x8192 float32'"
+    )
+    published_shapes: list[str] | None = Field(
+        None,
+        description="where Triton's CPU interpreter ran a reduced instance of the problem (smaller batch and spatial "
+        "sizes): the problem's own input shapes, which a GPU verify runs",
+    )
     input_sets: list[InputSetReport] = Field(
         default_factory=list, description="the problem's get_input_sets() shapes that were checked, in order"
     )

@@ -19,7 +19,10 @@ from kforge_mcp.runtime.cache import CompileCache
 from kforge_mcp.runtime.executor import Executor
 from kforge_mcp.runtime.pool import WorkerFailure
 
-PATHS_WAIT_S = 30.0  # a finished verify or profile waits this long at most for the paths' measurement
+PATHS_WAIT_S = 30.0  # a finished profile waits this long at most for the paths' measurement
+# a finished verify waits this long at most: its verdict does not depend on them, only the bound's path does, and
+# a first verify should not wait on its own side work (the measurement goes on and serves the next call)
+VERIFY_PATHS_WAIT_S = 2.0
 Tolerance = tuple[str | None, float | None, float | None]  # (precision, atol, rtol) as the call gave them
 
 
@@ -68,10 +71,10 @@ class ComputePaths:
             return self._running[same]
 
     @staticmethod
-    def deadline(call_deadline: float) -> float:
+    def deadline(call_deadline: float, wait_s: float = PATHS_WAIT_S) -> float:
         """How long a finished verify or profile waits for its measurement: a little, never past its own deadline
         (a slow one finishes in the background and serves the next call from the cache)."""
-        return min(call_deadline, time.perf_counter() + PATHS_WAIT_S)
+        return min(call_deadline, time.perf_counter() + wait_s)
 
     @staticmethod
     def result(future: Future[MeasuredPaths], deadline: float, notes: list[str]) -> MeasuredPaths | None:

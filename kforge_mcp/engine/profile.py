@@ -49,7 +49,9 @@ def profile(
     if isinstance(report, InternalFailure):
         report = ProfileReport(target=call.target, device=dev, errors=failure_errors(report))
     if report.roofline is not None:
+        waited = time.perf_counter()
         m = ComputePaths.result(paths, ComputePaths.deadline(started + call.timeout_s), report.notes)
+        report.phases["paths_wait"] = round(time.perf_counter() - waited, 4)
         if m is not None:
             from kforge_mcp.judge.structure import carry_levers, measured_roofline
 

@@ -11,7 +11,7 @@ from kforge_mcp.core.options import VerifyCall
 from kforge_mcp.core.requests import InternalFailure, VerifyRequest
 from kforge_mcp.core.schemas import VerifyReport
 from kforge_mcp.engine.parts import EngineParts, Progress
-from kforge_mcp.engine.paths import ComputePaths
+from kforge_mcp.engine.paths import VERIFY_PATHS_WAIT_S, ComputePaths
 from kforge_mcp.engine.replies import failure_diagnostic, failure_errors, report_of
 from kforge_mcp.judge.pipeline import head_start_one
 from kforge_mcp.judge.precision_paths import MeasuredPaths
@@ -53,7 +53,9 @@ def verify(
         return VerifyReport(**error, errors=failure_errors(report), seconds=time.perf_counter() - started)
     report.node = reply.node  # where a cluster executor ran it
     if paths is not None and report.sol_ms is not None and report.timing is not None:
-        bound_from_paths(report, paths, ComputePaths.deadline(started + call.timeout_s))
+        waited = time.perf_counter()
+        bound_from_paths(report, paths, ComputePaths.deadline(started + call.timeout_s, VERIFY_PATHS_WAIT_S))
+        report.phases["paths_wait"] = round(time.perf_counter() - waited, 4)
     return report
 
 

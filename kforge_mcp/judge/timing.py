@@ -6,6 +6,10 @@ Candidate and baselines are timed in interleaved rounds, so a clock that drifts 
 thermal, a neighbour's load) moves all of them alike and the speedup stays put. The
 speedup comes with a bootstrap confidence interval over the samples.
 
+Timing stops early, at the end of a round, once the speedup is known well enough: its 95% interval within
+PRECISION of the speedup itself, after at least MIN_ROUNDS rounds (``precise``). A slow kernel timed a thousand
+times says little more than timed two hundred times, and the budget is a ceiling, not a quota.
+
 The clocks are bound here at import, before any candidate runs, so a candidate that
 patches ``time.perf_counter`` cannot change what we read (it is also reported).
 """
@@ -21,6 +25,8 @@ from kforge_mcp.core.schemas import TimingStats
 from kforge_mcp.devices.device import get_device
 
 BOOTSTRAP_RESAMPLES = 1000
+PRECISION = 0.01  # timing may stop once the speedup's 95% interval lies within 1% of it
+MIN_ROUNDS = 2  # and not before this many interleaved rounds (each has every callable timed)
 _perf_counter = time.perf_counter
 
 
@@ -153,14 +159,17 @@ def time_interleaved(
     check: tuple[str, int, int] | None = None,
     shares: dict[str, float] | None = None,
     settle: dict[str, Callable[[], None]] | None = None,
+    enough: Callable[[dict[str, list[float]]], bool] | None = None,
 ) -> tuple[dict[str, TimingStats], dict[str, list[float]], list]:
     """Time each callable in ``rounds`` interleaved batches; each gets about ``budget_s``.
     ``feed``: fresh inputs for every call (the callables take them as arguments). ``check``:
     (name, how many, seed): that many of ``name``'s timed calls, chosen at random once the number
-    of calls is known, keep their inputs and output. ``shares``: a callable's budget (and call cap) as
-    a share of the others' (default 1). ``settle``: called after each warm-up and batch of that name,
-    before any other callable runs (the candidate's: put back device state it changed). Returns the
-    statistics, the raw samples (ms) per name and the kept (inputs, output) pairs."""
+    of calls is known (among those of the first MIN_ROUNDS rounds where ``enough`` may stop it), keep their
+    inputs and output. ``shares``: a callable's budget (and call cap) as a share of the others' (default 1).
+    ``settle``: called after each warm-up and batch of that name, before any other callable runs (the
+    candidate's: put back device state it changed). ``enough``: asked of the samples after each round from
+    MIN_ROUNDS on; True stops the timing there. Returns the statistics, the raw samples (ms) per name and the kept
+    (inputs, output) pairs."""
     samplers = {name: Sampler(fn, device, feed) for name, fn in fns.items()}
     after = settle or {}
     per_call = {}
@@ -173,20 +182,45 @@ def time_interleaved(
         name: int(min(max_calls * share.get(name, 1.0), max(min_calls, budget_s * share.get(name, 1.0) / t)))
         for name, t in per_call.items()
     }
+    rounds = max(1, min(rounds, min(calls.values())))
+
+    def in_round(name: str, r: int) -> int:
+        return calls[name] // rounds + (1 if r < calls[name] % rounds else 0)
+
     if check is not None and check[0] in samplers:
         name, count, seed = check
-        samplers[name].keep = set(random.Random(seed).sample(range(calls[name]), min(count, calls[name])))
-    rounds = max(1, min(rounds, min(calls.values())))
+        sure = calls[name] if enough is None else sum(in_round(name, r) for r in range(min(MIN_ROUNDS, rounds)))
+        samplers[name].keep = set(random.Random(seed).sample(range(sure), min(count, sure)))
     for r in range(rounds):
         for name, sampler in samplers.items():
-            this_round = calls[name] // rounds + (1 if r < calls[name] % rounds else 0)
-            if this_round:
-                sampler.batch(this_round)
+            if in_round(name, r):
+                sampler.batch(in_round(name, r))
                 if name in after:
                     after[name]()
+        if (
+            enough is not None
+            and r + 1 >= MIN_ROUNDS
+            and r + 1 < rounds
+            and enough({name: s.samples for name, s in samplers.items()})
+        ):
+            break
     stats = {name: summarize(s.samples, s.clock) for name, s in samplers.items()}
     kept = samplers[check[0]].kept if check is not None and check[0] in samplers else []
     return stats, {name: s.samples for name, s in samplers.items()}, kept
+
+
+def precise(baselines: list[str], candidate: str = "candidate") -> Callable[[dict[str, list[float]]], bool]:
+    """``enough`` for time_interleaved: the speedup of ``candidate`` over each of ``baselines`` is known within
+    PRECISION."""
+
+    def known(b: list[float], c: list[float]) -> bool:
+        if not b or not c or statistics.median(c) <= 0:
+            return False
+        low, high = speedup_interval(b, c)
+        speedup = statistics.median(b) / statistics.median(c)
+        return speedup > 0 and (high - low) / 2 <= PRECISION * speedup
+
+    return lambda samples: bool(baselines) and all(known(samples[b], samples[candidate]) for b in baselines)
 
 
 def speedup_interval(baseline_ms: list[float], candidate_ms: list[float], seed: int = 0) -> tuple[float, float]:

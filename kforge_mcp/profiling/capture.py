@@ -1,18 +1,29 @@
 """One profile, inside a worker: run the candidate (or the reference) under torch.profiler for
 a few warm forwards (or the device's own timeline where torch.profiler does not see its kernels),
-compute the reference's roofline, attach Triton compile metadata, and at depth "metrics" re-run the
-forwards under the device platform's metrics profiler (Nsight Compute on NVIDIA, xctrace on Apple)
-in a subprocess and merge what it saw. Proton, on request, also runs in its own process: one CUPTI
+compute the reference's roofline, attach Triton compile metadata, and at depth "metrics" run the
+forwards again under the device platform's metrics profiler (Nsight Compute on NVIDIA, xctrace on Apple)
+in a process of its own and merge what it saw. Proton, on request, also runs in its own process: one CUPTI
 user per process.
+
+The metrics profiler's process starts as the profile begins (EarlyCapture): it imports torch and builds its model
+while this worker profiles the timeline, and waits for this worker's go (a file in the job's folder) before its
+own warm-up, so the two never share the device while either measures. What the worker already knows is not
+computed again (ProfileCache): the reference's roofline and levers per problem, device and peaks, and a candidate's
+weight work per candidate, problem and device; nor is the weight work traced where no device kernels ran (its rule
+reads device kernels). ``report.phases`` says where the time went.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kforge_mcp import platforms
@@ -20,12 +31,13 @@ from kforge_mcp.core.problem import build_models, load_problem, seed_everything
 from kforge_mcp.core.process_env import child_environment
 from kforge_mcp.core.profile import ProfileReport
 from kforge_mcp.core.requests import ProfileRequest
+from kforge_mcp.core.schemas import Roofline
 from kforge_mcp.core.source import SourceRuntimeError
 from kforge_mcp.devices.device import get_device
-from kforge_mcp.judge.roofline import reference_roofline
+from kforge_mcp.judge.roofline import reference_roofline, with_measured
 from kforge_mcp.judge.structure import reference_levers
 from kforge_mcp.judge.timing import sync_device
-from kforge_mcp.platforms.base import Platform, ProfiledRun
+from kforge_mcp.platforms.base import Platform, ProfiledRun, Profiler
 from kforge_mcp.profiling.proton import report_from_hatchet
 from kforge_mcp.profiling.torch_trace import FORWARD_MARK, report_from_trace
 from kforge_mcp.profiling.weight_work import attach_weight_work
@@ -34,17 +46,46 @@ from kforge_mcp.targets import get_target
 INPUT_SEED = 7
 PROFILER_TIMEOUT_S = 300
 RAW_MAX_BYTES = 16 * 1024 * 1024  # a raw profile kept as a resource: the worker's reply carries it once
+GO_FILE = "metrics-go"  # the worker writes "go" (or "stop") here when the metrics profiler's program may run
+
+
+@dataclass
+class ProfileCache:
+    """What a worker keeps between profiles: the reference's roofline with its levers (no measured time) per
+    (problem, device, device name, peaks), and a candidate's weight work per (candidate, problem, device)."""
+
+    rooflines: dict[tuple, Roofline] = field(default_factory=dict)
+    weight_work: dict[tuple, tuple[dict, dict, list[str]]] = field(default_factory=dict)
+
+
+class Phases:
+    """Seconds per step, into ``report.phases``."""
+
+    def __init__(self, report: ProfileReport):
+        self.report = report
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            phases = self.report.phases
+            phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - started, 4)
 
 
 def device_name(device: str) -> str:
     return get_device(device).display_name()
 
 
-def run_profile(req: ProfileRequest, progress: Callable[[str], None], workdir: Path) -> ProfileReport:
+def run_profile(
+    req: ProfileRequest, progress: Callable[[str], None], workdir: Path, cache: ProfileCache | None = None
+) -> ProfileReport:
     import torch
     from torch.profiler import profile, record_function
 
     started = time.perf_counter()
+    cache = cache if cache is not None else ProfileCache()
     target = get_target(req.target)
     device = req.device
     depth = req.depth
@@ -60,95 +101,198 @@ def run_profile(req: ProfileRequest, progress: Callable[[str], None], workdir: P
         device_name=name,
         execution=target.execution(device) if cand else "pytorch",
     )
-
-    progress("building the model")
-    module = None
-    try:
-        if cand is not None:
-            module = target.load(cand, device, workdir).module
-            _, model = build_models(problem, module, device, build_reference=False)
-        else:
-            seed_everything(0)
-            model = problem.module.Model(*problem.init_inputs(device)).to(device)
-    except SourceRuntimeError as e:
-        report.errors.append(str(e))
-        report.errors += [f"{d.file or ''}:{d.line or ''}: {d.message}" for d in e.diagnostics]
-        report.seconds = time.perf_counter() - started
-        return report
-    inputs = problem.make_inputs(INPUT_SEED, device)
-
+    phase = Phases(report)
     platform = get_device(device).platform
-    activities = get_device(device).profiler_activities()
-    with torch.no_grad():
-        progress(f"warming up ({warmup} forwards)")
-        for _ in range(warmup):
-            model(*inputs)  # JIT compiles happen here, outside the profile
-        sync_device(device)
-        progress(f"profiling {iters} forwards with torch.profiler")
-        t0 = time.perf_counter()
-        with profile(activities=activities) as prof:
-            for _ in range(iters):
-                with record_function(FORWARD_MARK):
-                    model(*inputs)
-            sync_device(device)
-        wall_ms = (time.perf_counter() - t0) * 1e3 / iters
-    trace = workdir / "trace.json"
-    prof.export_chrome_trace(str(trace))
-    text = trace.read_text()
-    keep_raw(report, "trace.json", text)
-    parsed = report_from_trace(text, "<torch.profiler trace>", forwards=iters)
-    for key in (
-        "kernels",
-        "forwards",
-        "forwards_inferred",
-        "launches_per_forward",
-        "device_ms_per_forward",
-        "host_overhead_ms",
-        "sm_count",
-    ):
-        setattr(report, key, getattr(parsed, key))
-    report.notes += parsed.notes
-    if report.sm_count is None:
-        report.sm_count = get_device(device).sm_count()
-    if report.execution == "triton-interpreter":
-        report.notes.append(
-            "Triton interpreter on CPU: there are no device kernels; times are CPU times of the "
-            "interpreter and say nothing about a GPU"
-        )
-    if module is not None:
-        target.profile_details(report, module, device)
-        if target.launch_counter() is not None:
-            progress("following the weights through two forwards")
-            other = problem.make_inputs(INPUT_SEED + 1, device)
-            attach_weight_work(report, model, inputs, other, target.launch_counter)
-    with torch.no_grad():
-        platform.device_timeline(report, lambda: model(*inputs), iters)
-
-    measured = report.device_ms_per_forward if report.device_kernels() else wall_ms
-    progress("computing the roofline")
+    early = EarlyCapture.start(report, req, workdir, platform) if depth == "metrics" else None
     try:
-        report.roofline = reference_levers(
-            problem, device, reference_roofline(problem, device, name, measured, req.peaks)
-        )
-        if not report.device_kernels():
-            report.roofline.notes.append("measured_ms is host wall time per forward (no device kernels)")
-    except Exception as e:  # noqa: BLE001
-        report.notes.append(f"roofline unavailable: {type(e).__name__}: {e}")
+        progress("building the model")
+        module = None
+        try:
+            with phase("build"):
+                if cand is not None:
+                    module = target.load(cand, device, workdir).module
+                    _, model = build_models(problem, module, device, build_reference=False)
+                else:
+                    seed_everything(0)
+                    model = problem.module.Model(*problem.init_inputs(device)).to(device)
+        except SourceRuntimeError as e:
+            report.errors.append(str(e))
+            report.errors += [f"{d.file or ''}:{d.line or ''}: {d.message}" for d in e.diagnostics]
+            report.seconds = time.perf_counter() - started
+            return report
+        inputs = problem.make_inputs(INPUT_SEED, device)
 
-    if depth == "metrics":
-        _merge_metrics(report, req, workdir, platform, progress)
-    if req.proton:
-        if platform.proton:
-            progress("re-running under proton")
-            _merge_proton(report, req, workdir)
-        else:
-            report.notes.append(f"proton does not see the kernels of {platform.title} ({device})")
+        activities = get_device(device).profiler_activities()
+        with torch.no_grad():
+            progress(f"warming up ({warmup} forwards)")
+            with phase("warm_up"):
+                for _ in range(warmup):
+                    model(*inputs)  # JIT compiles happen here, outside the profile
+                sync_device(device)
+            progress(f"profiling {iters} forwards with torch.profiler")
+            with phase("timeline"):
+                t0 = time.perf_counter()
+                with profile(activities=activities) as prof:
+                    for _ in range(iters):
+                        with record_function(FORWARD_MARK):
+                            model(*inputs)
+                    sync_device(device)
+                wall_ms = (time.perf_counter() - t0) * 1e3 / iters
+                trace = workdir / "trace.json"
+                prof.export_chrome_trace(str(trace))
+                text = trace.read_text()
+        keep_raw(report, "trace.json", text)
+        parsed = report_from_trace(text, "<torch.profiler trace>", forwards=iters)
+        for key in (
+            "kernels",
+            "forwards",
+            "forwards_inferred",
+            "launches_per_forward",
+            "device_ms_per_forward",
+            "host_overhead_ms",
+            "sm_count",
+        ):
+            setattr(report, key, getattr(parsed, key))
+        report.notes += parsed.notes
+        if report.sm_count is None:
+            report.sm_count = get_device(device).sm_count()
+        if report.execution == "triton-interpreter":
+            report.notes.append(
+                "Triton interpreter on CPU: there are no device kernels; times are CPU times of the "
+                "interpreter and say nothing about a GPU"
+            )
+        if module is not None:
+            target.profile_details(report, module, device)
+            weight_work(report, cache, req, model, lambda: (inputs, problem.make_inputs(INPUT_SEED + 1, device)), phase)
+        with torch.no_grad(), phase("timeline"):
+            platform.device_timeline(report, lambda: model(*inputs), iters)
+
+        measured = report.device_ms_per_forward if report.device_kernels() else wall_ms
+        progress("computing the roofline")
+        with phase("roofline"):
+            try:
+                report.roofline = with_measured(reference_bound(cache, problem, device, name, req), measured)
+                if not report.device_kernels():
+                    report.roofline.notes.append("measured_ms is host wall time per forward (no device kernels)")
+            except Exception as e:  # noqa: BLE001
+                report.notes.append(f"roofline unavailable: {type(e).__name__}: {e}")
+        if early is not None:
+            early.go()  # this worker is done with the device (the roofline runs the reference there too)
+
+        if early is not None:
+            progress(f"waiting for {early.profiler.title}")
+            with phase("metrics"):
+                early.finish(report)
+        elif depth == "metrics":
+            _no_metrics(report, req, platform)
+        if req.proton:
+            if platform.proton:
+                progress("re-running under proton")
+                with phase("proton"):
+                    _merge_proton(report, req, workdir)
+            else:
+                report.notes.append(f"proton does not see the kernels of {platform.title} ({device})")
+    finally:
+        if early is not None:
+            early.stop()  # a profile that ended early: the waiting program exits unprofiled
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _merge_metrics(report: ProfileReport, req: ProfileRequest, workdir: Path, platform: Platform, progress) -> None:
-    """Depth 'metrics': the forwards again under the platform's metrics profiler, merged into the timeline."""
+def reference_bound(cache: ProfileCache, problem, device: str, name: str, req: ProfileRequest) -> Roofline:
+    """The reference's roofline and levers without a measured time: computed once per problem, device and peaks
+    in this worker (it runs the reference's code), a copy handed out each time."""
+    key = (problem.source.digest, device, name, json.dumps(req.peaks, sort_keys=True))
+    if key not in cache.rooflines:
+        cache.rooflines[key] = reference_levers(
+            problem, device, reference_roofline(problem, device, name, None, req.peaks)
+        )
+    return cache.rooflines[key].model_copy(deep=True)
+
+
+def weight_work(report: ProfileReport, cache: ProfileCache, req: ProfileRequest, model, draw, phase: Phases) -> None:
+    """Which kernels work on the weights alone (two forwards compared), where a rule can read it: device kernels
+    ran. Traced once per candidate, problem and device in this worker."""
+    target = get_target(req.target)
+    if target.launch_counter() is None or not report.device_kernels() or req.candidate is None:
+        return
+    key = (req.candidate.digest, req.problem.digest, req.device)
+    if key not in cache.weight_work:
+        traced = ProfileReport()
+        with phase("weight_work"):
+            inputs, other = draw()
+            attach_weight_work(traced, model, inputs, other, target.launch_counter)
+        cache.weight_work[key] = (traced.weight_work, traced.weights_read, traced.notes)
+    work, read, notes = cache.weight_work[key]
+    report.weight_work, report.weights_read = dict(work), {k: list(v) for k, v in read.items()}
+    report.notes += notes
+
+
+class EarlyCapture:
+    """The platform's metrics profiler capturing on a thread of its own from the start of the profile. Its program
+    (profiling/runner.py) loads the problem and builds the model meanwhile, then waits for GO_FILE: ``go`` once
+    this worker no longer uses the device, ``stop`` where the profile ended before."""
+
+    def __init__(self, report: ProfileReport, req: ProfileRequest, workdir: Path, profiler: Profiler):
+        self.profiler, self.signal = profiler, workdir / GO_FILE
+        self.captured: ProfileReport | None = None
+        self.run = ProfiledRun(
+            workdir=workdir,
+            iterations=req.iterations,
+            warmup=warmup_forwards(req),
+            metrics=req.metrics,
+            timeout_s=req.ncu_timeout_s or PROFILER_TIMEOUT_S,
+            runner=lambda mode, extra: _runner(
+                req, workdir, mode, {**extra, "go_file": str(self.signal), "go_timeout_s": self.run.timeout_s}
+            ),
+            run=lambda cmd, timeout: _run(cmd, workdir, timeout),
+            keep_raw=lambda name, text: keep_raw(report, name, text),
+        )
+        self.thread = threading.Thread(target=self._capture, name="kforge-metrics-capture", daemon=True)
+
+    @classmethod
+    def start(
+        cls, report: ProfileReport, req: ProfileRequest, workdir: Path, platform: Platform
+    ) -> EarlyCapture | None:
+        """Started where the platform has a metrics profiler that can run here; else None (``_no_metrics`` says
+        why)."""
+        profiler = platform.metrics_profiler()
+        if profiler is None or profiler.missing():
+            return None
+        early = cls(report, req, workdir, profiler)
+        early.thread.start()
+        return early
+
+    def _capture(self) -> None:
+        try:
+            self.captured = self.profiler.capture(self.run)
+        except Exception as e:  # noqa: BLE001  (the profile stands without the metrics, and says why)
+            self.run.notes.append(f"{self.profiler.title} failed: {type(e).__name__}: {e}")
+
+    def _say(self, word: str) -> None:
+        if not self.signal.exists():
+            tmp = self.signal.with_suffix(".tmp")
+            tmp.write_text(word)
+            os.replace(tmp, self.signal)  # whole, never half-written
+
+    def go(self) -> None:
+        self._say("go")
+
+    def stop(self) -> None:
+        self._say("stop")
+        self.thread.join(timeout=self.run.timeout_s + 30)
+
+    def finish(self, report: ProfileReport) -> None:
+        """Wait for the capture and put what it saw on the timeline."""
+        self.go()
+        self.thread.join(timeout=self.run.timeout_s + 30)
+        report.notes += self.run.notes
+        if self.captured is not None:
+            self.profiler.merge(report, self.captured)
+
+
+def _no_metrics(report: ProfileReport, req: ProfileRequest, platform: Platform) -> None:
+    """Depth 'metrics' where no metrics profiler can run: say why."""
     profiler = platform.metrics_profiler()
     if profiler is None:
         report.notes.append(
@@ -156,25 +300,7 @@ def _merge_metrics(report: ProfileReport, req: ProfileRequest, workdir: Path, pl
             f"({platform.title}) has only the timeline"
         )
         return
-    missing = profiler.missing()
-    if missing:
-        report.notes.append(f"depth 'metrics': {missing}; only the timeline was captured")
-        return
-    progress(f"re-running under {profiler.title}")
-    run = ProfiledRun(
-        workdir=workdir,
-        iterations=req.iterations,
-        warmup=warmup_forwards(req),
-        metrics=req.metrics,
-        timeout_s=req.ncu_timeout_s or PROFILER_TIMEOUT_S,
-        runner=lambda mode, extra: _runner(req, workdir, mode, extra),
-        run=lambda cmd, timeout: _run(cmd, workdir, timeout),
-        keep_raw=lambda name, text: keep_raw(report, name, text),
-    )
-    captured = profiler.capture(run)
-    report.notes += run.notes
-    if captured is not None:
-        profiler.merge(report, captured)
+    report.notes.append(f"depth 'metrics': {profiler.missing()}; only the timeline was captured")
 
 
 def warmup_forwards(req: ProfileRequest) -> int:

@@ -1,5 +1,7 @@
 """The program a worker wraps in a profiler (a platform's, named by the spec's mode, or proton): build the
-model the way a worker does, warm it up, then run the profiled forward(s) as that profiler wants them.
+model the way a worker does, wait for the worker's go where the spec names a file for it (the worker starts this
+program early and profiles its own timeline meanwhile: the two never share the device while either measures),
+warm it up, then run the profiled forward(s) as that profiler wants them.
 
     python -m kforge_mcp.profiling.runner SPEC.json
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -33,6 +36,8 @@ def main(spec_path: str) -> None:
         seed_everything(0)
         model = problem.module.Model(*problem.init_inputs(device)).to(device)
     inputs = problem.make_inputs(7, device)
+    if spec.get("go_file") and wait_for_go(Path(spec["go_file"]), float(spec.get("go_timeout_s", 900))) != "go":
+        return  # the profile ended before it needed this run
     with torch.no_grad():
         for _ in range(int(spec.get("warmup", 2))):
             model(*inputs)
@@ -50,6 +55,16 @@ def main(spec_path: str) -> None:
         if profiler is None:
             raise SystemExit(f"no platform has a profiler named {spec['mode']!r}")
         profiler.in_runner(lambda: model(*inputs), lambda: sync_device(device), spec)
+
+
+def wait_for_go(path: Path, timeout_s: float) -> str:
+    """What the worker wrote to ``path`` ('go' or 'stop'), once it exists; 'stop' after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            return path.read_text().strip()
+        time.sleep(0.01)
+    return "stop"
 
 
 if __name__ == "__main__":

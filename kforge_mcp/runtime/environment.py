@@ -28,7 +28,10 @@ def worker_environment(lane: str, home: Path, tmp: Path, base: dict[str, str] | 
     env.setdefault("TRITON_CACHE_DIR", str(home / "cache" / "triton"))
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(home / "cache" / "inductor"))
     env.setdefault("TORCH_EXTENSIONS_DIR", str(home / "cache" / "torch_extensions"))  # cuda target builds
+    env["KFORGE_BASELINES_DIR"] = str(home / "cache" / "baselines")  # baseline timings kept across restarts
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's own default; set so it stops warning
+    # an autotuned kernel's choice kept on disk: a new worker, or the profiler's own process, does not tune again
+    env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
     # sandbox and CUDA build settings reach the worker; with the sandbox on, temp files and tool caches go to
     # dirs the worker may write (Landlock leaves it only those: see landlock.py)
     env.update({k: v for k, v in base.items() if k.startswith(("KFORGE_SANDBOX", "KFORGE_CUDA_"))})

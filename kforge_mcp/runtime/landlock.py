@@ -79,6 +79,7 @@ def writable_dirs(env: Mapping[str, str] | None = None) -> list[str]:
         "TRITON_HOME",
         "TORCHINDUCTOR_CACHE_DIR",
         "TORCH_EXTENSIONS_DIR",
+        "KFORGE_BASELINES_DIR",
         "CUDA_CACHE_PATH",
         "XDG_CACHE_HOME",
     )

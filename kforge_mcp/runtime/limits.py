@@ -104,6 +104,7 @@ class Step:
         return self.limit_s is not None and time.monotonic() - self.started > self.limit_s
 
     def overrun_message(self) -> str:
+        """Which limit was hit, why it was that long and how to raise it (the worker's ``why`` says)."""
         why = f" ({self.why})" if self.why else ""
         return f"{self.message} did not finish within {self.limit_s:g} s{why}; the worker was killed"
 

@@ -138,13 +138,14 @@ class Worker:
             except OSError:
                 pass
 
-    def _failure(self, reason: str, message: str) -> WorkerFailure:
+    def _failure(self, reason: str, message: str, hint: str = "") -> WorkerFailure:
+        """``hint``: what to do about it, after where the candidate was."""
         time.sleep(0.1)  # let the stderr reader catch the last lines (faulthandler's stack)
         tail = self.stderr_tail()
         frames = re.findall(r'candidate_\d+\.py", line (\d+),? in (\S+)', tail)
         if frames and reason == "timeout":
             message += f" while it ran line {frames[-1][0]} of the candidate (in {frames[-1][1]})"
-        return WorkerFailure(reason, message, tail, int(frames[-1][0]) if frames else None)
+        return WorkerFailure(reason, message + hint, tail, int(frames[-1][0]) if frames else None)
 
     def _wait_message(
         self,
@@ -178,7 +179,12 @@ class Worker:
             if time.monotonic() > deadline:
                 self.dump_stacks()
                 self.kill()
-                raise self._failure("timeout", f"{what} did not finish within {timeout_s:g} s; the worker was killed")
+                during = f" during {step.message}" if step is not None and step.message else ""
+                raise self._failure(
+                    "timeout",
+                    f"{what} did not finish within {timeout_s:g} s (its timeout){during}; the worker was killed",
+                    ". Raise it with --timeout or timeout_s",
+                )
             if self.max_tasks and sandbox.tree_tasks(self.proc.pid) > self.max_tasks:
                 self.kill()
                 raise self._failure(

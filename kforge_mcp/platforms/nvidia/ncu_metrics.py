@@ -1,6 +1,10 @@
-"""What kforge asks Nsight Compute for: the sections of ncu's own guided analysis plus the raw
-metrics the rules read. Dependency-free on purpose, so a capture script on a GPU box can load
-this file alone (``bench/analysis/capture.py`` does) and ask for exactly what the rules read.
+"""What kforge asks Nsight Compute for. A profile at depth 'metrics' asks for PROFILE_METRICS alone: the raw
+metrics the parser (ncu.py) turns into the report's fields that the advice rules read, and no section. Its page
+is the raw one, which holds metrics only, so ncu's guided-analysis sections added passes (replays of every kernel)
+and nothing the profile read: ncu's own rule results appear on the details page and in .ncu-rep files, which
+analyze_profile reads where a capture of them is given. The analysis corpus (``bench/analysis/capture.py``)
+still asks for those sections and every metric of DEFAULT_METRICS, for ncu's rules and the details page.
+Dependency-free on purpose, so a capture script on a GPU box can load this file alone.
 
 Names are Nsight Compute 2025.x names on Hopper; a name the installed ncu does not know is
 dropped (``ncu --query-metrics``) rather than failing the capture.
@@ -123,6 +127,25 @@ EXTRA_METRICS = (
     + [f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS if r != "selected"]
 )
 DEFAULT_METRICS = CORE_METRICS + EXTRA_METRICS
+
+# Asked for by the corpus only: no field of the report comes from them (tests/test_ncu_metrics.py checks both ways).
+UNREAD_METRICS = {
+    "sm__cycles_elapsed.avg.per_second",
+    "sm__inst_executed.avg.per_cycle_active",
+    "launch__thread_count",
+    "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "smsp__sass_inst_executed_op_local_ld.sum",
+    "smsp__sass_inst_executed_op_local_st.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_red.sum",
+    "lts__t_sectors_op_atom.sum",
+    "lts__t_sectors_op_red.sum",
+    # cache hit rates: the report holds them, no rule reads them
+    "l1tex__t_sector_hit_rate.pct",
+    "lts__t_sector_hit_rate.pct",
+}
+PROFILE_METRICS = [m for m in DEFAULT_METRICS if m not in UNREAD_METRICS]
 
 
 def ncu_args(metrics: list[str] | None = None, sections: tuple[str, ...] = SECTIONS) -> list[str]:

@@ -18,7 +18,7 @@ from kforge_mcp.platforms.formats import ProfileFormat
 from kforge_mcp.platforms.nvidia import device_state, ncu, ncu_rep
 from kforge_mcp.platforms.nvidia.advice_terms import VOCABULARY
 from kforge_mcp.platforms.nvidia.compile_checks import shared_memory_diagnostics, sm_arch
-from kforge_mcp.platforms.nvidia.ncu_metrics import CORE_METRICS, DEFAULT_METRICS, SECTIONS, ncu_args
+from kforge_mcp.platforms.nvidia.ncu_metrics import CORE_METRICS, PROFILE_METRICS, ncu_args
 
 NCU_NOISE = re.compile(r"^==(PROF|WARNING|ERROR|INFO)==", re.MULTILINE)
 
@@ -50,11 +50,11 @@ class Ncu(Profiler):
         return None if shutil.which("ncu") else "ncu is not on PATH here"
 
     def capture(self, run: ProfiledRun) -> ProfileReport | None:
-        """ncu over the profiled program: the guided-analysis sections the rules read plus their raw metrics,
+        """ncu over the profiled program: the raw metrics the rules read (ncu_metrics.PROFILE_METRICS), no section,
         one raw CSV page; if this ncu rejects a name, the core metrics alone."""
         failure = ""
-        for metrics, sections in ((run.metrics or DEFAULT_METRICS, SECTIONS), (CORE_METRICS, ())):
-            command = ["ncu", "--csv", "--page", "raw", "--profile-from-start", "off", *ncu_args(metrics, sections)]
+        for metrics in (run.metrics or PROFILE_METRICS, CORE_METRICS):
+            command = ["ncu", "--csv", "--page", "raw", "--profile-from-start", "off", *ncu_args(metrics, ())]
             try:
                 proc = run.run(command + run.runner(self.name, {}), run.timeout_s)
             except subprocess.TimeoutExpired:
