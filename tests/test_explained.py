@@ -123,13 +123,27 @@ def small_engine(tmp_path_factory):
     eng.close()
 
 
-def test_inputs_larger_than_a_worker_may_hold_are_the_problems_error_named_with_the_limit(small_engine):
-    problem = Path(SOFTMAX).read_text().replace("rows, cols = 256, 1000", "rows, cols = 32768, 16384")  # 2 GiB
+def test_inputs_larger_than_a_worker_may_hold_are_the_problems_error_named_with_the_limit(tmp_path):
+    """Sized on the meta device before a byte exists: 2 GiB of inputs against a 1.5 GiB worker."""
+    from kforge_mcp.core.problem import Source, load_problem
+
+    text = Path(SOFTMAX).read_text().replace("rows, cols = 256, 1000", "rows, cols = 32768, 16384")  # 2 GiB
+    problem = load_problem(Source(text, "big_softmax.py"), tmp_path)
+    problem.check_inputs_fit(4096)  # fits
     with pytest.raises(InputError) as raised:
-        small_engine.verify(problem, str(ROOT / "examples/candidates/row_softmax/triton.py"), **FAST)
+        problem.check_inputs_fit(1536)
     message = raised.value.message
     assert message.startswith("problem: get_inputs() makes 2.0 GiB of tensors (32768x16384 float32)"), message
     assert "its memory limit is 1.5 GiB (KFORGE_WORKER_MEMORY_MB=1536" in message, message
+
+
+def test_on_the_cpu_lane_the_inputs_that_must_fit_are_those_that_run(small_engine):
+    """Triton's interpreter runs a reduced instance of a problem too big for it: the 2 GiB of published inputs are
+    never made, the verdict comes from the smaller one and says so."""
+    problem = Path(SOFTMAX).read_text().replace("rows, cols = 256, 1000", "rows, cols = 32768, 16384")
+    report = small_engine.verify(problem, str(ROOT / "examples/candidates/row_softmax/triton.py"), **FAST)
+    assert report.verdict == "pass", report.errors
+    assert "reduced_instance" in {f.code for f in report.findings}
 
 
 @pytest.mark.slow
