@@ -30,7 +30,8 @@ def main() -> None:
     from kforge_mcp.core.source import Source
     from kforge_mcp.devices.device import get_device
     from kforge_mcp.judge import device_guard
-    from kforge_mcp.judge.verify import BaselineCache, run_verify
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import run_verify
 
     def wire(name: str) -> dict:
         path = CHEATS / f"{name}.py"

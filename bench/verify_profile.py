@@ -31,7 +31,8 @@ def main() -> None:
     args = ap.parse_args()
     from kforge_mcp.core.requests import VerifyRequest
     from kforge_mcp.core.source import Source
-    from kforge_mcp.judge.verify import BaselineCache, run_verify
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import run_verify
 
     def wire(path: str) -> dict:
         return Source(text=Path(path).read_text(), name=path).to_wire()

@@ -83,14 +83,16 @@ def handle_prebuild(req: PrebuildRequest, progress, workdir: Path, state: dict) 
 
 
 def handle_verify(req: VerifyRequest, progress, workdir: Path, state: dict) -> dict:
-    from kforge_mcp.judge.verify import BaselineCache, run_verify
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import run_verify
 
     cache = state.setdefault("baselines", BaselineCache())
     return run_verify(req, progress, workdir, cache).model_dump()
 
 
 def handle_baselines(req: BaselinesRequest, progress, workdir: Path, state: dict) -> dict:
-    from kforge_mcp.judge.verify import BaselineCache, run_baselines
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import run_baselines
 
     return run_baselines(req, progress, workdir, state.setdefault("baselines", BaselineCache()))
 

@@ -188,7 +188,8 @@ def test_verifys_own_bound_takes_the_levers_and_flags_no_honest_fold(tmp_path):
     """The worker's speed-of-light check (run on the GPU after timing; called here with a device's name): a time
     under the reference's floor but over the folded one is a lever taken, not a time faster than light."""
     from kforge_mcp.core.requests import VerifyRequest
-    from kforge_mcp.judge.verify import BaselineCache, Verifier
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import Verifier
 
     src = Source(FOLD.read_text(), FOLD.name)
     req = VerifyRequest(problem=src, candidate=src, target="triton", device="cpu", trials=1)
@@ -212,7 +213,8 @@ def test_a_worker_computes_the_references_bound_once_and_each_verify_gets_its_ow
     import kforge_mcp.judge.roofline as roofline
     import kforge_mcp.judge.structure as structure
     from kforge_mcp.core.requests import VerifyRequest
-    from kforge_mcp.judge.verify import BaselineCache, Verifier
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import Verifier
 
     src = Source(FOLD.read_text(), FOLD.name)
     req = VerifyRequest(problem=src, candidate=src, target="triton", device="cpu", trials=1)
