@@ -115,7 +115,7 @@ def write_report(run_id: str, out: str | None = None, home: str | None = None):
     """Draw a loop run: an HTML page (plot, attempts, best kernel) and a PNG, in ``out`` (default
     <KFORGE_HOME>/reports/<run_id>/). Returns their paths (ReportFiles)."""
     from kforge_mcp.agents.report import write_report as _write
-    from kforge_mcp.core.home import default_home
+    from kforge_mcp.engine.parts import read_settings
     from kforge_mcp.store import RunStore
 
-    return _write(RunStore.for_home(home or default_home()), run_id, out)
+    return _write(RunStore.for_home(home or read_settings().home), run_id, out)

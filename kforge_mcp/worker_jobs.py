@@ -87,14 +87,15 @@ def handle_verify(req: VerifyRequest, progress, workdir: Path, state: dict) -> d
     from kforge_mcp.judge.verify import run_verify
 
     cache = state.setdefault("baselines", BaselineCache())
-    return run_verify(req, progress, workdir, cache).model_dump()
+    return run_verify(req, progress, workdir, cache, state["settings"].worker_memory_mb).model_dump()
 
 
 def handle_baselines(req: BaselinesRequest, progress, workdir: Path, state: dict) -> dict:
     from kforge_mcp.judge.baselines import BaselineCache
     from kforge_mcp.judge.verify import run_baselines
 
-    return run_baselines(req, progress, workdir, state.setdefault("baselines", BaselineCache()))
+    cache = state.setdefault("baselines", BaselineCache())
+    return run_baselines(req, progress, workdir, cache, state["settings"].worker_memory_mb)
 
 
 def handle_profile(req: ProfileRequest, progress, workdir: Path, state: dict) -> dict:

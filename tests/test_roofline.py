@@ -11,6 +11,7 @@ import pytest
 
 from kforge_mcp.core.problem import Source, load_problem
 from kforge_mcp.core.schemas import VerifyReport
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.engine.verify import bound_from_paths
 from kforge_mcp.judge.roofline import conv_gemm, count_problem, make_roofline, reference_roofline, with_measured
 from kforge_mcp.judge.structure import reference_levers
@@ -195,7 +196,7 @@ def test_verifys_own_bound_takes_the_levers_and_flags_no_honest_fold(tmp_path):
     req = VerifyRequest(problem=src, candidate=src, target="triton", device="cpu", trials=1)
 
     def check(ms: float):
-        v = Verifier(req, lambda *a, **k: None, tmp_path, BaselineCache())
+        v = Verifier(req, lambda *a, **k: None, tmp_path, BaselineCache(), Settings.read().worker_memory_mb)
         v.load_problem()
         v.report.device_state = {"name": H200}
         v.speed_of_light(ms)
@@ -231,7 +232,7 @@ def test_a_worker_computes_the_references_bound_once_and_each_verify_gets_its_ow
     monkeypatch.setattr(structure, "reference_levers", counted("levers", reference_levers))
 
     def check(ms: float, cache: BaselineCache):
-        v = Verifier(req, lambda *a, **k: None, tmp_path, cache)
+        v = Verifier(req, lambda *a, **k: None, tmp_path, cache, Settings.read().worker_memory_mb)
         v.load_problem()
         v.report.device_state = {"name": H200}
         v.speed_of_light(ms)

@@ -83,8 +83,11 @@ class VerifierState:
     guard: DeviceGuard
     flags: precision.MathFlags
 
-    def __init__(self, req: BaselinesRequest, progress: Callable[..., None], workdir: Path, cache: BaselineCache):
+    def __init__(
+        self, req: BaselinesRequest, progress: Callable[..., None], workdir: Path, cache: BaselineCache, memory_mb: int
+    ):
         self.req, self.progress, self.workdir, self.cache = req, progress, workdir, cache
+        self.memory_mb = memory_mb  # the worker's limit (KFORGE_WORKER_MEMORY_MB): the problem's inputs must fit
         self.target = get_target(req.target)
         self.device = req.device
         self.atol, self.rtol = req.atol, req.rtol

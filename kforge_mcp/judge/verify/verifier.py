@@ -20,7 +20,6 @@ from kforge_mcp.core.errors import CandidateError
 from kforge_mcp.core.problem import build_models, load_problem, reference_model
 from kforge_mcp.core.requests import BaselinesRequest, VerifyRequest
 from kforge_mcp.core.schemas import Finding, VerifyReport
-from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError
 from kforge_mcp.judge import guards, precision
 from kforge_mcp.judge.baselines import BaselineCache, start_compile, warm
@@ -45,7 +44,7 @@ class Verifier(CorrectnessTrials, TimedCalls):
             with self.phase("plan"):
                 self.plan = plan_interpreter(self.problem, self.trials, self.req.timeout_s, self.judge.cast)
         with self.instance():
-            self.problem.check_inputs_fit(Settings.read().worker_memory_mb)  # before the candidate is built
+            self.problem.check_inputs_fit(self.memory_mb)  # before the candidate is built
         bind_device_clocks(self.device)
 
     def run(self) -> VerifyReport:
@@ -138,22 +137,26 @@ class Verifier(CorrectnessTrials, TimedCalls):
         return r
 
 
-def run_verify(req: VerifyRequest, progress: Callable[..., None], workdir: Path, cache: BaselineCache) -> VerifyReport:
+def run_verify(
+    req: VerifyRequest, progress: Callable[..., None], workdir: Path, cache: BaselineCache, memory_mb: int
+) -> VerifyReport:
     started = _perf_counter()  # bound before any candidate could patch time.perf_counter
     try:
-        report = Verifier(req, progress, workdir, cache).run()
+        report = Verifier(req, progress, workdir, cache, memory_mb).run()
     finally:
         gc.unfreeze()  # the worker collects after the reply (worker.release_memory)
     report.seconds = _perf_counter() - started
     return report
 
 
-def run_baselines(req: BaselinesRequest, progress: Callable[..., None], workdir: Path, cache: BaselineCache) -> dict:
+def run_baselines(
+    req: BaselinesRequest, progress: Callable[..., None], workdir: Path, cache: BaselineCache, memory_mb: int
+) -> dict:
     """The ``baselines`` job: the problem's reference compiled and its timings kept in this worker,
     ahead of the verify that will reuse them (engine/baselines.py)."""
     import torch
 
-    v = Verifier(req, progress, workdir, cache)
+    v = Verifier(req, progress, workdir, cache, memory_mb)
     v.load_problem()
     v.reference = reference_model(v.problem, v.device, seed=v.sub_seed(0), dtype=v.judge.dtype)
     v.draw_timing_inputs()
