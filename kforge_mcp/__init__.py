@@ -106,6 +106,11 @@ def run_loop(
     from kforge_mcp.api import default_engine
 
     engine = kwargs.pop("engine", None) or default_engine()
+    if generate is None and provider is not None:  # the provider's key and model as the environment holds them now
+        from kforge_mcp.agents.providers import make_provider
+        from kforge_mcp.engine.parts import read_settings
+
+        generate = make_provider(provider, settings=read_settings())
     return _run_loop(
         problem, target, generate, engine=engine, provider=provider, max_iterations=max_iterations, **kwargs
     )

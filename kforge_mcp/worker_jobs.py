@@ -103,7 +103,7 @@ def handle_profile(req: ProfileRequest, progress, workdir: Path, state: dict) ->
 
     if "baselines" in state:
         state["baselines"].settled()  # no torch.compile of an earlier verify runs while this one profiles
-    report = run_profile(req, progress, workdir, state.setdefault("profiles", ProfileCache()))
+    report = run_profile(req, progress, workdir, state["settings"], state.setdefault("profiles", ProfileCache()))
     return {**report.model_dump(), "raw": report.raw}  # raw is excluded from dumps: send it anyway
 
 
