@@ -1,6 +1,7 @@
 """A module-level registry (targets, platforms) found from the settings of the root that asks for it.
 
-The roots (cli/main.py, runtime/worker.py, engine/parts.py) read Settings once and pass them with ``use``;
+The roots (cli/main.py, runtime/worker.py, engine/parts.py) read Settings once and pass them with ``use`` (the
+profiled program, profiling/runner.py, passes the worker's from its spec);
 the registry is found on its first read after that, and found again when a root passes other settings. Read
 before any root asked (a library user importing a registry alone), it is found from the defaults."""
 
