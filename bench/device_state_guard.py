@@ -27,10 +27,12 @@ def main() -> None:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--out", default="device-state-guard.json")
     args = ap.parse_args()
+    from kforge_mcp.core.settings import Settings
     from kforge_mcp.core.source import Source
     from kforge_mcp.devices.device import get_device
     from kforge_mcp.judge import device_guard
-    from kforge_mcp.judge.verify import BaselineCache, run_verify
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import run_verify
 
     def wire(name: str) -> dict:
         path = CHEATS / f"{name}.py"
@@ -46,7 +48,7 @@ def main() -> None:
         cache, runs = BaselineCache(), []
         for name in ORDER:
             req = {"problem": wire("row_sum_problem"), "candidate": wire(name), "target": "cuda", "device": args.device}
-            r = run_verify(req, lambda m: None, Path(tempfile.mkdtemp()), cache)
+            r = run_verify(req, lambda m: None, Path(tempfile.mkdtemp()), cache, Settings.read().worker_memory_mb)
             t = r.timing
             runs.append(
                 {

@@ -33,10 +33,13 @@ def main() -> None:
     ap.add_argument("--only", help="the cases whose candidate or problem path contains this")
     args = ap.parse_args()
     from kforge_mcp.core.requests import VerifyRequest
+    from kforge_mcp.core.settings import Settings
     from kforge_mcp.core.source import Source
-    from kforge_mcp.judge.verify import BaselineCache, run_verify
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import run_verify
 
     cache, rows = BaselineCache(), []
+    memory_mb = Settings.read().worker_memory_mb  # the worker's limit, as a worker reads it
 
     def wire(path):
         return Source(text=(ROOT / path).read_text(), name=str(ROOT / path)).to_wire()
@@ -55,7 +58,11 @@ def main() -> None:
                 }
                 req |= {"trials": 2, "seed": rep, "fresh_timing_inputs": mode == "fresh", "timing_budget_s": 1.0}
                 r = run_verify(
-                    VerifyRequest.model_validate(req), lambda *_a, **_k: None, Path(tempfile.mkdtemp()), cache
+                    VerifyRequest.model_validate(req),
+                    lambda *_a, **_k: None,
+                    Path(tempfile.mkdtemp()),
+                    cache,
+                    memory_mb,
                 )
                 result[mode].append(
                     {

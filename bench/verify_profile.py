@@ -30,8 +30,10 @@ def main() -> None:
     ap.add_argument("--out", help="JSON of every run's phases")
     args = ap.parse_args()
     from kforge_mcp.core.requests import VerifyRequest
+    from kforge_mcp.core.settings import Settings
     from kforge_mcp.core.source import Source
-    from kforge_mcp.judge.verify import BaselineCache, run_verify
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import run_verify
 
     def wire(path: str) -> dict:
         return Source(text=Path(path).read_text(), name=path).to_wire()
@@ -46,6 +48,7 @@ def main() -> None:
         "timing_budget_s": 1.0,
     }
     cache, runs = BaselineCache(), []
+    memory_mb = Settings.read().worker_memory_mb  # the worker's limit, as a worker reads it
     workdir = Path(tempfile.mkdtemp(prefix="kforge-verify-profile-"))
     profiler = cProfile.Profile()
     for i in range(args.runs):
@@ -54,7 +57,9 @@ def main() -> None:
         if last:
             profiler.enable()
         (workdir / str(i)).mkdir()
-        report = run_verify(VerifyRequest.model_validate(req), lambda *_a, **_k: None, workdir / str(i), cache)
+        report = run_verify(
+            VerifyRequest.model_validate(req), lambda *_a, **_k: None, workdir / str(i), cache, memory_mb
+        )
         if last:
             profiler.disable()
         wall = time.perf_counter() - started

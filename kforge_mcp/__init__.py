@@ -106,6 +106,11 @@ def run_loop(
     from kforge_mcp.api import default_engine
 
     engine = kwargs.pop("engine", None) or default_engine()
+    if generate is None and provider is not None:  # the provider's key and model as the environment holds them now
+        from kforge_mcp.agents.providers import make_provider
+        from kforge_mcp.engine.parts import read_settings
+
+        generate = make_provider(provider, settings=read_settings())
     return _run_loop(
         problem, target, generate, engine=engine, provider=provider, max_iterations=max_iterations, **kwargs
     )
@@ -115,7 +120,7 @@ def write_report(run_id: str, out: str | None = None, home: str | None = None):
     """Draw a loop run: an HTML page (plot, attempts, best kernel) and a PNG, in ``out`` (default
     <KFORGE_HOME>/reports/<run_id>/). Returns their paths (ReportFiles)."""
     from kforge_mcp.agents.report import write_report as _write
-    from kforge_mcp.core.home import default_home
+    from kforge_mcp.engine.parts import read_settings
     from kforge_mcp.store import RunStore
 
-    return _write(RunStore.for_home(home or default_home()), run_id, out)
+    return _write(RunStore.for_home(home or read_settings().home), run_id, out)

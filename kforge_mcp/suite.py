@@ -28,6 +28,7 @@ from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.options import BASELINES, VERIFY
 from kforge_mcp.core.problem import REQUIRED_PROBLEM_NAMES, check_allowed_path, default_allowed_roots
 from kforge_mcp.core.schemas import VerifyReport
+from kforge_mcp.engine.parts import engine_settings
 from kforge_mcp.suite_report import RESULTS, SUMMARY, BenchSummary, problem_result, suite_metrics, write_files
 from kforge_mcp.targets import TARGETS
 
@@ -212,7 +213,7 @@ def run_bench(
         from kforge_mcp.agents.providers import make_provider
 
         assert provider is not None  # gen_mode without generate: a provider was named
-        generate = make_provider(provider, model=model, base_url=base_url)
+        generate = make_provider(provider, model=model, base_url=base_url, settings=engine_settings(engine))
 
     own_engine = engine is None
     if own_engine:

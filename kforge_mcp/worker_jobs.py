@@ -83,16 +83,19 @@ def handle_prebuild(req: PrebuildRequest, progress, workdir: Path, state: dict) 
 
 
 def handle_verify(req: VerifyRequest, progress, workdir: Path, state: dict) -> dict:
-    from kforge_mcp.judge.verify import BaselineCache, run_verify
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import run_verify
 
     cache = state.setdefault("baselines", BaselineCache())
-    return run_verify(req, progress, workdir, cache).model_dump()
+    return run_verify(req, progress, workdir, cache, state["settings"].worker_memory_mb).model_dump()
 
 
 def handle_baselines(req: BaselinesRequest, progress, workdir: Path, state: dict) -> dict:
-    from kforge_mcp.judge.verify import BaselineCache, run_baselines
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import run_baselines
 
-    return run_baselines(req, progress, workdir, state.setdefault("baselines", BaselineCache()))
+    cache = state.setdefault("baselines", BaselineCache())
+    return run_baselines(req, progress, workdir, cache, state["settings"].worker_memory_mb)
 
 
 def handle_profile(req: ProfileRequest, progress, workdir: Path, state: dict) -> dict:
@@ -100,7 +103,7 @@ def handle_profile(req: ProfileRequest, progress, workdir: Path, state: dict) ->
 
     if "baselines" in state:
         state["baselines"].settled()  # no torch.compile of an earlier verify runs while this one profiles
-    report = run_profile(req, progress, workdir, state.setdefault("profiles", ProfileCache()))
+    report = run_profile(req, progress, workdir, state["settings"], state.setdefault("profiles", ProfileCache()))
     return {**report.model_dump(), "raw": report.raw}  # raw is excluded from dumps: send it anyway
 
 

@@ -13,6 +13,7 @@ from kforge_mcp import platforms, targets
 from kforge_mcp.api import Engine
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.profile import KernelProfile, ProfileReport
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.platforms.base import Platform
 
@@ -60,15 +61,15 @@ THREADS = CANDIDATE.replace(
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KFORGE_PLATFORMS", str(EXAMPLE))  # the workers' registries load it from here
+        mp.setenv("KFORGE_PLATFORMS", str(EXAMPLE))  # the engine's registries and its workers' load it from here
         mp.setenv("KFORGE_TARGETS", str(NUMPY_TARGET))
-        mp.setattr(platforms, "PLATFORMS", platforms.discover(str(EXAMPLE)))  # and this process's
-        mp.setitem(targets.TARGETS, "numpy", targets.discover(str(NUMPY_TARGET))["numpy"])
         engine = Engine(home=tmp_path_factory.mktemp("kforge-home"))
         try:
             yield engine
         finally:
             engine.close()
+    platforms.use(Settings.read())  # this process's registries as the other tests find them
+    targets.use(Settings.read())
 
 
 def test_the_example_implements_the_contract_and_claims_the_cpu(engine):

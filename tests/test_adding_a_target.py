@@ -9,6 +9,7 @@ import pytest
 
 from kforge_mcp import targets
 from kforge_mcp.api import Engine
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.targets.base import Target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,20 +49,20 @@ class ModelNew(nn.Module):
 @pytest.fixture(scope="module")
 def numpy_engine(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KFORGE_TARGETS", str(EXAMPLE))  # the workers' registry loads it from here
-        found = targets.discover(str(EXAMPLE))
-        mp.setitem(targets.TARGETS, "numpy", found["numpy"])  # and this process's
+        mp.setenv("KFORGE_TARGETS", str(EXAMPLE))  # the engine's registry and its workers' load it from here
         engine = Engine(home=tmp_path_factory.mktemp("kforge-home"))
         try:
             yield engine
         finally:
             engine.close()
+    targets.use(Settings.read())  # this process's registry as the other tests find it
 
 
 def test_the_example_implements_the_contract():
-    target = targets.discover(str(EXAMPLE))["numpy"]
+    settings = Settings.read({"KFORGE_TARGETS": str(EXAMPLE)})
+    target = targets.discover(settings)["numpy"]
     assert isinstance(target, Target)
-    assert list(targets.discover(str(EXAMPLE)))[:4] == ["cuda", "cute", "triton", "metal"]  # shipped ones first
+    assert list(targets.discover(settings))[:4] == ["cuda", "cute", "triton", "metal"]  # shipped ones first
 
 
 def test_listed_compiled_and_verified_on_cpu(numpy_engine):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kforge_mcp.core.problem import Source
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.targets.cuda.build import capture_builds
 from kforge_mcp.targets.cuda.split import split
 from kforge_mcp.targets.cuda.target import LOAD_INLINE_CUDA_PREFIX
@@ -124,7 +125,7 @@ def real_build(source: Source, workdir: Path):
 
     builds: list = []
     workdir.mkdir()
-    load_candidate(source, (9, 0), workdir, builds, prebuild=True, link=False)
+    load_candidate(source, (9, 0), workdir, builds, Settings.read(), prebuild=True, link=False)
     return builds
 
 

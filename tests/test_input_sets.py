@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 from mcp import Client
 
-from kforge_mcp.judge.verify import INTERPRETER_TIMING
+from kforge_mcp.judge.verify.timed import INTERPRETER_TIMING
 
 PROBLEM = str(ROOT / "tests" / "cheats" / "problem.py")  # get_input_sets(): 8x128 and 64x128
 HONEST = str(ROOT / "tests" / "cheats" / "honest.py")

@@ -320,7 +320,7 @@ async def test_loop_start_rejects_a_target_without_templates(server):
 def test_every_run_writes_a_report_and_kforge_report_redraws_it(engine, tmp_path, capsys):
     from markupsafe import escape
 
-    from kforge_mcp.cli import build_parser, run
+    from kforge_mcp.cli import build_parser, read_settings, run
 
     result = LoopDriver(engine).run(
         PROBLEM,
@@ -342,9 +342,9 @@ def test_every_run_writes_a_report_and_kforge_report_redraws_it(engine, tmp_path
 
     home = str(engine.home)
     args = build_parser().parse_args(["report", result.run_id, "--home", home, "--out", str(tmp_path / "cli")])
-    assert run(args) == 0 and (tmp_path / "cli" / "report.html").exists()
+    assert run(args, read_settings()) == 0 and (tmp_path / "cli" / "report.html").exists()
     typo = result.run_id[:6] + "zzzzzz"
-    assert run(build_parser().parse_args(["report", typo, "--home", str(engine.home)])) == 2
+    assert run(build_parser().parse_args(["report", typo, "--home", str(engine.home)]), read_settings()) == 2
     err = capsys.readouterr().err
     assert f"unknown run_id '{typo}'" in err and result.run_id in err  # the closest id is named
 

@@ -12,8 +12,9 @@ from loop_replies import PROBLEM, REPLIES
 
 import kforge_mcp
 from kforge_mcp.agents.providers import SYSTEM, ProviderError, make_provider
-from kforge_mcp.cli import build_parser, run
+from kforge_mcp.cli import build_parser, read_settings, run
 from kforge_mcp.core.errors import InputError
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.store import RunStore
 
 SECRET = "sk-test-never-shown-0123456789"
@@ -35,7 +36,9 @@ def test_the_sdk_sends_the_prompt_model_limits_and_key_in_its_wire_format(monkey
     monkeypatch.setenv(KEY_ENV[name], SECRET)
     caplog.set_level(logging.DEBUG)  # whatever the SDKs and httpx log, the key must not be in it
     with LLMServer(replies=[f"reply from {name}"]) as server:
-        generate = make_provider(name, model="model-x", base_url=base_url(name, server), max_tokens=1234)
+        generate = make_provider(
+            name, model="model-x", base_url=base_url(name, server), max_tokens=1234, settings=Settings.read()
+        )
         reply = generate("write a kernel")
     assert reply == f"reply from {name}" and reply.tokens == 30  # the SDK's usage: 10 prompt + 20 completion
     (req,) = server.requests
@@ -55,7 +58,7 @@ def test_the_sdk_sends_the_prompt_model_limits_and_key_in_its_wire_format(monkey
 def test_an_endpoint_error_is_a_clear_provider_error(monkeypatch, name, status, words):
     monkeypatch.setenv(KEY_ENV[name], SECRET)
     with LLMServer(status=status) as server:
-        generate = make_provider(name, base_url=base_url(name, server), max_retries=1)
+        generate = make_provider(name, base_url=base_url(name, server), max_retries=1, settings=Settings.read())
         with pytest.raises(ProviderError) as info:
             generate("write a kernel")
     message = str(info.value)
@@ -69,7 +72,9 @@ def test_an_unreachable_endpoint_is_a_provider_error(monkeypatch):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    generate = make_provider("openai", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, timeout_s=5)
+    generate = make_provider(
+        "openai", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, timeout_s=5, settings=Settings.read()
+    )
     with pytest.raises(ProviderError, match=f"could not reach the openai endpoint http://127.0.0.1:{port}/v1"):
         generate("write a kernel")
 
@@ -77,15 +82,15 @@ def test_an_unreachable_endpoint_is_a_provider_error(monkeypatch):
 def test_missing_key_or_unknown_provider_is_an_input_error_without_secrets(monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(InputError, match="needs ANTHROPIC_API_KEY"):
-        make_provider("anthropic")
+        make_provider("anthropic", settings=Settings.read())
     with pytest.raises(InputError, match="unknown provider"):
-        make_provider("gemini")
+        make_provider("gemini", settings=Settings.read())
 
 
 def test_cli_run_loop_without_a_key_fails_as_bad_input(monkeypatch, capsys):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     args = build_parser().parse_args(["run-loop", PROBLEM, "--target", "triton", "--provider", "openai"])
-    assert run(args) == 2
+    assert run(args, read_settings()) == 2
     assert "OPENAI_API_KEY" in capsys.readouterr().err
 
 

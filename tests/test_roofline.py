@@ -11,6 +11,7 @@ import pytest
 
 from kforge_mcp.core.problem import Source, load_problem
 from kforge_mcp.core.schemas import VerifyReport
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.engine.verify import bound_from_paths
 from kforge_mcp.judge.roofline import conv_gemm, count_problem, make_roofline, reference_roofline, with_measured
 from kforge_mcp.judge.structure import reference_levers
@@ -188,13 +189,14 @@ def test_verifys_own_bound_takes_the_levers_and_flags_no_honest_fold(tmp_path):
     """The worker's speed-of-light check (run on the GPU after timing; called here with a device's name): a time
     under the reference's floor but over the folded one is a lever taken, not a time faster than light."""
     from kforge_mcp.core.requests import VerifyRequest
-    from kforge_mcp.judge.verify import BaselineCache, Verifier
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import Verifier
 
     src = Source(FOLD.read_text(), FOLD.name)
     req = VerifyRequest(problem=src, candidate=src, target="triton", device="cpu", trials=1)
 
     def check(ms: float):
-        v = Verifier(req, lambda *a, **k: None, tmp_path, BaselineCache())
+        v = Verifier(req, lambda *a, **k: None, tmp_path, BaselineCache(), Settings.read().worker_memory_mb)
         v.load_problem()
         v.report.device_state = {"name": H200}
         v.speed_of_light(ms)
@@ -212,7 +214,8 @@ def test_a_worker_computes_the_references_bound_once_and_each_verify_gets_its_ow
     import kforge_mcp.judge.roofline as roofline
     import kforge_mcp.judge.structure as structure
     from kforge_mcp.core.requests import VerifyRequest
-    from kforge_mcp.judge.verify import BaselineCache, Verifier
+    from kforge_mcp.judge.baselines import BaselineCache
+    from kforge_mcp.judge.verify import Verifier
 
     src = Source(FOLD.read_text(), FOLD.name)
     req = VerifyRequest(problem=src, candidate=src, target="triton", device="cpu", trials=1)
@@ -229,7 +232,7 @@ def test_a_worker_computes_the_references_bound_once_and_each_verify_gets_its_ow
     monkeypatch.setattr(structure, "reference_levers", counted("levers", reference_levers))
 
     def check(ms: float, cache: BaselineCache):
-        v = Verifier(req, lambda *a, **k: None, tmp_path, cache)
+        v = Verifier(req, lambda *a, **k: None, tmp_path, cache, Settings.read().worker_memory_mb)
         v.load_problem()
         v.report.device_state = {"name": H200}
         v.speed_of_light(ms)

@@ -361,7 +361,7 @@ def run_loop(
             raise InputError("run_loop needs generate=callable(prompt) -> reply, or provider='anthropic' or 'openai'")
         from kforge_mcp.agents.providers import make_provider
 
-        generate = make_provider(provider)
+        generate = make_provider(provider, settings=engine.settings)
     driver = LoopDriver(engine)
     if run_id is not None:
         return driver.resume(run_id, generate, on_progress=on_progress, max_iterations=max_iterations, **options)

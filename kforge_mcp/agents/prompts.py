@@ -18,11 +18,20 @@ from kforge_mcp.core.settings import Settings
 from kforge_mcp.targets import TARGETS
 
 # shipped inside the package so an installed wheel has them; one_shot*.py link to files in examples/
-PROMPTS_DIR = Settings.read().prompts_dir or Path(__file__).resolve().parents[1] / "prompts"
+SHIPPED_PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
+PROMPTS_DIR = SHIPPED_PROMPTS  # KFORGE_PROMPTS_DIR where a root's settings name one (``use``)
 Kind = Literal["first", "repair", "optimize"]
 KINDS = ("first", "repair", "optimize")
 
 _env: jinja2.Environment | None = None
+
+
+def use(settings: Settings) -> None:
+    """A root's settings: the templates are read from their prompts_dir (KFORGE_PROMPTS_DIR), else the shipped ones."""
+    global PROMPTS_DIR, _env
+    folder = settings.prompts_dir or SHIPPED_PROMPTS
+    if folder != PROMPTS_DIR:
+        PROMPTS_DIR, _env = folder, None
 
 
 def environment() -> jinja2.Environment:

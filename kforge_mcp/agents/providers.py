@@ -83,12 +83,12 @@ def make_provider(
     temperature: float | None = None,
     max_retries: int = 2,
     timeout_s: float = 600.0,
-    settings: Settings | None = None,
+    *,
+    settings: Settings,
 ) -> Provider:
-    """``settings``: the caller's (its model, keys and base URLs); read from the environment when none is given."""
+    """``settings``: the caller's (its model, keys and base URLs)."""
     if name not in PROVIDERS:
         raise InputError(f"unknown provider '{name}'; choose from {', '.join(PROVIDERS)}")
-    settings = settings or Settings.read()
     key = settings.api_key(name)
     if not key and not (name == "openai" and base_url):  # a local OpenAI-compatible server may need no key
         raise InputError(f"provider '{name}' needs {KEY_ENV[name]} in the environment")

@@ -13,7 +13,8 @@ import sys
 
 from rich.text import Text
 
-from kforge_mcp import __version__
+from kforge_mcp import __version__, platforms, targets
+from kforge_mcp.agents import prompts
 from kforge_mcp.cli import bench, run_loop
 from kforge_mcp.cli.commands import cmd_analyze, cmd_compile, cmd_profile, cmd_targets, cmd_verify, cmd_verify_batch
 from kforge_mcp.cli.console import EXIT_INPUT, EXIT_INTERRUPTED, add_executor_options, add_home_option, err
@@ -108,9 +109,19 @@ def _terminate(signum, frame) -> None:
     raise KeyboardInterrupt  # unwinds through the engine's `finally`, which kills the workers
 
 
-def run(args: argparse.Namespace) -> int:
+def read_settings() -> Settings:
+    """The command line's entry: KFORGE_* read once, before the parser (which lists the targets), and passed down on
+    ``args``."""
+    settings = Settings.read()
+    platforms.use(settings)
+    targets.use(settings)
+    prompts.use(settings)
+    return settings
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
     signal.signal(signal.SIGTERM, _terminate)
-    args.settings = Settings.read()  # the command line's entry: KFORGE_* read once, passed down on ``args``
+    args.settings = settings
     try:
         return args.handler(args)
     except (KforgeError, OSError) as e:  # bad input, or e.g. an unusable --home
@@ -122,8 +133,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    sys.exit(run(build_parser().parse_args(argv)))
+    settings = read_settings()
+    sys.exit(run(build_parser().parse_args(argv), settings))
 
 
 def server_main(argv: list[str] | None = None) -> None:
-    sys.exit(run(build_server_parser().parse_args(argv)))
+    settings = read_settings()
+    sys.exit(run(build_server_parser().parse_args(argv), settings))

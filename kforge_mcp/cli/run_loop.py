@@ -23,7 +23,6 @@ from kforge_mcp.cli.console import (
 )
 from kforge_mcp.cli.options import add_options, given
 from kforge_mcp.core.errors import InputError
-from kforge_mcp.core.home import default_home
 from kforge_mcp.core.options import TARGET_TEXT
 from kforge_mcp.store import RunStore
 from kforge_mcp.targets import TARGETS
@@ -82,7 +81,7 @@ def cmd_run_loop(args) -> int:
     store = None  # the engine's, unless resuming (read before any engine starts)
     provider, model, base_url = args.provider, args.model, args.base_url
     if args.resume:
-        store = RunStore.for_home(args.home or default_home())
+        store = RunStore.for_home(args.home or args.settings.home)
         if args.problem or args.target:
             raise InputError("--resume continues a recorded run: give no problem or --target")
         run = store.get_run(args.resume)  # an unknown id names the closest ones
@@ -145,7 +144,7 @@ class RunsList(BaseModel):
 def cmd_runs(args) -> int:
     from pathlib import Path
 
-    store = RunStore.for_home(args.home or default_home())
+    store = RunStore.for_home(args.home or args.settings.home)
     rows = []
     for run in store.list_runs(limit=max(1, args.limit)):
         best = store.get_attempt(run.id, run.best_attempt) if run.best_attempt is not None else None
@@ -192,7 +191,7 @@ def cmd_runs(args) -> int:
 def cmd_report(args) -> int:
     from kforge_mcp.agents.report import write_report
 
-    files = write_report(RunStore.for_home(args.home or default_home()), args.run_id, args.out)
+    files = write_report(RunStore.for_home(args.home or args.settings.home), args.run_id, args.out)
     if getattr(args, "json", False):
         print_json(files)
     else:

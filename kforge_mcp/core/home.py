@@ -12,14 +12,9 @@ import sqlite3
 from pathlib import Path
 
 from kforge_mcp.core.errors import KforgeError
-from kforge_mcp.core.settings import Settings
 
 PROBE_BYTES = 64 * 1024  # the probe file at startup: a home that cannot take this is full
 HINT = "set KFORGE_HOME (or --home) to a writable directory with free space"
-
-
-def default_home() -> Path:
-    return Settings.read().home
 
 
 def free_bytes(path: Path) -> int | None:

@@ -90,6 +90,15 @@ class Settings(BaseSettings):
         alias = cls.model_fields[name].validation_alias
         return alias if isinstance(alias, str) else PREFIX + name.upper()
 
+    def variables(self) -> dict[str, str]:
+        """The KFORGE_* values that are set, as the environment holds them: ``Settings.read(variables)`` in a child
+        process gives the same settings. The providers' keys stay out."""
+        return {
+            self.variable(name): str(value)
+            for name, value in self
+            if value is not None and self.variable(name).startswith(PREFIX)
+        }
+
     def api_key(self, provider: str) -> str | None:
         """The provider's API key (ANTHROPIC_API_KEY, OPENAI_API_KEY); None when unset."""
         key = getattr(self, f"{provider}_api_key", None)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kforge_mcp import platforms, targets
+from kforge_mcp.agents import prompts
 from kforge_mcp.core.errors import InputError, KforgeError
 from kforge_mcp.core.home import check_home
 from kforge_mcp.core.options import DEFAULT_TARGET, DEFAULT_TIMEOUT_S
@@ -23,6 +25,18 @@ from kforge_mcp.targets import get_target
 Progress = Callable[[str], None] | None
 
 
+def read_settings() -> Settings:
+    """The library's entry: KFORGE_* read from the process environment (an engine, or a package function
+    that needs no engine), then passed down."""
+    return Settings.read()
+
+
+def engine_settings(engine) -> Settings:
+    """An engine's settings; without one (a caller that starts its own later), the library's, read as an engine
+    reads them."""
+    return engine.settings if engine is not None else read_settings()
+
+
 class EngineParts:
     def __init__(
         self,
@@ -33,7 +47,10 @@ class EngineParts:
         settings: Settings | None = None,
     ):
         # the library's entry: KFORGE_* read once here (or given) and passed down
-        self.settings = settings = settings or Settings.read()
+        self.settings = settings = settings or read_settings()
+        platforms.use(settings)
+        targets.use(settings)
+        prompts.use(settings)
         self.home = Path(home).expanduser() if home else settings.home
         # a problem or candidate given as a path must resolve under one of these
         self.allow_dirs = (

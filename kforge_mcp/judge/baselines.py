@@ -36,7 +36,7 @@ from kforge_mcp.core.schemas import Finding, Roofline, TimingStats
 from kforge_mcp.judge.timing import _perf_counter, precise, summarize, time_interleaved
 from kforge_mcp.runtime.cache import CompileCache
 
-# ``v`` below is the verify's Verifier (judge/verify.py), which imports this module.
+# ``v`` below is the verify's Verifier (judge/verify/), which imports this module.
 
 STORE_SETTING = "KFORGE_BASELINES_DIR"  # where a worker keeps the timings (runtime/environment.py sets it)
 ANCHOR_SHARE = 0.5  # the anchor's timing budget, as a share of the candidate's (its figure is reported)

@@ -22,6 +22,7 @@ from typing import Any
 
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.profile import ProfileReport
+from kforge_mcp.core.registry import Registry
 from kforge_mcp.core.schemas import CompileReport, Diagnostic
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.platforms.base import Peaks, Platform, Profiler
@@ -73,7 +74,12 @@ def discover(extra: str | None = None) -> dict[str, Platform]:
     return {p.name: p for p in sorted(found, key=lambda p: (p.order, p.name))}
 
 
-PLATFORMS: dict[str, Platform] = discover(Settings.read().platforms)
+PLATFORMS: Registry[Platform] = Registry(lambda settings: discover(settings.platforms))
+
+
+def use(settings: Settings) -> None:
+    """A root's settings: the platforms are found from them (KFORGE_PLATFORMS)."""
+    PLATFORMS.use(settings)
 
 
 def identify(kind: str, build: Mapping[str, Any]) -> Platform:

@@ -32,6 +32,7 @@ from kforge_mcp.core.process_env import child_environment
 from kforge_mcp.core.profile import ProfileReport
 from kforge_mcp.core.requests import ProfileRequest
 from kforge_mcp.core.schemas import Roofline
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError
 from kforge_mcp.devices.device import get_device
 from kforge_mcp.judge.roofline import reference_roofline, with_measured
@@ -79,8 +80,13 @@ def device_name(device: str) -> str:
 
 
 def run_profile(
-    req: ProfileRequest, progress: Callable[[str], None], workdir: Path, cache: ProfileCache | None = None
+    req: ProfileRequest,
+    progress: Callable[[str], None],
+    workdir: Path,
+    settings: Settings,
+    cache: ProfileCache | None = None,
 ) -> ProfileReport:
+    """``settings``: the worker's, handed to the profiled program (profiling/runner.py) in its spec."""
     import torch
     from torch.profiler import profile, record_function
 
@@ -103,7 +109,7 @@ def run_profile(
     )
     phase = Phases(report)
     platform = get_device(device).platform
-    early = EarlyCapture.start(report, req, workdir, platform) if depth == "metrics" else None
+    early = EarlyCapture.start(report, req, workdir, platform, settings) if depth == "metrics" else None
     try:
         progress("building the model")
         module = None
@@ -189,7 +195,7 @@ def run_profile(
             if platform.proton:
                 progress("re-running under proton")
                 with phase("proton"):
-                    _merge_proton(report, req, workdir)
+                    _merge_proton(report, req, workdir, settings)
             else:
                 report.notes.append(f"proton does not see the kernels of {platform.title} ({device})")
     finally:
@@ -233,7 +239,9 @@ class EarlyCapture:
     (profiling/runner.py) loads the problem and builds the model meanwhile, then waits for GO_FILE: ``go`` once
     this worker no longer uses the device, ``stop`` where the profile ended before."""
 
-    def __init__(self, report: ProfileReport, req: ProfileRequest, workdir: Path, profiler: Profiler):
+    def __init__(
+        self, report: ProfileReport, req: ProfileRequest, workdir: Path, profiler: Profiler, settings: Settings
+    ):
         self.profiler, self.signal = profiler, workdir / GO_FILE
         self.captured: ProfileReport | None = None
         self.run = ProfiledRun(
@@ -243,7 +251,11 @@ class EarlyCapture:
             metrics=req.metrics,
             timeout_s=req.ncu_timeout_s or PROFILER_TIMEOUT_S,
             runner=lambda mode, extra: _runner(
-                req, workdir, mode, {**extra, "go_file": str(self.signal), "go_timeout_s": self.run.timeout_s}
+                req,
+                workdir,
+                mode,
+                {**extra, "go_file": str(self.signal), "go_timeout_s": self.run.timeout_s},
+                settings,
             ),
             run=lambda cmd, timeout: _run(cmd, workdir, timeout),
             keep_raw=lambda name, text: keep_raw(report, name, text),
@@ -252,14 +264,14 @@ class EarlyCapture:
 
     @classmethod
     def start(
-        cls, report: ProfileReport, req: ProfileRequest, workdir: Path, platform: Platform
+        cls, report: ProfileReport, req: ProfileRequest, workdir: Path, platform: Platform, settings: Settings
     ) -> EarlyCapture | None:
         """Started where the platform has a metrics profiler that can run here; else None (``_no_metrics`` says
         why)."""
         profiler = platform.metrics_profiler()
         if profiler is None or profiler.missing():
             return None
-        early = cls(report, req, workdir, profiler)
+        early = cls(report, req, workdir, profiler, settings)
         early.thread.start()
         return early
 
@@ -308,13 +320,14 @@ def warmup_forwards(req: ProfileRequest) -> int:
     return req.warmup if req.warmup is not None else (1 if req.device == "cpu" else 2)
 
 
-def _runner(req: ProfileRequest, workdir: Path, mode: str, extra: dict) -> list[str]:
+def _runner(req: ProfileRequest, workdir: Path, mode: str, extra: dict, settings: Settings) -> list[str]:
     """The profiled program's command line: the runner in ``mode`` (a profiler's name) with its spec."""
-    return [sys.executable, "-m", "kforge_mcp.profiling.runner", str(_runner_spec(req, workdir, mode, extra))]
+    return [sys.executable, "-m", "kforge_mcp.profiling.runner", str(_runner_spec(req, workdir, mode, extra, settings))]
 
 
-def _runner_spec(req: ProfileRequest, workdir: Path, mode: str, extra: dict) -> Path:
+def _runner_spec(req: ProfileRequest, workdir: Path, mode: str, extra: dict, settings: Settings) -> Path:
     spec = {
+        "settings": settings.variables(),  # the worker's: the program's registries are found from them
         "problem": req.problem.to_wire(),
         "candidate": req.candidate.to_wire() if req.candidate else None,
         "target": req.target,
@@ -341,11 +354,11 @@ def keep_raw(report: ProfileReport, name: str, text: str) -> None:
         report.raw[name] = text
 
 
-def _merge_proton(report: ProfileReport, req: ProfileRequest, workdir: Path) -> None:
+def _merge_proton(report: ProfileReport, req: ProfileRequest, workdir: Path, settings: Settings) -> None:
     name = str(workdir / "proton")
     try:
         proc = _run(
-            _runner(req, workdir, "proton", {"proton_name": name, "iterations": req.iterations}),
+            _runner(req, workdir, "proton", {"proton_name": name, "iterations": req.iterations}, settings),
             workdir,
             PROFILER_TIMEOUT_S,
         )

@@ -20,12 +20,16 @@ from pathlib import Path
 def main(spec_path: str) -> None:
     import torch
 
-    from kforge_mcp import platforms
+    from kforge_mcp import platforms, targets
     from kforge_mcp.core.problem import Source, build_models, load_problem, seed_everything
+    from kforge_mcp.core.settings import Settings
     from kforge_mcp.judge.timing import sync_device
     from kforge_mcp.targets import get_target
 
     spec = json.loads(Path(spec_path).read_text())
+    settings = Settings.read(spec["settings"])  # the worker's, passed down in the spec
+    platforms.use(settings)
+    targets.use(settings)
     workdir = Path(tempfile.mkdtemp(prefix="runner-", dir=Path(spec_path).parent))
     device = spec["device"]
     problem = load_problem(Source.from_wire(spec["problem"]), workdir)

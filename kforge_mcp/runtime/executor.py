@@ -133,9 +133,7 @@ def make_executor(
     name = (name or settings.executor or "local").lower()
     limit = memory_limit_mb or settings.worker_memory_mb
     if name == "local":
-        from kforge_mcp.core.home import default_home
-
-        home = Path(home).expanduser() if home else default_home()
+        home = Path(home).expanduser() if home else settings.home
         home.mkdir(parents=True, exist_ok=True)
         return LocalExecutor(WorkerPool(home, memory_limit_mb=limit, settings=settings), cpu_workers=cpu_workers)
     if name == "ray":

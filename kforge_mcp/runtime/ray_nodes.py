@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from kforge_mcp.core.home import check_home, default_home
+from kforge_mcp.core.home import check_home
 from kforge_mcp.core.process_env import variables
 from kforge_mcp.core.requests import Done, ProbeRequest, Reply, parse_request
 from kforge_mcp.core.settings import Settings
@@ -60,9 +60,9 @@ def _node_info() -> dict:
     }
 
 
-def _home(home: str | None) -> Path:
+def _home(home: str | None, settings: Settings) -> Path:
     """The engine home on this node, checked like the server's (a read-only or full one is a clear error)."""
-    path = Path(home).expanduser() if home else default_home()
+    path = Path(home).expanduser() if home else settings.home
     check_home(path)
     return path
 
@@ -72,7 +72,8 @@ class NodeWorker:
     that owns a warm worker pool on its node and runs one job at a time."""
 
     def __init__(self, home: str | None, memory_limit_mb: int | None, lane: str):
-        self.pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb, settings=Settings.read())
+        settings = Settings.read()  # this actor's entry: KFORGE_* read once, from its node's environment
+        self.pool = WorkerPool(_home(home, settings), memory_limit_mb=memory_limit_mb, settings=settings)
         self.lane = lane
         self.node = _node_info()
         self.jobs: dict[str, tuple[threading.Event, list[str]]] = {}
@@ -111,7 +112,8 @@ def probe_node(home: str | None, memory_limit_mb: int | None, timeout_s: float) 
     """A Ray task pinned to one node: which targets and devices that node offers."""
     # Ray empties CUDA_VISIBLE_DEVICES for a task that asked for no GPU; the probe must see them all
     base = {k: v for k, v in variables().items() if not (k in EMPTIED_BY_RAY and not v)}
-    pool = WorkerPool(_home(home), memory_limit_mb=memory_limit_mb, base_env=base, settings=Settings.read())
+    settings = Settings.read()  # this task's entry: KFORGE_* read once, from its node's environment
+    pool = WorkerPool(_home(home, settings), memory_limit_mb=memory_limit_mb, base_env=base, settings=settings)
     try:
         reply = pool.run("compile", ProbeRequest(), timeout_s)
     except WorkerFailure as e:

@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from kforge_mcp import platforms, targets
 from kforge_mcp.core.process_env import set_variable
 from kforge_mcp.core.settings import Settings
 
@@ -91,7 +92,7 @@ def serve(
     the clocks a candidate could patch (taken clean once torch is in, compared after every job)."""
     from kforge_mcp.core.errors import InputError
 
-    state: dict = {}
+    state: dict = {"settings": settings}  # what the jobs of this worker keep; its settings, read at its entry
 
     def send(message: dict) -> None:
         conn_out.send_bytes(json.dumps(message, default=str).encode())
@@ -170,6 +171,8 @@ def main(handlers: dict[str, Handler], timer_snapshot: Callable) -> None:
     from kforge_mcp.runtime.sandbox import apply
 
     settings = Settings.read()  # this process's entry: read once, from the environment the pool gave it
+    platforms.use(settings)
+    targets.use(settings)
     apply(settings)  # limits, no network, writes only to its temp dir and caches: before any candidate code
     sys.addaudithook(refusals.audit)  # names the address of a connection the sandbox refuses
     serve(conn_in, conn_out, handlers, timer_snapshot, settings)

@@ -1,7 +1,7 @@
 """The registry of targets: one package per programming model (targets/<name>/), whose target.py
 defines a concrete Target subclass (adding a backend is one package here plus its prompts/<name>/
 templates). KFORGE_TARGETS names more target packages outside kforge_mcp (folders, comma-separated),
-e.g. docs/examples/numpy."""
+e.g. docs/examples/numpy. The roots pass their settings (``use``); every target is made with them."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ import types
 from pathlib import Path
 
 from kforge_mcp.core.errors import UnknownTargetError
+from kforge_mcp.core.registry import Registry
 from kforge_mcp.core.settings import Settings
 from kforge_mcp.targets.base import Target
 
 
-def _targets_in(module: types.ModuleType) -> list[Target]:
+def _targets_in(module: types.ModuleType, settings: Settings) -> list[Target]:
     return [
-        obj()
+        obj(settings)
         for obj in vars(module).values()
         if inspect.isclass(obj)
         and issubclass(obj, Target)
@@ -48,18 +49,24 @@ def _import_package(path: str) -> types.ModuleType:
     return importlib.import_module(f"{name}.target")
 
 
-def discover(extra: str | None = None) -> dict[str, Target]:
-    """Targets by name, in list order: this package's target packages, then the folders ``extra`` names."""
+def discover(settings: Settings) -> dict[str, Target]:
+    """Targets by name, in list order: this package's target packages, then the folders ``settings.targets``
+    names (KFORGE_TARGETS)."""
     found: list[Target] = []
     for info in pkgutil.iter_modules(__path__):
         if info.ispkg:
-            found += _targets_in(importlib.import_module(f"{__name__}.{info.name}.target"))
-    for path in filter(None, (p.strip() for p in (extra or "").split(","))):
-        found += _targets_in(_import_package(path))
+            found += _targets_in(importlib.import_module(f"{__name__}.{info.name}.target"), settings)
+    for path in filter(None, (p.strip() for p in (settings.targets or "").split(","))):
+        found += _targets_in(_import_package(path), settings)
     return {t.name: t for t in sorted(found, key=lambda t: (t.order, t.name))}
 
 
-TARGETS: dict[str, Target] = discover(Settings.read().targets)
+TARGETS: Registry[Target] = Registry(discover)
+
+
+def use(settings: Settings) -> None:
+    """A root's settings: the targets are found (and made) with them."""
+    TARGETS.use(settings)
 
 
 def get_target(name: str) -> Target:

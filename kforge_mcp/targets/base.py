@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import CompileReport, Diagnostic, Finding, TargetStatus
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.devices.device import get_device
 
 
@@ -47,6 +48,9 @@ class Target(ABC):
     title: ClassVar[str]  # how prompts name the language: "CUDA C++", "Triton"
     order: ClassVar[int] = 100  # place in list_targets (the shipped targets come first)
     requires: ClassVar[str | None] = None  # the resource a machine must have to run it ('metal'): executors route on it
+
+    def __init__(self, settings: Settings):
+        self.settings = settings  # the root's (targets/__init__.py makes every target with them)
 
     @abstractmethod
     def probe(self, devices: list[str]) -> TargetStatus:

@@ -23,6 +23,7 @@ from kforge_mcp.agents.loop import LoopDriver, LoopResult, Reply, SubmitResult, 
 from kforge_mcp.agents.results import LoopOptions
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.options import PROBLEM, TARGET_TEXT, Arguments, Baseline, field_of
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.tools.app_view import TOOL_META
 from kforge_mcp.tools.common import App, hints, model_tool, run_tool_job
 from kforge_mcp.tools.links import result, run_links
@@ -140,13 +141,13 @@ def sampling_generate(session, loop: asyncio.AbstractEventLoop, max_tokens: int)
     return generate
 
 
-def generator(call: RunLoopCall, ctx: Context):
+def generator(call: RunLoopCall, ctx: Context, settings: Settings):
     """The generation agent of a run_loop call: the client's model through sampling, or a server provider."""
     if call.provider != "sampling":
         from kforge_mcp.agents.providers import make_provider
 
         try:
-            return make_provider(call.provider, max_tokens=call.max_tokens)
+            return make_provider(call.provider, max_tokens=call.max_tokens, settings=settings)
         except KforgeError as e:
             raise ToolError(str(e)) from None
     caps = ctx.client_capabilities
@@ -168,7 +169,7 @@ def register(mcp: MCPServer, app: App) -> None:
         attempt is recorded (kforge://runs/{run_id}); the result links an HTML report (report,
         kforge://runs/{run_id}/report). Long runs return a job_id: poll job_result; job_cancel stops
         the run (status 'stopped'), and run_id= resumes it."""
-        generate, d, options = generator(call, ctx), driver(app), call.options()
+        generate, d, options = generator(call, ctx, app.engine.settings), driver(app), call.options()
         if call.run_id is not None:  # an unknown id is a tool error now (naming the closest ids), not a failed job
             rid = await in_thread(d.store.resolve_id, call.run_id)  # or a unique prefix
             more = {k: options.get(k) for k in ("max_iterations", "candidates_per_round", "max_tokens")}

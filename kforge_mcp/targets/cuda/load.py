@@ -59,11 +59,21 @@ def own_name(output: str, file: str) -> str:
 
 
 def split_build(
-    real, name, cpp_src, cuda_src, functions, args, kwargs, build_dir, file: str, import_module=True, link=True
+    real,
+    name,
+    cpp_src,
+    cuda_src,
+    functions,
+    args,
+    kwargs,
+    build_dir,
+    file: str,
+    settings: Settings,
+    import_module=True,
+    link=True,
 ):
     """(module, info) from the split build; (None, info) sends the caller to the stock build.
     A device-unit error located in the candidate's own code is the candidate's: raised at once."""
-    settings = Settings.read()
     info = BuildInfo(path="stock")
     if not settings.split_cuda_builds:
         info.fallback = "split builds are off"
@@ -99,7 +109,9 @@ def split_build(
     return None, info
 
 
-def check_host_unit(build: InlineBuild, source: Source, arch: str, workdir: Path) -> tuple[bool, str] | None:
+def check_host_unit(
+    build: InlineBuild, source: Source, arch: str, workdir: Path, use_pch: bool
+) -> tuple[bool, str] | None:
     """One load_inline call's host unit compiled as the split build compiles it, without a GPU: (ok, the
     compiler's output at the candidate's lines); None when the split build does not take the source."""
     import torch.utils.cpp_extension as ce
@@ -123,7 +135,7 @@ def check_host_unit(build: InlineBuild, source: Source, arch: str, workdir: Path
                 )
             except Exception:  # noqa: BLE001  (planning uses torch's internals: never the candidate's fault)
                 return None
-            ok, output = check_host(plan, extension_cache_dir(), Settings.read().cuda_pch_on)
+            ok, output = check_host(plan, extension_cache_dir(), use_pch)
         except CannotSplit:
             return None
     return ok, own_name(output, source.name)
@@ -134,6 +146,7 @@ def load_candidate(
     capability: tuple[int, int],
     workdir: Path,
     builds: list[BuildInfo],
+    settings: Settings,
     prebuild: bool = False,
     link: bool = True,
 ) -> types.ModuleType:
@@ -196,6 +209,7 @@ def load_candidate(
                         kwargs,
                         build_dir,
                         source.name,
+                        settings,
                         not prebuild,
                         link,
                     )

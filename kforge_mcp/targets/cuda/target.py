@@ -30,7 +30,6 @@ from pathlib import Path
 from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
-from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError
 from kforge_mcp.devices.driver_probe import torch_build
 from kforge_mcp.platforms.nvidia.compile_checks import DEFAULT_ARCH, normalize_arch
@@ -157,7 +156,7 @@ class CudaTarget(Target):
                 notes=notes,
                 reason="this torch build has no CUDA support; install a CUDA build of torch",
             )
-        settings = Settings.read()
+        settings = self.settings
         if settings.split_cuda_builds and settings.cuda_pch_on:
             # torch's headers precompiled while the host starts up, before the first build needs them
             start_pch_prewarm(extension_cache_dir())
@@ -231,7 +230,7 @@ class CudaTarget(Target):
         # the host unit as the split build compiles it, beside the lean compile: its verdict on host code is
         # the real build's (the lean header stands in loosely)
         with ThreadPoolExecutor(max_workers=1) as pool:
-            host_check = pool.submit(check_host_unit, build, source, arch, workdir)
+            host_check = pool.submit(check_host_unit, build, source, arch, workdir, self.settings.cuda_pch_on)
             run = run_nvcc(lean_cu, arch, [str(workdir), *includes], flags, workdir)
             host = host_check.result()
         mode = "lean"
@@ -322,7 +321,7 @@ class CudaTarget(Target):
             raise InputError(f"target 'cuda' needs an NVIDIA GPU to run (device '{device}')")
         builds: list[BuildInfo] = []
         capability = torch.cuda.get_device_capability(torch.device(device))
-        module = load_candidate(source, capability, workdir, builds)
+        module = load_candidate(source, capability, workdir, builds, self.settings)
         return Loaded(module, build_findings(builds))
 
     def prebuild(self, source: Source, device: str, workdir: Path) -> list[BuildInfo]:
@@ -331,7 +330,14 @@ class CudaTarget(Target):
         import torch
 
         builds: list[BuildInfo] = []
-        load_candidate(source, torch.cuda.get_device_capability(torch.device(device)), workdir, builds, prebuild=True)
+        load_candidate(
+            source,
+            torch.cuda.get_device_capability(torch.device(device)),
+            workdir,
+            builds,
+            self.settings,
+            prebuild=True,
+        )
         return builds
 
 

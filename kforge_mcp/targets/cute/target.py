@@ -26,7 +26,6 @@ from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import Source
 from kforge_mcp.core.process_env import set_default
 from kforge_mcp.core.schemas import CompileReport, Diagnostic, Finding, KernelResources, TargetStatus
-from kforge_mcp.core.settings import Settings
 from kforge_mcp.core.source import SourceRuntimeError, import_source
 from kforge_mcp.devices.driver_probe import torch_build
 from kforge_mcp.platforms.nvidia.compile_checks import DEFAULT_ARCH, normalize_arch
@@ -49,10 +48,10 @@ def cpp_target() -> Target:
     return get_target("cuda")
 
 
-def dump_dir() -> Path:
+def dump_dir(worker_tmp: str | None) -> Path:
     """The DSL writes PTX and cubin only into an existing dump directory; it reads the
     variable once, so one per worker process, created before each compile."""
-    root = Settings.read().worker_tmp or tempfile.gettempdir()  # the pool cleans its workers' tmp
+    root = worker_tmp or tempfile.gettempdir()  # the pool cleans its workers' tmp
     path = Path(set_default("CUTE_DSL_DUMP_DIR", str(Path(root) / f"kforge-cute-{os.getpid()}")))
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -108,14 +107,14 @@ class CompiledStub:
 
 
 @contextlib.contextmanager
-def recording_compile(arch: str, records: list):
+def recording_compile(arch: str, records: list, worker_tmp: str | None):
     import cutlass.cute as cute
 
     real = cute.compile
 
     class Recorder:
         def __call__(self, fn, *args, options=None, **kwargs):
-            dump_dir()
+            dump_dir(worker_tmp)
             compiled = real(fn, *args, options=merge_options(options, arch), **kwargs)
             records.append(
                 (getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "jit"), compiled)
@@ -204,7 +203,7 @@ class CuteTarget(Target):
             return cpp_target().load(source, device, workdir)
         if not device.startswith("cuda"):
             raise InputError(f"target 'cute' needs an NVIDIA GPU to run (device '{device}')")
-        dump_dir()
+        dump_dir(self.settings.worker_tmp)
         return Loaded(import_source(source, workdir, "candidate"))
 
     def compile(self, source: Source, arch: str | None, problem: Source | None, workdir: Path) -> CompileReport:
@@ -217,12 +216,12 @@ class CuteTarget(Target):
         report = CompileReport(ok=False, target=self.name, arch=arch)
         if importlib.util.find_spec("cutlass") is None:
             raise InputError(f"target 'cute': nvidia-cutlass-dsl is not installed here: {PIP}")
-        dump_dir()  # before the DSL is first imported: it reads the variable once
+        dump_dir(self.settings.worker_tmp)  # before the DSL is first imported: it reads the variable once
         records: list = []
         diags: list[Diagnostic] = []
         module = None
         try:
-            with recording_compile(arch, records):
+            with recording_compile(arch, records, self.settings.worker_tmp):
                 module = import_source(source, workdir, "candidate")
                 if problem is not None:
                     self._trace(module, problem, workdir)
@@ -280,7 +279,7 @@ class CuteTarget(Target):
                         message=f"{jit_name}: the DSL kept no cubin, so no resource report",
                     )
                 )
-        for leftover in dump_dir().glob("*"):  # the artifacts are in the report now
+        for leftover in dump_dir(self.settings.worker_tmp).glob("*"):  # the artifacts are in the report now
             if leftover.is_file():
                 leftover.unlink(missing_ok=True)
         report.diagnostics = diags
