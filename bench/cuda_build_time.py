@@ -39,11 +39,12 @@ STEP = r"""
 import json, sys, time, torch
 from pathlib import Path
 from kforge_mcp.core.problem import Source, load_problem, build_models
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.targets.cuda.target import CudaTarget
 src = Source(text=Path(sys.argv[1]).read_text(), name="candidate.py")
 work = Path(sys.argv[3]); work.mkdir(parents=True, exist_ok=True)
 torch.cuda.init()
-target = CudaTarget()
+target = CudaTarget(Settings.read())
 t0 = time.perf_counter()
 loaded = target.load(src, "cuda", work)
 seconds = time.perf_counter() - t0

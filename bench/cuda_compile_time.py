@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from kforge_mcp.core.problem import resolve_source
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.targets.cuda import target as cuda
 from kforge_mcp.targets.nvidia import tool_version
 
@@ -75,7 +76,7 @@ def main() -> None:
         [nvcc, "-cubin", *common, f"-I{work}", str(lean_cu), "-o", str(work / "lean.cubin")], work
     )
 
-    target = cuda.CudaTarget()
+    target = cuda.CudaTarget(Settings.read())
     end_to_end = {}
     for name in EXAMPLES:
         s = resolve_source(str(ROOT / "examples" / "candidates" / name / "cuda.py"), "candidate")

@@ -84,6 +84,7 @@ def gpu_source(entry: dict, baselines: list[str]) -> dict:
 
 def cpu_source(entry: dict, pch: bool) -> dict:
     from kforge_mcp.core.problem import Source
+    from kforge_mcp.core.settings import Settings
     from kforge_mcp.targets.cuda.load import load_candidate
     from kforge_mcp.targets.cuda.target import CudaTarget
 
@@ -96,7 +97,9 @@ def cpu_source(entry: dict, pch: bool) -> dict:
         if pch:
             prewarm_and_wait(ext)
         t0 = time.perf_counter()
-        report = CudaTarget().compile(Source(text=text, name=name), "sm_90", None, Path(tempfile.mkdtemp(dir=scratch)))
+        report = CudaTarget(Settings.read()).compile(
+            Source(text=text, name=name), "sm_90", None, Path(tempfile.mkdtemp(dir=scratch))
+        )
         steps["compile"] = {
             "seconds": round(time.perf_counter() - t0, 2),
             "ok": report.ok,

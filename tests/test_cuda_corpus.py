@@ -142,7 +142,7 @@ def test_every_source_builds_on_the_split_path_and_compile_accepts_it(entry, ext
     assert [(b.path, b.fallback) for b in builds] == [("split", None)]
     assert set(builds[0].compiled) | set(builds[0].reused) == {"main", "host", "device"}
     (tmp_path / "compile").mkdir()
-    report = CudaTarget().compile(candidate(entry), "sm_90", None, tmp_path / "compile")
+    report = CudaTarget(Settings.read()).compile(candidate(entry), "sm_90", None, tmp_path / "compile")
     assert report.ok, [d.message for d in report.diagnostics if d.severity == "error"]
     assert report.kernels  # the lean compile measured the kernels
 
@@ -160,7 +160,7 @@ def test_compile_rejects_the_broken_twin_as_the_real_host_build_does(entry, exte
     builds = real_build(twin, tmp_path / "build")
     assert [b.path for b in builds] == ["stock"] and "the split host unit failed" in builds[0].fallback, kind
     (tmp_path / "compile").mkdir()
-    report = CudaTarget().compile(twin, "sm_90", None, tmp_path / "compile")
+    report = CudaTarget(Settings.read()).compile(twin, "sm_90", None, tmp_path / "compile")
     errors = [d for d in report.diagnostics if d.severity == "error"]
     assert not report.ok and errors, kind
     assert any(d.line == line for d in errors), (kind, line, [(d.line, d.message) for d in errors])

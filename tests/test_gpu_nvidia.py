@@ -126,7 +126,7 @@ def test_split_and_stock_builds_give_the_same_outputs(tmp_path, monkeypatch):
     for mode in ("split", "stock"):
         monkeypatch.setenv("KFORGE_CUDA_BUILD", mode)
         monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / mode))
-        target = CudaTarget()
+        target = CudaTarget(Settings.read())  # after the variables above: the build mode is a setting
         (tmp_path / f"w-{mode}").mkdir()
         loaded = target.load(src, "cuda", tmp_path / f"w-{mode}")
         assert cuda_build_path(loaded) == mode

@@ -187,6 +187,7 @@ def test_a_bf16_kernel_with_its_epilogue_in_bf16_passes_at_bf16(engine):
 BF16_OPS = """
 import numpy as np, torch, triton, triton.language as tl
 from kforge_mcp.targets.triton.interpreter_bf16 import narrow_bits
+from kforge_mcp.core.settings import Settings
 from kforge_mcp.targets.triton.target import TritonTarget
 
 @triton.jit
@@ -211,7 +212,7 @@ x, y = (torch.randn(64, generator=g).bfloat16() for _ in range(2))
 f = torch.randn(64, generator=g)
 f[:4] = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 3.4e38])  # ties to even, and past bf16's max
 out, ints, d = torch.zeros(7, 64, dtype=torch.bfloat16), torch.zeros(2, 64, dtype=torch.int32), torch.zeros(16, 16)
-with TritonTarget().emulate_precision("cpu"):
+with TritonTarget(Settings.read()).emulate_precision("cpu"):
     ops[(1,)](x, y, f, out, ints, d)
 exact = [x * y + x, torch.where(x < y, -x, y.clamp(min=0.25)), torch.minimum(x.clamp(min=-0.5), y), f.bfloat16()]
 for row, want in [*enumerate(exact), (6, (x > y).bfloat16() + x)]:
