@@ -1,7 +1,5 @@
-"""Where the math runs: at the limit (stop), on the FMA pipe when tensor cores could do it within
-the tolerance, or on tensor cores that are not kept fed. These rules know the kernel's kind: a
-Hopper tensor-core GEMM runs one or two CTAs per SM with 168-255 registers by design, so its
-lever is feeding the tensor pipe, never occupancy.
+"""The compute thresholds the math rules share, and two of those rules: at the limit (stop), and issue slots
+spent on index math rather than math. The tensor-core rules are in tensor_cores.py.
 """
 
 from __future__ import annotations

@@ -17,13 +17,14 @@ from kforge_mcp.advice.kinds import KINDS, busiest_tensor_pipe, is_gather_fed_co
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, pct, recommendation
 from kforge_mcp.advice.rules.tensor_cores import efficiency_range
 from kforge_mcp.core.schemas import Convolution
+from kforge_mcp.judge.roofline import dtype_bytes
 from kforge_mcp.judge.roofline.conv import stride_phases
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
 
 @dataclass(frozen=True)
 class ConvThresholds:
-    dtype_bytes: int = 4  # the fp32 input the re-layout pass reads and writes
+    relayout_passes: int = 2  # the re-layout reads the input once and writes it once, channels-last
 
 
 CONV = ConvThresholds()
@@ -31,7 +32,7 @@ CONV = ConvThresholds()
 
 def _parity(c: Convolution) -> str:
     """What a K loop over every tap wastes on a strided transposed convolution, from the taps each output parity
-    class meets (judge/roofline/conv.py's phases)."""
+    class meets (judge/roofline/conv.py's stride_phases)."""
     if not c.transposed or all(s == 1 for s in c.stride):
         return ""
     per_dim = [
@@ -44,8 +45,9 @@ def _parity(c: Convolution) -> str:
     return (
         f" The stride {'x'.join(map(str, c.stride))} transposed convolution gives an output pixel {met:.2g} of its "
         f"{taps} taps on average: a K loop over all {taps} for every output pixel multiplies {1 - met / taps:.0%} "
-        f"masked zeros. Unless the kernel does already, split the output by parity ({classes} classes, one program axis or one launch each): each class is a dense "
-        "convolution over the taps it meets, with no mask inside the K loop."
+        f"masked zeros. Unless the kernel does already, split the output by parity ({classes} classes, one program "
+        "axis or one launch each): each class is a dense convolution over the taps it meets, with no mask inside the "
+        "K loop."
     )
 
 
@@ -79,18 +81,17 @@ def _gather_fed_conv(report: ProfileReport, t: ConvThresholds) -> list[Recommend
         return []
     v = vocabulary.of(report)
     hits, gain, evidence = [], 0.0, []
-    relayout_bytes = 2 * c.batch * c.c_in * prod(c.in_spatial) * t.dtype_bytes  # read it, write it channels-last
+    relayout_bytes = t.relayout_passes * c.batch * c.c_in * prod(c.in_spatial) * dtype_bytes(r.dtype)
     relayout_ms = relayout_bytes / r.peak_bandwidth * 1e3
     effs = set()
+    peaks = {p.path: p.peak_flops for p in r.paths} | {r.path: r.peak_flops}
     for k, share in hot_kernels(report):
         if not is_gather_fed_conv(k, v, True):
             continue
         # the kernel's format where the profile names one (it may name only the instruction, e.g. wgmma), else the
         # bound's path, which the advice asked for
-        path = next((p for p in r.paths if p.path == k.compute_path), None) or next(
-            (p for p in r.paths if p.path == r.path), None
-        )
-        name, peak = (path.path, path.peak_flops) if path else (r.path, r.peak_flops)
+        name = k.compute_path if k.compute_path in peaks else r.path
+        peak = peaks[name]
         eff = efficiency_range(name)[0]
         effs.add((name, eff))
         kernel_ms = k.mean_ms * (k.launches_per_forward or 1.0)
@@ -117,7 +118,7 @@ def _gather_fed_conv(report: ProfileReport, t: ConvThresholds) -> list[Recommend
         return []
     evidence.append(ev("convolution", f"{c.op}: C_in {c.c_in}, kernel {c.kernel}, stride {c.stride}"))
     relayout = f"{relayout_bytes / 1e6:.0f} MB moved, {relayout_ms:.3f} ms at peak bandwidth"
-    action = GATHER_WORDING.say(report.target).replace("{relayout}", relayout) + _parity(c)
+    action = GATHER_WORDING.say(report.target).format(relayout=relayout) + _parity(c)
     bases = ", ".join(f"{e:.0%} of {p}'s peak" for p, e in sorted(effs))
     return [
         recommendation(

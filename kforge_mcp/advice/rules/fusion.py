@@ -11,6 +11,7 @@ from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import busiest_tensor_pipe
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, recommendation
 from kforge_mcp.advice.rules.launch import LAUNCH, LaunchThresholds
+from kforge_mcp.judge.roofline import dtype_bytes
 from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.platforms.formats import MEMCPY_METRIC
 from kforge_mcp.profiling.report import Evidence, ProfileReport, Recommendation
@@ -129,7 +130,7 @@ def statistics_in_epilogue(report: ProfileReport, conv, conv_ms: float) -> str:
     again either reads it once (written by the conv) or recomputes the conv, whichever the figures say is cheaper."""
     r = report.roofline
     out = (r.out_bytes or 0.0) if r is not None else 0.0
-    size = {"fp64": 8.0, "fp16": 2.0, "bf16": 2.0}.get(r.dtype, 4.0) if r is not None else 4.0
+    size = dtype_bytes(r.dtype) if r is not None else 4
     conv_bytes = max((c.batch * c.c_out * math.prod(c.out_spatial) * size for c in r.convs), default=0.0) if r else 0.0
     text = (
         f"Compute what the kernels after {conv.name[:40]} reduce its output to in the conv's epilogue: per tile, "

@@ -134,6 +134,11 @@ def path_choice(
     return reason
 
 
+def dtype_bytes(dtype: str) -> int:
+    """Bytes of one element of a problem dtype as the roofline names it (fp32, bf16, ...); 4 for one it does not."""
+    return {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}.get(dtype, 4)
+
+
 def dtype_key(dtype) -> str:
     s = str(dtype).replace("torch.", "")
     return {

@@ -4,6 +4,7 @@ weight version."""
 from __future__ import annotations
 
 from kforge_mcp.core.schemas import Lever, Roofline
+from kforge_mcp.judge.roofline.paths import dtype_bytes
 from kforge_mcp.judge.structure.graph import HEAVY, VIEWS, Graph, _lever
 
 
@@ -70,7 +71,7 @@ def convert_lever(roof: Roofline, names: list[str], total: float) -> Lever | Non
     part = operand_bytes(roof.path)
     if part is None or roof.path == roof.dtype or not names:
         return None
-    esize = {"fp32": 4, "fp64": 8, "bf16": 2, "fp16": 2}.get(roof.dtype, 4)
+    esize = dtype_bytes(roof.dtype)
     converted = total / esize * part
     listed = ", ".join(names)
     return _lever(
