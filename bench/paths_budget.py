@@ -222,8 +222,8 @@ def render(record: dict) -> str:
         "Each row is what `analyze_profile(problem=...)` runs to measure the compute paths (the Engine's roofline "
         "with a fresh home, nothing cached): wall time end to end (the worker's start included), the worker's "
         "peak resident memory (VmHWM, sampled every 0.1 s), the path the H200 bound takes and each path's max "
-        "error as a fraction of the tolerance (fp32 problems at 1e-4; a path passes at <= 0.5). Before: main at "
-        f"{record.get('before_commit', '?')}; after: this branch at {record.get('after_commit', '?')}. The box "
+        "error as a fraction of the tolerance (fp32 problems at 1e-4; a path passes at <= 0.5). Before: commit "
+        f"{record.get('before_commit', '?')}; after: commit {record.get('after_commit', '?')}. The box "
         f"is shared, so times carry its load: {load(record, 'before')} before, {load(record, 'after')} after (1-minute "
         "load average on 2 cores).",
         "",
