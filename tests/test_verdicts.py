@@ -45,6 +45,17 @@ def test_a_memo_keyed_on_the_address_replays_a_stale_output_and_fails(engine):
     assert report.mismatches[0].reason.startswith("a timed call")
 
 
+def test_a_run_that_differs_from_the_one_before_is_set_against_the_reference(engine):
+    """Two runs on the same inputs differ: the verdict says which was wrong, the second run against the
+    reference, as a mismatch of its own beside the nondeterministic finding."""
+    report = verify(engine, "wrong_when_asked_again", trials=2)
+    assert report.verdict == "fail" and "nondeterministic" in codes(report), (report.findings, report.mismatches)
+    assert [m.reason.split(":")[0] for m in report.mismatches] == ["the determinism check's second run"]
+    # noise within the tolerance differs from itself but not from the reference: no mismatch is made up
+    noisy = verify(engine, "nondeterministic")
+    assert "nondeterministic" in codes(noisy) and not noisy.mismatches
+
+
 def test_a_memo_keyed_on_a_fingerprint_gets_no_hit_while_timed(engine):
     """Fed one input over and over, the memo answered from its dictionary and looked thousands of
     times faster than the honest kernel; with fresh inputs for every timed call it computes each

@@ -120,6 +120,12 @@ class CorrectnessTrials(VerifierFindings):
         again = self.run_candidate(inputs, watch=False)
         diff = self.compare(first, again, self.trials - 1)
         if diff is not None:
+            # which run was wrong: the second against the reference (a result remembered by an input's address
+            # returns another input's output when a copy of the same inputs lands where that one lived)
+            wrong = self.compare(self.run_reference(inputs), again, self.trials - 1)
+            if wrong is not None:
+                wrong.reason = f"the determinism check's second run: {wrong.reason}"
+                self.report.mismatches.append(wrong)
             self.finding(
                 Finding(
                     code="nondeterministic",
