@@ -208,3 +208,50 @@ def test_statistics_already_in_the_epilogue_leave_only_a_recompute_to_fold(tmp_p
     assert "fuse_launches" not in [r.rule for r in a.recommendations]
     fuse = next(r for r in a.no_gain if r.rule == "fuse_launches")
     assert "recomputing the conv" in fuse.gain_basis
+
+
+def _recorded(profile: str) -> ProfileReport:
+    """A later step as the H100 profiled it, with the roofline its verify measured (paths on the problem's inputs)."""
+    return ProfileReport.model_validate(json.loads((DATA / profile).read_text()))
+
+
+def test_a_kernel_that_splits_in_its_loop_is_told_to_split_once_not_to_add_tma():
+    """#46 as a bf16x3 conv already fed by TMA and walked by tap, splitting its input tile per K step: the conversion
+    pipe 32% busy against a tensor pipe of 26%. TMA and deeper pipelines gave it 9% of 66% promised; the lever is
+    the split made once (the input's parts in its re-layout pass), priced at the conversion pipe's share less that
+    pass."""
+    a = agent.analyze(_recorded("conv2d-subtract-split-in-loop-h100.json"))
+    rules = [r.rule for r in a.recommendations]
+    assert rules[0] == "split_once" and "feed_tensor_pipe" not in rules, rules
+    top = a.recommendations[0]
+    assert "bf16x3" in top.title and "re-layout" in top.action and "TensorDescriptor" in top.action
+    busy = {e.metric: e.value for e in top.evidence}
+    assert busy["conversion pipe busy"] == "32.4%" and busy["tensor pipe busy"] == "25.8%"
+    # 0.87 of the time x 32% busy, less one pass over the 537 MB input (0.32 ms of 4.31)
+    assert 0.15 < top.expected_gain < 0.28 and "one pass over the input" in top.gain_basis
+
+
+def test_a_kernel_that_split_once_is_not_told_to_again():
+    """#61 whose re-layout pass writes the input's bf16 parts: its conv kernel's conversion pipe is idle and its
+    tensor pipe 65% busy; the split pass itself (conversions, no MMA) is not a tensor-core kernel."""
+    report = _recorded("convtranspose3d-relu-groupnorm-split-once-h100.json")
+    rules = [r.rule for r in agent.analyze(report).recommendations]
+    assert "split_once" not in rules and "feed_tensor_pipe" in rules, rules
+
+
+def test_a_single_term_path_has_nothing_to_split():
+    report = _recorded("conv2d-subtract-split-in-loop-h100.json")
+    report.roofline.path = "bf16"
+    assert "split_once" not in [r.rule for r in agent.analyze(report).recommendations]
+
+
+def test_a_gemm_that_splits_in_its_loop_before_tma_is_fed_and_split_in_one_change():
+    """A bf16x3 GEMM step (the H200 trajectories: conversion pipe 46% busy, tensor pipe 35%, no TMA) stays
+    feed_tensor_pipe's, whose action adds the split made once: the next step did both and reached 93-97%."""
+    record = DATA.parent / "advice-trajectories" / "h200.json"
+    rec = json.loads(record.read_text())["problems"]["gemm_multiply_leakyrelu_l2"][1]
+    assert rec["candidate"] == "step1_bf16x3.py"
+    a = agent.analyze(ProfileReport.model_validate(rec["profile_report"]))
+    top = a.recommendations[0]
+    assert top.rule == "feed_tensor_pipe" and "split them once outside it" in top.action
+    assert "split_once" not in [r.rule for r in a.recommendations]

@@ -178,6 +178,7 @@ class Vocabulary:
     mma_pipe: str = ""  # the tensor pipe only MMA instructions keep busy: any activity there says MMAs ran
     alu_pipe: str = ""  # the pipe of integer and index math
     copy_pipe: str = ""  # the pipe of the bulk copy engine: busy when operands arrive by it, not by loads
+    convert_metric: str = ""  # the metric key of the pipe that converts types (and runs transcendentals), % busy
     superseded_mma_units: tuple[str, ...] = ()  # units a faster one replaces on the vendor's newer parts
     issued_mma: MmaCounter = MmaCounter()  # MMA instructions executed (% of peak), and their unit
     tensor_cycles: MmaCounter = MmaCounter()  # the tensor cores' own busy cycles (%), and the unit when

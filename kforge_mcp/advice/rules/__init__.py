@@ -30,6 +30,7 @@ from kforge_mcp.advice.rules.fusion import fuse_launches
 from kforge_mcp.advice.rules.launch import grid_too_small, latency_bound, ncu_own_rules
 from kforge_mcp.advice.rules.memory import atomic_contention, register_spills, shared_bank_conflicts, uncoalesced_access
 from kforge_mcp.advice.rules.ranking import rank
+from kforge_mcp.advice.rules.split import split_once
 from kforge_mcp.advice.rules.structure import adopt_taken_lever, reference_structure, weights_once
 from kforge_mcp.advice.rules.tensor_cores import feed_tensor_pipe, use_tensor_cores
 from kforge_mcp.advice.rules.timeline import device_idle_gaps, xve_idle, xve_stalled
@@ -44,6 +45,7 @@ RULES: tuple[Rule[Any], ...] = (
     use_tensor_cores,
     feed_tensor_pipe,
     gather_fed_conv,
+    split_once,
     issue_bound,
     fuse_launches,
     latency_bound,
@@ -120,6 +122,7 @@ __all__ = [
     "run_rules",
     "shared_bank_conflicts",
     "shares",
+    "split_once",
     "uncoalesced_access",
     "use_tensor_cores",
     "weights_once",

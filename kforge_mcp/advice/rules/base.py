@@ -142,6 +142,7 @@ WARP_SIZE = Need("the warp size", _VOCABULARY, lambda r: vocabulary.of(r).warp_s
 SECTORS = Need(
     "the memory sector size and sectors per request", _VOCABULARY, lambda r: vocabulary.of(r).sector_bytes > 0
 )
+CONVERT_PIPE = Need("the conversion pipe's metric", _VOCABULARY, lambda r: bool(vocabulary.of(r).convert_metric))
 FLOPS_ROOFLINE = Need(
     "a roofline with the problem's FLOPs and compute paths",
     "a problem with the profile; on a CPU, a device model (profile --device-model h100)",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from math import prod
 
 from kforge_mcp.advice import vocabulary
-from kforge_mcp.advice.kinds import KINDS, busiest_tensor_pipe, is_gather_fed_conv
+from kforge_mcp.advice.kinds import KINDS, busiest_tensor_pipe, is_gather_fed_conv, multi_term
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, pct, recommendation
 from kforge_mcp.advice.rules.tensor_cores import efficiency_range
 from kforge_mcp.core.schemas import Convolution
@@ -119,6 +119,11 @@ def _gather_fed_conv(report: ProfileReport, t: ConvThresholds) -> list[Recommend
     evidence.append(ev("convolution", f"{c.op}: C_in {c.c_in}, kernel {c.kernel}, stride {c.stride}"))
     relayout = f"{relayout_bytes / 1e6:.0f} MB moved, {relayout_ms:.3f} ms at peak bandwidth"
     action = GATHER_WORDING.say(report.target).format(relayout=relayout) + _parity(c)
+    if multi_term(r.path):  # the re-layout pass is where the split into parts costs nothing extra (split.py)
+        action += (
+            f" On {r.path}, write the input's parts in that pass (a high and a low plane, the same bytes) and the "
+            "weight's once per version, so the K loop loads parts and converts nothing."
+        )
     bases = ", ".join(f"{e:.0%} of {p}'s peak" for p, e in sorted(effs))
     return [
         recommendation(

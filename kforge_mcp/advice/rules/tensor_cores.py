@@ -25,6 +25,7 @@ from kforge_mcp.advice.rules.base import (
     recommendation,
 )
 from kforge_mcp.advice.rules.compute import COMPUTE, ComputeThresholds, limiting_unit
+from kforge_mcp.advice.rules.split import SPLIT_WITH_FEED, fed_by_copy, splits_in_loop
 from kforge_mcp.judge.roofline import compute_paths, fastest, lookup_peaks
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
@@ -306,16 +307,38 @@ WGMMA_WORDING = Wording(
 )
 
 
+def _feed_evidence(k, pipe: str | None, busy: float, t: ComputeThresholds) -> list:
+    out = [
+        ev(f"{pipe or 'tensor'} pipe busy", pct(busy) if pipe else None, f">= {t.fed_tensor_pct:g}%", k.name),
+        ev("compute path", f"{k.compute_path} (told by {k.kind_basis})", kernel=k.name),
+    ]
+    if k.registers is not None:
+        out.append(ev("registers per thread", k.registers, "168-255 is normal for a Hopper GEMM", k.name))
+    if k.achieved_occupancy_pct is not None:
+        out.append(ev("achieved occupancy", pct(k.achieved_occupancy_pct), "low is normal (1-2 CTAs/SM)", k.name))
+    if k.top_stalls:
+        s = k.top_stalls[0]
+        out.append(ev(f"top stall: {s.reason}", s.cycles_per_issue, kernel=k.name))
+    if k.waves_per_sm is not None:
+        out.append(ev("waves per SM", round(k.waves_per_sm, 2), "many, or exactly 1 with a persistent grid", k.name))
+    return out
+
+
 def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recommendation]:
     r = report.roofline
     v = vocabulary.of(report)
     hits, gain, evidence, paths, bases, shared = [], 0.0, [], set(), set(), []
+    split_first = False
     frac = r.fraction_of_sol if r is not None else None
     for k, share in hot_kernels(report):
         if not is_tensor_gemm(k) or limiting_unit(k, v, frac, t) is not None or is_latency_bound(k, v):
             continue  # a latency-bound kernel's pipe idles for latency: latency_bound speaks for it
         if is_gather_fed_conv(k, v, bool(r and r.convs)):
             continue  # a convolution waiting on its own gathers: gather_fed_conv speaks for it
+        splits = splits_in_loop(k, v, r.path if r else None, bool(r and r.convs))
+        if splits and fed_by_copy(k, v):
+            continue  # fed by TMA already, its pipe waits on the split in its loop: split_once speaks for it
+        split_first = split_first or splits
         pipe, busy = busiest_tensor_pipe(k, v)
         if pipe is not None and k.pipes and busy < t.limit_unit_pct:
             g = 1 - busy / t.fed_tensor_pct
@@ -335,26 +358,10 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
         bases.add(basis)
         hits.append(k.name)
         paths.add(k.compute_path or "")
-        evidence.append(
-            ev(f"{pipe or 'tensor'} pipe busy", pct(busy) if pipe else None, f">= {t.fed_tensor_pct:g}%", k.name)
-        )
-        evidence.append(ev("compute path", f"{k.compute_path} (told by {k.kind_basis})", kernel=k.name))
-        if k.registers is not None:
-            evidence.append(ev("registers per thread", k.registers, "168-255 is normal for a Hopper GEMM", k.name))
-        if k.achieved_occupancy_pct is not None:
-            evidence.append(
-                ev("achieved occupancy", pct(k.achieved_occupancy_pct), "low is normal (1-2 CTAs/SM)", k.name)
-            )
-        if k.top_stalls:
-            s = k.top_stalls[0]
-            evidence.append(ev(f"top stall: {s.reason}", s.cycles_per_issue, kernel=k.name))
-        if k.waves_per_sm is not None:
-            evidence.append(
-                ev("waves per SM", round(k.waves_per_sm, 2), "many, or exactly 1 with a persistent grid", k.name)
-            )
+        evidence += _feed_evidence(k, pipe, busy, t)
     if not hits:
         return []
-    action = FEED_WORDING.say(report.target)
+    action = FEED_WORDING.say(report.target) + (SPLIT_WITH_FEED if split_first else "")
     if any(p.startswith(v.superseded_mma_units) for p in paths):
         action = WGMMA_WORDING.say(report.target) + action
     if any("3xtf32" in (k.compute_path or "") for k, _ in hot_kernels(report)) or (r and r.path == "3xtf32"):

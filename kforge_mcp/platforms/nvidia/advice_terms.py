@@ -85,6 +85,7 @@ VOCABULARY = NvidiaVocabulary(
     pipe_units={WGMMA_PIPE: "wgmma", HMMA_PIPE: "hmma"},
     mma_pipe=WGMMA_PIPE,
     alu_pipe="alu",
+    convert_metric="inst_pipe_xu_pct",  # the XU pipe: F2F/F2FP conversions and MUFU transcendentals
     superseded_mma_units=("hmma",),  # mma.sync, under Hopper's warpgroup MMAs
     issued_mma=MmaCounter("inst_pipe_tensor_op_gmma_pct", "wgmma"),  # executed wgmma instructions (0: none)
     # the tensor cores' own busy cycles: the hmma pipe's counter also counts the fp16 and shared work that issues
