@@ -119,6 +119,6 @@ def weights_finding(differences: list[tuple[str, float]], seed: int) -> Finding 
         severity="warning",
         evidence={"parameters": {n: d for n, d in differences}, "seed": seed},
         message=f"{named}{more}: both models draw their parameters under seed {seed} (torch.manual_seed before "
-        "each constructor), so they match only when drawn by the same calls in the same order; draw them in "
+        "each constructor, on the device they run on), so they match only when drawn by the same calls in the same order; draw them in "
         "Model's order or copy them from a Model",
     )
