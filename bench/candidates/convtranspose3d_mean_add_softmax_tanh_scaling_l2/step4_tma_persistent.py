@@ -17,6 +17,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 TILE_M, WARPS, STAGES, SUM_BLOCK = 128, 4, 4, 64  # the columns are all the output channels (the softmax runs over them)
+PROGS_PER_SM = 2
 
 
 @triton.jit
@@ -42,13 +43,14 @@ def depth_tap_sums_kernel(
     kd = tl.arange(0, KS_P2)
     lo = tl.maximum(PAD - kd, 0)
     hi = tl.minimum(OD - 1 + PAD - kd, D - 1)
-    src = x_ptr + (b * C_IN + c[None, :]).to(tl.int64) * D * HW + r[:, None]
-    acc = tl.zeros((KS_P2, BLOCK, C_IN), dtype=tl.float32)
+    # [channels, pixels] tiles, pixels fastest: the loads are whole rows of x; one transpose, at the store
+    src = x_ptr + (b * C_IN + c[:, None]).to(tl.int64) * D * HW + r[None, :]
+    acc = tl.zeros((KS_P2, C_IN, BLOCK), dtype=tl.float32)
     for d in range(D):
-        v = tl.load(src + d * HW, mask=ok[:, None], other=0.0)
+        v = tl.load(src + d * HW, mask=ok[None, :], other=0.0)
         acc += tl.where(((d >= lo) & (d <= hi))[:, None, None], v[None, :, :], 0.0)
     dst = s_ptr + ((b * KS + kd[:, None, None]) * HW + r[None, :, None]).to(tl.int64) * C_IN + c[None, None, :]
-    tl.store(dst, acc.to(tl.float16), mask=(kd < KS)[:, None, None] & ok[None, :, None])
+    tl.store(dst, tl.permute(acc, (0, 2, 1)).to(tl.float16), mask=(kd < KS)[:, None, None] & ok[None, :, None])
 
 
 @triton.jit
@@ -147,7 +149,7 @@ class ModelNew(nn.Module):
         w_desc = TensorDescriptor.from_tensor(wk, [C_IN, wk.shape[1]])
         tiles = B * triton.cdiv(OH, tile_h) * triton.cdiv(OW, tile_w)
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
-        progs = min(tiles, sms)
+        progs = min(tiles, sms * PROGS_PER_SM)
         convt_mean_softmax_kernel[(progs,)](
             s_desc, w_desc, ct.bias, self.bias, out, B, C_OUT, OD, OH, OW, self.scaling_factor,
             KS=KS, PAD=PAD, TILE_H=tile_h, TILE_W=tile_w, BLOCK_N=wk.shape[1], C_IN=C_IN, STAGES=STAGES,
