@@ -46,6 +46,10 @@ class ComputeThresholds:
     worth_gain: float = 0.05  # a gain under 5% is within timing noise (bench/advice_calibration.py); where the
     # efficiency range puts the gain on both sides of it, the estimate is uncertain and its priority low
     fed_tensor_pct: float = 90.0  # a well-fed Hopper GEMM keeps its tensor pipe ~90-97% busy (cuBLAS bf16: 97%)
+    conv_feed_factor: float = 0.15  # a convolution's tensor-core kernel: TMA, deeper pipelines and bigger tiles
+    # realized -30% to +31% (median 0.4%) where the tensor pipe's busy fraction promised 6-68% (five steps of the H100
+    # conv trajectories; realized / promised median 0.13): its pipe idles for its gathers, splits, barriers or
+    # epilogue as much as for loads. Its priority is low: time it before committing to it
     shared_bound_factor: float = 0.1  # 3xTF32 GEMM waiting on shared memory: 64x64 -> 128x128 tiles, 3 stages
     # realized 0.06 where the pipe figure gave 0.76 (an H200); deeper pipelines and TMA speed up global loads, not this
     issue_bound_pct: float = 70.0  # issue slots this busy: the instruction stream is the limit
