@@ -102,6 +102,7 @@ def gpu_source(entry: dict, baselines: list[str], server: Server | None) -> dict
                 "seconds": seconds,
                 "verdict": report.get("verdict"),
                 "build": build_summary(report.get("findings", [])),
+                "phases": report.get("phases") or {},  # where the verify's seconds went, the build's included
                 "errors": report.get("errors", [])[:3],
             }
             b = steps[step]["build"]
