@@ -22,6 +22,7 @@ import io
 import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -141,16 +142,74 @@ def table(cal: Calibration, skipped: dict[str, str], env: dict) -> str:
     return "\n".join(lines)
 
 
+def trajectory_pairs(folder: Path) -> list[Pair]:
+    """Each step of a recorded trajectory (bench/advice_trajectories.py) and the next as a pair: the step's GPU
+    profile with its problem's roofline as verify makes it here, the rule the next step followed (the re-read
+    advice where the rules changed after the run), and both steps' verify medians."""
+    from advice_trajectories import PROBLEMS, advice_followed  # a sibling in bench/
+
+    from kforge_mcp.api import Engine
+    from kforge_mcp.judge.roofline import with_measured
+    from kforge_mcp.profiling.report import ProfileReport
+
+    steps = sorted(folder.glob("step*.json"), key=lambda p: int(p.stem.removeprefix("step")))
+    records = [{r["problem"]: r for r in json.loads(p.read_text())["records"]} for p in steps]
+    pairs: list[Pair] = []
+    engine = Engine(home=Path(tempfile.mkdtemp(prefix="kforge-calibration-")))
+    try:
+        for now, after in zip(records, records[1:]):
+            for problem, rec in now.items():
+                nxt = after.get(problem)
+                advice, _ = advice_followed(folder, rec)
+                if not nxt or not advice or nxt["verify"]["verdict"] != "pass" or rec["verify"]["verdict"] != "pass":
+                    continue
+                report = ProfileReport.model_validate(rec["profile_report"])
+                roof = engine.roofline(
+                    str(PROBLEMS / f"{problem}.py"), device_name=report.device_name, atol=1e-4, rtol=1e-4
+                )
+                report.roofline = with_measured(roof, rec["verify"]["candidate_ms"])
+                pairs.append(
+                    Pair(
+                        name=f"{problem} {rec['candidate'].removesuffix('.py')} -> {nxt['candidate'].removesuffix('.py')}",
+                        rule=advice[0]["rule"],
+                        change=advice[0]["title"],
+                        before_ms=rec["verify"]["candidate_ms"],
+                        after_ms=nxt["verify"]["candidate_ms"],
+                        before=report,
+                    )
+                )
+    finally:
+        engine.close()
+    return pairs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--captures", type=Path, default=CAPTURES)
+    ap.add_argument(
+        "--trajectories",
+        type=Path,
+        action="append",
+        default=[],
+        help="a folder of trajectory steps (bench/results/advice-trajectories/conv-h100): its consecutive steps "
+        "scored as pairs too",
+    )
     ap.add_argument("--out", help="write the table as markdown here")
     ap.add_argument("--json", help="write every pair's score here")
     args = ap.parse_args(argv)
     data, pages, skipped = read_capture(args.captures)
     pairs = [pair(name, data["pairs"][name], pages[name]) for name in data["order"] if name in pages]
+    for folder in args.trajectories:
+        pairs += trajectory_pairs(folder)
     cal = calibrate(pairs, data["env"]["device"])
     text = table(cal, skipped, data["env"])
+    for folder in args.trajectories:
+        device = json.loads(next(folder.glob("step*.json")).read_text())["device"]
+        text = (
+            f"With the consecutive steps of the trajectories in {folder} as pairs "
+            f"(profiled and timed on the {device}; the rule each next step followed, its gain as the rules price "
+            "it now).\n\n" + text
+        )
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")

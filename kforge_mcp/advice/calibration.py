@@ -46,7 +46,9 @@ class Pair(BaseModel):
     name: str
     rule: str
     change: str
-    workload: Workload
+    workload: Workload | None = Field(
+        None, description="the roofline's workload; None where ``before`` carries its problem's roofline already"
+    )
     before_ms: float = Field(description="median time of the kernel before the change")
     after_ms: float = Field(description="median time after it")
     before: ProfileReport
@@ -81,7 +83,10 @@ class Calibration(BaseModel):
 
 def score(pair: Pair, device: str) -> PairScore:
     report = pair.before.model_copy(deep=True)
-    analysis = analyze_measured(report, pair.workload, device, pair.before_ms)
+    if pair.workload is not None:
+        analysis = analyze_measured(report, pair.workload, device, pair.before_ms)
+    else:
+        analysis = analyze(report)
     rec = next((r for r in analysis.recommendations if r.rule == pair.rule), None)
     predicted = rec.expected_gain if rec else 0.0
     realized = 1 - pair.after_ms / pair.before_ms

@@ -20,8 +20,9 @@ class KindThresholds:
     busy_tensor_pct: float = 2.0  # a named GEMM with a tensor pipe above this uses it (an fp32 FMA GEMM reads 0)
     gemm_by_pipe_pct: float = 10.0  # an unnamed kernel is a GEMM when a tensor pipe is this busy (the hmma pipe
     # shares its counter with fp16 math: an element-wise kernel read 4-8% on the H100 corpus)
-    mma_cycles_pct: float = 1.0  # the tensor cores busy above this means MMAs ran (an FMA-only conv read 0.06% there
-    # while its hmma pipe counter read 3.26%, as much as its shared pipe: that counter alone cannot tell them apart)
+    mma_cycles_pct: float = 2.0  # the tensor cores busy above this means MMAs ran (an FMA-only conv read 0.06% there
+    # while its hmma pipe counter read 3.26%, as much as its shared pipe: that counter alone cannot tell them apart;
+    # an FMA-only direct conv read 1.39% on an H200, tensor-core convs 6% and more)
     fma_gemm_pct: float = 30.0  # a user-named kernel of a problem with FLOPs, this busy on the FMA pipe, does them
     # (a choice: well above what loads and index math keep the FMA pipe busy with, well under an FMA GEMM's 78%)
     # A kernel whose pipes wait on global memory: few issue slots used, no busy math pipe, DRAM and L1/shared far

@@ -42,6 +42,8 @@ class LaunchThresholds:
     min_kernel_ms: float = 0.01  # under ~10 us a launch's ramp-up and tail dominate its utilisation figures
     min_launches: float = 2.0  # two kernels a forward or more are a chain to fuse
     busy_compute_pct: float = 50.0  # a GEMM/conv whose tensor or FMA pipe is this busy is compute-bound for fusion
+    epilogue_statistics_cost: float = 0.15  # a conv kernel that takes on the statistics of what follows grows by
+    # this share of its time (per-tile reductions and atomics; on the H100 conv trajectories it grew 8%, 14%, 26%)
     enough_warps: float = 4.0  # 4 warps (128 threads) per program: with fewer an SM holds too few warps to hide a
     # load (1-warp programs made 4-8 warps wide realized 0.79-0.89 on an H200: latency_softmax, latency_tiny_blocks)
     register_limited_occupancy_pct: float = 50.0  # registers capping theoretical occupancy under this name the
