@@ -38,6 +38,18 @@ def test_an_fma_conv_whose_hmma_counter_reads_busy_is_told_to_use_tensor_cores()
     assert "feed_tensor_pipe" not in [r.rule for r in a.recommendations]
 
 
+def test_a_trace_of_tensor_cycles_is_not_read_as_mmas():
+    """An FMA-only direct conv read 1.39% tensor cycles (and as much on the hmma pipe) on an H200: no MMA ran, and
+    the advice is to use tensor cores, not to feed them."""
+    report = conv_fma_profile()
+    conv = max(report.device_kernels(), key=lambda k: k.device_ms)
+    del conv.metrics["ptx_mma"]
+    conv.metrics["tensor_cycles_pct"] = conv.pipes["tensor_op_hmma"] = 1.39
+    a = agent.analyze(report)
+    assert conv.compute_path == "fma", conv.kind_basis
+    assert "feed_tensor_pipe" not in [r.rule for r in a.recommendations]
+
+
 def test_mma_instructions_are_read_where_the_cycles_counter_has_them():
     report = conv_fma_profile()
     conv = max(report.device_kernels(), key=lambda k: k.device_ms)
