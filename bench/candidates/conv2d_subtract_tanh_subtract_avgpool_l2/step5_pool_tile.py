@@ -168,7 +168,10 @@ class ModelNew(nn.Module):
         # the input viewed [rows, 16-column groups, column offset (dx + kw < 4), 2-column steps, channels]
         x_hi_desc, x_lo_desc = (
             TensorDescriptor(
-                xp, [B * H, W // 16, 4, 8, C_IN], [W * C_IN, 16 * C_IN, C_IN, 2 * C_IN, 1], [2, TILE_PW // 8, 2, 8, TILE_K]
+                xp,
+                [B * H, W // 16, 4, 8, C_IN],
+                [W * C_IN, 16 * C_IN, C_IN, 2 * C_IN, 1],
+                [2, TILE_PW // 8, 2, 8, TILE_K],
             )
             for xp in (x_hi, x_lo)
         )

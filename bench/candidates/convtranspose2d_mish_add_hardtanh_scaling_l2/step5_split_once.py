@@ -26,7 +26,8 @@ def tanh(x):
 
 @triton.jit
 def convt_mish_kernel(
-    x_hi_desc, x_lo_desc, w_hi_desc, w_lo_desc, b_ptr, out_ptr, B, C_IN, C_OUT, HX, LO_H, LO_W, OH, OW, HP, WP, ADD, SCALE,
+    x_hi_desc, x_lo_desc, w_hi_desc, w_lo_desc, b_ptr, out_ptr, B, C_IN, C_OUT, HX, LO_H, LO_W, OH, OW, HP, WP,
+    ADD, SCALE,
     KS: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr, NUM_PROGS: tl.constexpr,
 ):
@@ -119,7 +120,9 @@ def convt_mish_kernel(
 
 
 @triton.jit
-def channels_last_kernel(x_ptr, hi_ptr, lo_ptr, C, H, W, HX, WX, LO_H, LO_W, BLOCK_C: tl.constexpr, BLOCK_W: tl.constexpr):
+def channels_last_kernel(
+    x_ptr, hi_ptr, lo_ptr, C, H, W, HX, WX, LO_H, LO_W, BLOCK_C: tl.constexpr, BLOCK_W: tl.constexpr
+):
     # x[b, c, h, w0 + w] -> hi, lo[b, LO_H + h, LO_W + w0 + w, c]: loaded along w, transposed in registers, stored along
     # c as bf16 hi = x to 8 bits and lo = x - hi (hi + lo holds 16 bits of x)
     row = tl.program_id(0)  # b H + h
