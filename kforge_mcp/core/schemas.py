@@ -398,6 +398,9 @@ class Roofline(BaseModel):
         None, description="the ops that carry most FLOPs: matmul, attention, or e.g. 'convolution (transposed 3d)'"
     )
     flops_by_op: dict[str, float] = Field(default_factory=dict, description="FLOPs by op: matmul, convolution, ...")
+    special_functions: float = Field(
+        0.0, description="special-function evaluations of one forward (exp, log, reciprocal: a tanh counts 2)"
+    )
     convs: list[Convolution] = Field(default_factory=list, description="the convolutions, as implicit GEMMs")
     compute_flops: float | None = Field(
         None, description="FLOPs the compute term pays on the path: flops with the convolutions' MMA padding"

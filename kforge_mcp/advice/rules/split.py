@@ -27,7 +27,8 @@ from kforge_mcp.advice.rules.base import (
     pct,
     recommendation,
 )
-from kforge_mcp.judge.roofline import dtype_bytes
+from kforge_mcp.core.schemas import Roofline
+from kforge_mcp.judge.roofline import dtype_bytes, lookup_peaks
 from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommendation
 
@@ -80,16 +81,36 @@ def convert_busy(k: KernelProfile, v: Vocabulary) -> float | None:
     return k.metrics.get(v.convert_metric) if v.convert_metric else None
 
 
+def epilogue_busy(k: KernelProfile, v: Vocabulary, roof: Roofline | None) -> float:
+    """How busy the forward's special functions (exp, log, reciprocals: a fused epilogue's tanh or mish) keep the
+    conversion pipe over this kernel's time, at the pipe's rate (% of it; 0 where unknown). Counted as if the
+    kernel computed them all: the split's share left over is a low estimate."""
+    ms = k.mean_ms * (k.launches_per_forward or 1.0)
+    if roof is None or not roof.special_functions or not v.special_function_lanes or ms <= 0:
+        return 0.0
+    peaks, _ = lookup_peaks(roof.device)
+    rate = peaks.flops["fp32"] / 2 * v.special_function_lanes  # FMA lanes' results a second x the pipe's share
+    return 100 * roof.special_functions / rate / (ms / 1e3)
+
+
+def split_busy(k: KernelProfile, v: Vocabulary, roof: Roofline | None) -> float | None:
+    """The conversion pipe's busy share left to the operands' split: its busy share less the epilogue's."""
+    convert = convert_busy(k, v)
+    return None if convert is None else max(0.0, convert - epilogue_busy(k, v, roof))
+
+
 def splits_in_loop(
-    k: KernelProfile, v: Vocabulary, path: str | None, conv_problem: bool, t: SplitThresholds = SPLIT
+    k: KernelProfile, v: Vocabulary, roof: Roofline | None, conv_problem: bool, t: SplitThresholds = SPLIT
 ) -> bool:
-    """A tensor-core kernel on a multi-term path whose conversion pipe is busy next to its tensor pipe; a convolution
-    still gathering its operands is gather_fed_conv's, whose re-layout pass is where the split goes."""
+    """A tensor-core kernel on a multi-term path whose conversion pipe, less its epilogue's special functions, is
+    busy next to its tensor pipe; a convolution still gathering its operands is gather_fed_conv's, whose re-layout
+    pass is where the split goes."""
+    path = roof.path if roof is not None else None
     if not multi_term(path) or not is_tensor_gemm(k) or is_gather_fed_conv(k, v, conv_problem):
         return False
-    convert = convert_busy(k, v)
+    split = split_busy(k, v, roof)
     _, tensor = busiest_tensor_pipe(k, v)
-    return convert is not None and convert >= t.convert_min_pct and convert >= t.convert_vs_tensor * tensor
+    return split is not None and split >= t.convert_min_pct and split >= t.convert_vs_tensor * tensor
 
 
 def fed_by_copy(k: KernelProfile, v: Vocabulary, t: SplitThresholds = SPLIT) -> bool:
@@ -104,14 +125,15 @@ def _split_once(report: ProfileReport, t: SplitThresholds) -> list[Recommendatio
     v = vocabulary.of(report)
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
-        if not splits_in_loop(k, v, r.path, bool(r.convs), t) or not fed_by_copy(k, v, t):
+        if not splits_in_loop(k, v, r, bool(r.convs), t) or not fed_by_copy(k, v, t):
             continue  # not yet fed by TMA: feed_tensor_pipe's change, with the split made once
-        convert = convert_busy(k, v) or 0.0
+        split = split_busy(k, v, r) or 0.0
         _, tensor = busiest_tensor_pipe(k, v)
-        gain += share * convert / 100
+        gain += share * split / 100
         hits.append(k.name)
         evidence += [
-            ev("conversion pipe busy", pct(convert), "about 0% in a loop that only loads parts and multiplies", k.name),
+            ev("conversion pipe busy", pct(convert_busy(k, v)), "the epilogue's special functions alone", k.name),
+            ev("of it, the epilogue's special functions (at the pipe's rate)", pct(epilogue_busy(k, v, r)), "", k.name),
             ev("tensor pipe busy", pct(tensor), kernel=k.name),
             ev(f"{v.copy_pipe} pipe busy", pct(k.pipes.get(v.copy_pipe)), "operands already arrive by TMA", k.name),
         ]
@@ -143,7 +165,8 @@ def _split_once(report: ProfileReport, t: SplitThresholds) -> list[Recommendatio
             evidence=evidence,
             action=action,
             expected_gain=gain,
-            gain_basis=f"share x the conversion pipe's busy fraction{pass_note}: the conversions leave the loop (a low "
+            gain_basis=f"share x the conversion pipe's busy fraction less what the forward's special functions "
+            f"(exp, log, reciprocals: {r.special_functions:.3g} a forward) keep it busy{pass_note}: the conversions leave the loop (a low "
             "estimate: the register round trip before the MMAs goes too; measured on the H100: bf16x3 convolutions "
             "that split in the loop kept their tensor pipe 14-26% busy, one that split in its re-layout pass 65%)",
             kernels=hits,

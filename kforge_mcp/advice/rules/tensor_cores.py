@@ -335,7 +335,7 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
             continue  # a latency-bound kernel's pipe idles for latency: latency_bound speaks for it
         if is_gather_fed_conv(k, v, bool(r and r.convs)):
             continue  # a convolution waiting on its own gathers: gather_fed_conv speaks for it
-        splits = splits_in_loop(k, v, r.path if r else None, bool(r and r.convs))
+        splits = splits_in_loop(k, v, r, bool(r and r.convs))
         if splits and fed_by_copy(k, v):
             continue  # fed by TMA already, its pipe waits on the split in its loop: split_once speaks for it
         split_first = split_first or splits

@@ -91,6 +91,7 @@ def make_roofline(
     out_bytes: float | None = None,
     convs: list[Convolution] | None = None,
     flops_by_op: dict[str, float] | None = None,
+    special_functions: float | None = None,
 ) -> Roofline:
     """``measured``: the paths' errors on the problem's own inputs (precision_paths.py); without it each path
     is judged by its operands' rounding. ``convs``: the reference's convolutions, whose implicit GEMMs a
@@ -101,6 +102,7 @@ def make_roofline(
         notes += measured.notes
         convs = measured.convs if convs is None else convs
         flops_by_op = measured.flops_by_op if flops_by_op is None else flops_by_op
+        special_functions = measured.special_functions if special_functions is None else special_functions
     convs = convs or []
     # no products or convolutions: no compute path (tensor-core format, MMA padding) has anything to do
     paths = compute_paths(peaks, dtype, atol, rtol, measured) if flops > 0 else []
@@ -147,6 +149,7 @@ def make_roofline(
         bound="compute" if flop_ms > byte_ms else "memory",
         kind=problem_kind(flops_by_op or {}, convs),
         flops_by_op=flops_by_op or {},
+        special_functions=special_functions or 0.0,
         convs=[conv_gemm(c, *granules) for c in convs],
         compute_flops=paid,
         notes=notes,
@@ -331,4 +334,5 @@ def reference_roofline(
         out_bytes=c.out_bytes,
         convs=list(c.convs),
         flops_by_op=c.flops_by_op,
+        special_functions=c.special_functions,
     )

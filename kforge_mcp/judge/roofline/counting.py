@@ -32,6 +32,7 @@ class Counts:
     out_bytes: float  # the outputs alone
     convs: tuple[Convolution, ...] = ()
     flops_by_op: dict[str, float] = field(default_factory=dict)
+    special_functions: float = 0.0  # special-function evaluations (SPECIAL_FUNCTIONS), elements x weight
 
 
 def _op_family(op) -> str:
@@ -43,8 +44,40 @@ def _op_family(op) -> str:
     return "matmul"  # FlopCounterMode's other ops are mm, addmm, bmm, baddbmm, _scaled_mm, ...
 
 
+# Special-function evaluations an element of each op's output costs where a kernel computes it with the hardware's
+# approximations (an exp2, a log2, a reciprocal each): tanh as exp and a division, softplus as exp and log, mish as
+# softplus and tanh, softmax as exp and a division. What a fused epilogue spends on the unit that also converts
+# types; erf and polynomial GELUs run on the FMA pipe.
+SPECIAL_FUNCTIONS = {
+    "exp": 1,
+    "exp2": 1,
+    "expm1": 1,
+    "log": 1,
+    "log2": 1,
+    "log1p": 1,
+    "reciprocal": 1,
+    "rsqrt": 1,
+    "sqrt": 1,
+    "sin": 1,
+    "cos": 1,
+    "tanh": 2,
+    "sigmoid": 2,
+    "softplus": 2,
+    "silu": 2,
+    "elu": 1,
+    "selu": 1,
+    "mish": 4,
+    "_softmax": 2,
+    "_log_softmax": 2,
+    "log_sigmoid_forward": 2,
+    "div": 1,
+    "pow": 2,
+}
+
+
 def _conv_recorder():
-    """A dispatch mode that records each convolution's geometry (what FlopCounterMode's total does not keep)."""
+    """A dispatch mode that records each convolution's geometry (what FlopCounterMode's total does not keep) and
+    counts the special-function evaluations of the ops that need them."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -55,12 +88,16 @@ def _conv_recorder():
         def __init__(self) -> None:
             super().__init__()
             self.convs: list[Convolution] = []
+            self.special_functions = 0.0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if func.overloadpacket in ops:
                 names = [a.name for a in func._schema.arguments]
                 self.convs.append(convolution({**dict(zip(names, args, strict=False)), **(kwargs or {})}, out))
+            weight = SPECIAL_FUNCTIONS.get(func.overloadpacket.__name__.removesuffix("_"), 0)  # tanh_ as tanh
+            if weight and not (func.overloadpacket is aten.div and not isinstance(args[1], torch.Tensor)):
+                self.special_functions += weight * sum(t.numel() for t in _tensors(out))  # a scalar divisor: a mul
             return out
 
     return Recorder()
@@ -125,7 +162,7 @@ def count_reference(model, inputs: list) -> Counts:
         if t.is_floating_point():
             by_dtype[t.dtype] = by_dtype.get(t.dtype, 0.0) + size
     dtype = dtype_key(max(by_dtype, key=lambda d: by_dtype[d])) if by_dtype else "fp32"
-    return Counts(flops, nbytes, dtype, out_bytes, tuple(recorder.convs), by_op)
+    return Counts(flops, nbytes, dtype, out_bytes, tuple(recorder.convs), by_op, recorder.special_functions)
 
 
 def meta_reference(problem) -> tuple:

@@ -86,6 +86,7 @@ VOCABULARY = NvidiaVocabulary(
     mma_pipe=WGMMA_PIPE,
     alu_pipe="alu",
     convert_metric="inst_pipe_xu_pct",  # the XU pipe: F2F/F2FP conversions and MUFU transcendentals
+    special_function_lanes=16 / 128,  # an SM's 16 MUFU results a cycle against its 128 FP32 lanes (sm_80, sm_90)
     superseded_mma_units=("hmma",),  # mma.sync, under Hopper's warpgroup MMAs
     issued_mma=MmaCounter("inst_pipe_tensor_op_gmma_pct", "wgmma"),  # executed wgmma instructions (0: none)
     # the tensor cores' own busy cycles: the hmma pipe's counter also counts the fp16 and shared work that issues
