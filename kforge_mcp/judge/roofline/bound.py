@@ -77,6 +77,17 @@ def _padding_loss(feasible: list[ComputePath], best: ComputePath | None, flops: 
     )
 
 
+def _counted(measured: MeasuredPaths | None, convs, flops_by_op, special_functions) -> tuple:
+    """The counts the caller left out (None), from the measurement's."""
+    if measured is None:
+        return convs or [], flops_by_op, special_functions
+    return (
+        measured.convs if convs is None else convs,
+        measured.flops_by_op if flops_by_op is None else flops_by_op,
+        measured.special_functions if special_functions is None else special_functions,
+    )
+
+
 def make_roofline(
     flops: float,
     nbytes: float,
@@ -98,12 +109,8 @@ def make_roofline(
     tensor-core path pads to its MMA shapes (their FLOPs are part of ``flops``)."""
     peaks, note = lookup_peaks(device_name)
     notes = [note] if note else []
-    if measured is not None:
-        notes += measured.notes
-        convs = measured.convs if convs is None else convs
-        flops_by_op = measured.flops_by_op if flops_by_op is None else flops_by_op
-        special_functions = measured.special_functions if special_functions is None else special_functions
-    convs = convs or []
+    notes += measured.notes if measured is not None else []
+    convs, flops_by_op, special_functions = _counted(measured, convs, flops_by_op, special_functions)
     # no products or convolutions: no compute path (tensor-core format, MMA padding) has anything to do
     paths = compute_paths(peaks, dtype, atol, rtol, measured) if flops > 0 else []
     feasible = [p for p in paths if p.feasible] or paths
