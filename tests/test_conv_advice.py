@@ -281,6 +281,8 @@ def test_feeding_a_convolutions_tensor_pipe_is_priced_as_measured_on_convolution
     feed = next(r for r in a.recommendations if r.rule == "feed_tensor_pipe")
     assert feed.priority == "low" and feed.expected_gain < 0.05
     assert "Uncertain on a convolution" in feed.action and "x 0.15 (a convolution" in feed.gain_basis
+    # what the conv steps measured: two programs per SM overlap epilogues; 256-row tiles at one per SM lost
+    assert "two programs per SM" in feed.action and "128x256" not in feed.action
 
 
 def test_a_few_stray_loads_are_not_told_to_coalesce():
