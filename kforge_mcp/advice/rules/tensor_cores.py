@@ -407,7 +407,9 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
     return [
         recommendation(
             rule="feed_tensor_pipe",
-            title="Keep the tensor cores fed (TMA, deeper pipeline, bigger persistent tiles)",
+            title="Keep the tensor cores fed (two programs per SM, TMA, one wait per K step)"
+            if convs
+            else "Keep the tensor cores fed (TMA, deeper pipeline, bigger persistent tiles)",
             evidence=evidence,
             action=action,
             expected_gain=gain,
