@@ -5,9 +5,10 @@ its tiles in one flat loop; ReLU and the group statistics in its epilogue; one i
 
 Follows the top advice on step 5: "Keep the tensor cores fed (two programs per SM, TMA, one wait per K step)". What
 changed: two programs per SM (a persistent grid of 2 x the SM count) of 4 warps on 128 x 64 tiles, so one program's
-epilogue (sums, atomics, stores) overlaps the other's MMAs; step 5 ran one program of 8 warps on 128 x 128. Two
-accumulators of 128 x 64 take 128 registers a thread; K 32 a step with 4 stages (24 KB of hi and lo a stage, 96 KB a
-program) keeps two loads in flight where K 64 would fit 2 stages only.
+epilogue overlaps the other's MMAs (step 5: one program of 8 warps on 128 x 128); K 32 a step, 4 stages of TMA boxes
+(96 KB a program). One wait per K step: each tile runs its own K loop from accumulators zeroed before it, where step 5's
+reset inside one flat tiles x K loop made ptxas serialize every wgmma (C7515, a wait after each of 12 a step). 162
+registers with Triton 3.6, no spills.
 """
 
 import torch
@@ -58,54 +59,53 @@ def convt_relu_stats_kernel(
     tiles = B * tiles_m * tiles_n
     CHUNKS: tl.constexpr = C_IN // BLOCK_K
     K_STEPS: tl.constexpr = KS * KS * KS * CHUNKS
-    pid = tl.program_id(0)
-    my_tiles = tl.cdiv(tiles - pid, NUM_PROGS)
     spatial = OD * OH * OW
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # one loop over this program's tiles x K steps, so the pipeline keeps loads in flight across tile ends
-    for i in tl.range(0, my_tiles * K_STEPS, num_stages=STAGES):
-        tile = pid + (i // K_STEPS) * NUM_PROGS
+    # a persistent program walks tiles pid, pid + NUM_PROGS, ...; each tile's K loop starts from zeroed accumulators
+    # outside it, so only wgmma writes them inside the loop and ptxas keeps the MMAs asynchronous (a reset inside a
+    # flat tiles x K loop made it wait on every MMA); the loop drains at a tile's end, while the SM's other program
+    # keeps the tensor cores busy
+    for tile in range(tl.program_id(0), tiles, NUM_PROGS):
         pid_n = tile % tiles_n
         pid_m = (tile // tiles_n) % tiles_m
         b = tile // (tiles_n * tiles_m)
-        kk = i % K_STEPS
-        tap = kk // CHUNKS
-        kd = tap // (KS * KS)
-        kh = (tap // KS) % KS
-        kw = tap % KS
-        row = b * DP * HP * WP + pid_m * BLOCK_M + ((KS - 1 - kd) * HP + (KS - 1 - kh)) * WP + (KS - 1 - kw)
-        c0 = (kk % CHUNKS) * BLOCK_K
-        a_hi = xh_desc.load([row, c0])
-        a_lo = xl_desc.load([row, c0])
-        w_hi = wh_desc.load([kk * BLOCK_K, pid_n * BLOCK_N])
-        w_lo = wl_desc.load([kk * BLOCK_K, pid_n * BLOCK_N])
-        # the small terms chain in their own accumulator; hi x hi, independent of them, keeps the tensor cores busy
-        # while the first small product completes
-        small = tl.dot(a_lo, w_hi, small)
-        acc = tl.dot(a_hi, w_hi, acc)
-        small = tl.dot(a_hi, w_lo, small)
-        if kk == K_STEPS - 1:  # the tile's last step: its epilogue
-            p = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            ow = p % WP
-            oh = (p // WP) % HP
-            od = p // (WP * HP)
-            m_ok = (od < OD) & (oh < OH) & (ow < OW)
-            rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            n_ok = rn < C_OUT
-            acc += small
-            if HAS_BIAS:
-                acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0)[None, :]
-            acc = tl.where(m_ok[:, None], tl.maximum(acc, 0.0), 0.0)  # padded-grid rows are not outputs: zero them
-            # this tile's share of each channel's sum and sum of squares, for GroupNorm
-            sums = sums_ptr + b * 2 * C_OUT + rn
-            tl.atomic_add(sums, tl.sum(acc, axis=0), mask=n_ok)
-            tl.atomic_add(sums + C_OUT, tl.sum(acc * acc, axis=0), mask=n_ok)
-            rs = (od * OH + oh) * OW + ow
-            out = y_ptr + b * C_OUT * spatial + rs[:, None] + rn[None, :] * spatial
-            tl.store(out, acc, mask=m_ok[:, None] & n_ok[None, :])
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        base = b * DP * HP * WP + pid_m * BLOCK_M
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in tl.range(0, K_STEPS, num_stages=STAGES):
+            tap = kk // CHUNKS
+            kd = tap // (KS * KS)
+            kh = (tap // KS) % KS
+            kw = tap % KS
+            row = base + ((KS - 1 - kd) * HP + (KS - 1 - kh)) * WP + (KS - 1 - kw)
+            c0 = (kk % CHUNKS) * BLOCK_K
+            a_hi = xh_desc.load([row, c0])
+            a_lo = xl_desc.load([row, c0])
+            w_hi = wh_desc.load([kk * BLOCK_K, pid_n * BLOCK_N])
+            w_lo = wl_desc.load([kk * BLOCK_K, pid_n * BLOCK_N])
+            # the small terms chain in their own accumulator; hi x hi, independent of them, keeps the tensor cores
+            # busy while the first small product completes
+            small = tl.dot(a_lo, w_hi, small)
+            acc = tl.dot(a_hi, w_hi, acc)
+            small = tl.dot(a_hi, w_lo, small)
+        # the tile's epilogue
+        p = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        ow = p % WP
+        oh = (p // WP) % HP
+        od = p // (WP * HP)
+        m_ok = (od < OD) & (oh < OH) & (ow < OW)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = rn < C_OUT
+        acc += small
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0)[None, :]
+        acc = tl.where(m_ok[:, None], tl.maximum(acc, 0.0), 0.0)  # padded-grid rows are not outputs: zero them
+        # this tile's share of each channel's sum and sum of squares, for GroupNorm
+        sums = sums_ptr + b * 2 * C_OUT + rn
+        tl.atomic_add(sums, tl.sum(acc, axis=0), mask=n_ok)
+        tl.atomic_add(sums + C_OUT, tl.sum(acc * acc, axis=0), mask=n_ok)
+        rs = (od * OH + oh) * OW + ow
+        out = y_ptr + b * C_OUT * spatial + rs[:, None] + rn[None, :] * spatial
+        tl.store(out, acc, mask=m_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit
