@@ -1,14 +1,14 @@
 """AvgPool3d, ConvTranspose3d (stride 2), clamp, softmax over each channel's voxels and a per-channel scale in three
-Triton kernels, as step 4 (the pool, writing its output channels-last, padded and split into bf16 hi and lo; the
-bf16x3 tensor-core transposed convolution fed by TMA in a persistent, pipelined loop over every phase of a tile, with
-the softmax's sum in its epilogue; one normalizing pass), its stores coalesced.
+Triton kernels, as step 5 (the pool, writing its output channels-last, padded and split into bf16 hi and lo; the
+bf16x3 tensor-core transposed convolution fed by TMA in a persistent grid over every phase of a tile, with the
+softmax's sum in its epilogue; one normalizing pass).
 
-Follows the top advice on step 4: "Coalesce global memory accesses". What changed: a phase with pw = 0 keeps its
-numerators in registers until its pw = 1 partner ends (the phases run in that order), then the two are interleaved
-(tl.interleave of the transposed tiles) into [C_out, 2 TILE_M] tiles whose voxel pairs (ow = 2 jw, 2 jw + 1) sit side
-by side, stored voxel axis fastest in 8-byte pairs (every sector whole) instead of every other voxel, 16 of 32 bytes a
-sector. The held tile takes the registers of a second program a SM: 8 warps, one program a SM (254 registers with
-Triton 3.6, 100 KB shared, no spills; 4 warps spill).
+Follows the top advice on step 5: "Keep the tensor cores fed (two programs per SM, TMA, one wait per K step)". What
+changed: two programs per SM of 4 warps on 128 x 64 tiles again (step 4's shape; step 5's one program of 8 warps ran
+slower), so one program's epilogue overlaps the other's MMAs; the small bf16x3 products sum into an accumulator of their
+own; each phase runs its own K loop from zeroed accumulators (4 stages of K 32). The held pw = 0 tile of step 5's paired
+stores does not fit 4 warps beside the second accumulator (it spilled): each phase stores its own tile as in step 4.
+255 registers with Triton 3.6, 98 KB shared, no spills; ptxas still serializes the wgmmas (C7515).
 """
 
 import torch
@@ -57,86 +57,71 @@ def avgpool3d_split_kernel(
 
 @triton.jit
 def convt_clamp_exp_kernel(
-    x_hi_desc, x_lo_desc, w_hi_desc, w_lo_desc, b_ptr, y_ptr, sum_ptr, B, C_IN, C_OUT, HX, WX, VX, LO_D, LO_H, LO_W,
+    x_hi_desc, x_lo_desc, w_hi_desc, w_lo_desc, b_ptr, y_ptr, sum_ptr, B, C_IN: tl.constexpr, C_OUT, HX, WX, VX,
+    LO_D, LO_H, LO_W,
     OD, OH, OW, DP, HP, WP, LO, HI,
     KS: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, STAGES: tl.constexpr, NUM_PROGS: tl.constexpr, PAIRED_STORE: tl.constexpr,
+    BLOCK_K: tl.constexpr, STAGES: tl.constexpr, NUM_PROGS: tl.constexpr,
 ):
     # a tile: BLOCK_M rows m = (jd HX + jh) WX + jw of one sample's parity grid, laid out as the padded input (rows
     # past DP x HP x WP are computed and dropped), by all output channels, for every phase in turn
     tiles_per_sample = tl.cdiv(DP * HX * WX, BLOCK_M)
     tiles = B * tiles_per_sample
     c_steps = C_IN // BLOCK_K
-    tile_steps = KS * KS * KS * c_steps  # every phase's taps: each kernel tap belongs to one phase
-    pid = tl.program_id(0)
-    my_tiles = tl.cdiv(tiles - pid, NUM_PROGS)
-    rn = tl.arange(0, BLOCK_N)
-    n_ok = rn < C_OUT
-    bias = tl.load(b_ptr + rn, mask=n_ok, other=0.0)
     spatial = OD * OH * OW
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    even = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # a pw = 0 phase's numerators, [C_out, voxels], until pw = 1's
-    # One loop over this program's tiles x phases x taps x channel blocks, so the pipeline keeps loads in flight
-    # across the phases' short K loops (1 to 8 taps) and into the next tile while a phase's tail runs
-    for i in tl.range(0, my_tiles * tile_steps, num_stages=STAGES):
-        tile = pid + (i // tile_steps) * NUM_PROGS
+    # A persistent program walks tiles pid, pid + NUM_PROGS, ...; each phase of a tile runs its own K loop from
+    # accumulators zeroed before it; a loop drains at a phase's end, while the SM's other program keeps the tensor
+    # cores busy
+    for tile in range(tl.program_id(0), tiles, NUM_PROGS):
         b = tile // tiles_per_sample
         m0 = (tile % tiles_per_sample) * BLOCK_M
-        step = i % tile_steps
-        g = step // c_steps  # the tile's g-th tap, phases in order, a phase's taps (td, th, tw) row-major
-        # which phase (pd, ph, pw) the g-th tap falls in, and the tap's index t inside it
-        phase = 0
-        t = 0
-        n_taps = 1
-        start = 0
-        for f in tl.static_range(STRIDE * STRIDE * STRIDE):
-            count = (
-                ((KS - (f // (STRIDE * STRIDE) + PAD) % STRIDE + STRIDE - 1) // STRIDE)
-                * ((KS - ((f // STRIDE) % STRIDE + PAD) % STRIDE + STRIDE - 1) // STRIDE)
-                * ((KS - (f % STRIDE + PAD) % STRIDE + STRIDE - 1) // STRIDE)
+        for phase in range(STRIDE * STRIDE * STRIDE):
+            pd = phase // (STRIDE * STRIDE)
+            ph = (phase // STRIDE) % STRIDE
+            pw = phase % STRIDE
+            # Output o = STRIDE j + p takes input (o + PAD - k) / STRIDE where that divides: the taps k = r,
+            # r + STRIDE, ... with r = (p + PAD) % STRIDE, at input j + q - t for the t-th of them,
+            # q = (p + PAD) // STRIDE.
+            rd = (pd + PAD) % STRIDE
+            rh = (ph + PAD) % STRIDE
+            rw = (pw + PAD) % STRIDE
+            nd = (KS - rd + STRIDE - 1) // STRIDE
+            nh = (KS - rh + STRIDE - 1) // STRIDE
+            nw = (KS - rw + STRIDE - 1) // STRIDE
+            # the tile's inputs j + q - t are BLOCK_M consecutive rows of the padded channels-last input: one box a tap
+            corner = (
+                b * VX + m0 + (LO_D + (pd + PAD) // STRIDE) * HX * WX + (LO_H + (ph + PAD) // STRIDE) * WX
+                + LO_W + (pw + PAD) // STRIDE
             )
-            inside = (g >= start) & (g < start + count)
-            phase = tl.where(inside, f, phase)
-            t = tl.where(inside, g - start, t)
-            n_taps = tl.where(inside, count, n_taps)
-            start += count
-        pd = phase // (STRIDE * STRIDE)
-        ph = (phase // STRIDE) % STRIDE
-        pw = phase % STRIDE
-        # Output o = STRIDE j + p takes input (o + PAD - k) / STRIDE where that divides: the taps k = r, r + STRIDE,
-        # ... with r = (p + PAD) % STRIDE, at input j + q - t for the t-th of them, q = (p + PAD) // STRIDE.
-        rd = (pd + PAD) % STRIDE
-        rh = (ph + PAD) % STRIDE
-        rw = (pw + PAD) % STRIDE
-        nh = (KS - rh + STRIDE - 1) // STRIDE
-        nw = (KS - rw + STRIDE - 1) // STRIDE
-        td = t // (nh * nw)
-        th = (t // nw) % nh
-        tw = t % nw
-        c0 = (step % c_steps) * BLOCK_K
-        # the tile's inputs j + q - t are BLOCK_M consecutive rows of the padded channels-last input: one box
-        row = (
-            b * VX + m0 + (LO_D + (pd + PAD) // STRIDE - td) * HX * WX + (LO_H + (ph + PAD) // STRIDE - th) * WX
-            + LO_W + (pw + PAD) // STRIDE - tw
-        )
-        # bf16x3: all four parts were made outside the loop (the input's by the pool, the weight's per version)
-        a_hi = x_hi_desc.load([row, c0])
-        a_lo = x_lo_desc.load([row, c0])
-        # the weight as [27 taps x C_in, C_out]: this tap's rows
-        tap = ((rd + td * STRIDE) * KS + rh + th * STRIDE) * KS + rw + tw * STRIDE
-        w_hi = w_hi_desc.load([tap * C_IN + c0, 0])
-        w_lo = w_lo_desc.load([tap * C_IN + c0, 0])
-        # the small terms chain in their own accumulator (the lo x lo term, 2^-18 of the product, is dropped); hi x hi,
-        # independent of them, keeps the tensor cores busy while the first small product completes
-        small = tl.dot(a_lo, w_hi, small)
-        acc = tl.dot(a_hi, w_hi, acc)
-        small = tl.dot(a_hi, w_lo, small)
-        if (t == n_taps - 1) & (c0 == C_IN - BLOCK_K):  # the phase's last step: its tail and store
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for step in tl.range(0, nd * nh * nw * c_steps, num_stages=STAGES):
+                t = step // c_steps
+                td = t // (nh * nw)
+                th = (t // nw) % nh
+                tw = t % nw
+                c0 = (step % c_steps) * BLOCK_K
+                row = corner - td * HX * WX - th * WX - tw
+                # bf16x3: all four parts were made outside the loop (the input's by the pool, the weight's per version)
+                a_hi = x_hi_desc.load([row, c0])
+                a_lo = x_lo_desc.load([row, c0])
+                # the weight as [27 taps x C_in, C_out]: this tap's rows
+                tap = ((rd + td * STRIDE) * KS + rh + th * STRIDE) * KS + rw + tw * STRIDE
+                w_hi = w_hi_desc.load([tap * C_IN + c0, 0])
+                w_lo = w_lo_desc.load([tap * C_IN + c0, 0])
+                # the small terms chain in their own accumulator (the lo x lo term, 2^-18 of the product, is
+                # dropped); hi x hi, independent of them, keeps the tensor cores busy while the first small one ends
+                small = tl.dot(a_lo, w_hi, small)
+                acc = tl.dot(a_hi, w_hi, acc)
+                small = tl.dot(a_hi, w_lo, small)
+            # the phase's tail and store; its indices and the bias are made here, not held through the K loops
             rm = m0 + tl.arange(0, BLOCK_M)
             jw = rm % WX
             jh = (rm // WX) % HX
             jd = rm // (WX * HX)
+            rn = tl.arange(0, BLOCK_N)
+            n_ok = rn < C_OUT
+            bias = tl.load(b_ptr + rn, mask=n_ok, other=0.0)
             od = jd * STRIDE + pd
             oh = jh * STRIDE + ph
             ow = jw * STRIDE + pw
@@ -145,32 +130,8 @@ def convt_clamp_exp_kernel(
             # softmax's numerator, shifted by HI (no clamped value exceeds it); the rows' sums go to the buffer
             e = tl.where(m_ok[:, None], tl.exp(v - HI), 0.0)
             tl.atomic_add(sum_ptr + b * C_OUT + rn, tl.sum(e, axis=0), mask=n_ok)
-            if STRIDE == 2:
-                e = tl.trans(e)  # [C_out, voxels]: the output's contiguous axis fastest
-                # a row's two column phases interleaved: each voxel's pair (ow = 2 jw, 2 jw + 1) side by side, so the
-                # store walks whole output row segments instead of every other voxel
-                if pw == 1:
-                    e2 = tl.interleave(even, e)
-                    r2 = tl.arange(0, 2 * BLOCK_M)
-                    rm2 = m0 + r2 // 2
-                    jw2 = rm2 % WX
-                    jh2 = (rm2 // WX) % HX
-                    jd2 = rm2 // (WX * HX)
-                    od2 = jd2 * STRIDE + pd
-                    oh2 = jh2 * STRIDE + ph
-                    ow2 = jw2 * STRIDE + r2 % 2
-                    ok2 = (jd2 < DP) & (jh2 < HP) & (jw2 < WP) & (od2 < OD) & (oh2 < OH) & (ow2 < OW)
-                    vox = od2 * OH * OW + oh2 * OW + ow2
-                    if PAIRED_STORE:  # OW even: a pair's two voxels are adjacent, even-aligned, stored or not together
-                        vox = tl.max_contiguous(tl.multiple_of(vox, 2), 2)
-                    out = y_ptr + b * C_OUT * spatial + rn[:, None] * spatial + vox[None, :]
-                    tl.store(out, e2, mask=n_ok[:, None] & ok2[None, :])
-                even = e
-            else:
-                out = y_ptr + (b * C_OUT * spatial + od * OH * OW + oh * OW + ow)[:, None] + rn[None, :] * spatial
-                tl.store(out, e, mask=m_ok[:, None] & n_ok[None, :])
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            small = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            out = y_ptr + (b * C_OUT * spatial + od * OH * OW + oh * OW + ow)[:, None] + rn[None, :] * spatial
+            tl.store(out, e, mask=m_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit
@@ -266,7 +227,7 @@ class ModelNew(nn.Module):
             x_hi_desc, x_lo_desc, w_hi_desc, w_lo_desc, ct.bias, y, sums, B, C_IN, C_OUT, HX, WX, VX, lo_d, lo_h, lo_w,
             OD, OH, OW, DP, HP, WP, self.clamp_min, self.clamp_max,
             KS=KS, STRIDE=S, PAD=PAD, BLOCK_M=TILE_M, BLOCK_N=block_n, BLOCK_K=TILE_K, STAGES=STAGES,
-            NUM_PROGS=progs, PAIRED_STORE=OW % 2 == 0, num_warps=WARPS,
+            NUM_PROGS=progs, num_warps=WARPS,
         )
         spatial = OD * OH * OW
         softmax_scale_kernel[(triton.cdiv(spatial, SCALE_BLOCK), B * C_OUT)](
