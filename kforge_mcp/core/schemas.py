@@ -45,6 +45,9 @@ class KernelResources(BaseModel):
     mma: Literal["wgmma", "mma.sync", "none"] | None = Field(
         None, description="the tensor-core (MMA) instructions its PTX issues, when the compiler's PTX was read"
     )
+    mma_serialized: str | None = Field(
+        None, description="why the assembler serialized its MMAs (ptxas C7514/C7515: each waits for the one before)"
+    )
     signature: dict[str, str] = Field(default_factory=dict, description="argument types it was compiled for")
     constexprs: dict[str, Any] = Field(default_factory=dict)
     divisible_by_16: list[str] = Field(

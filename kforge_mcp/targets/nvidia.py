@@ -39,6 +39,40 @@ def find_tool(name: str, prefer_triton_bundle: bool = False) -> str | None:
     return shutil.which(name) or _triton_bundled(name)
 
 
+_SERIALIZED = re.compile(
+    r"\((C751\d)\) Potential Performance Loss: wgmma\.mma_async instructions are serialized due to (.+?)(?: in the "
+    r"function '[^']*')?\.?$",
+    re.M,
+)
+
+
+def wgmma_serialized(ptx: str, arch: str = "sm_90a") -> str | None:
+    """Why ptxas serializes this PTX's wgmma.mma_async (its C7514/C7515 performance warnings: each MMA then waits
+    for the one before, so none overlaps another or the loads); '' where ptxas serializes none of them or the PTX
+    has none; None where it cannot tell (no ptxas, or ptxas could not run here)."""
+    if "wgmma.mma_async" not in ptx:
+        return ""
+    tool = find_tool("ptxas", prefer_triton_bundle=True)
+    if tool is None:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "k.ptx"
+        src.write_text(ptx)
+        try:
+            run = subprocess.run(
+                [tool, f"-arch={arch}", "-v", str(src), "-o", str(Path(d) / "k.cubin")],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+    if run.returncode != 0:
+        return None
+    found = _SERIALIZED.search(run.stdout + run.stderr)
+    return f"{found.group(1)}: {' '.join(found.group(2).split())}" if found else ""
+
+
 def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:
     """Parse ``cuobjdump --dump-resource-usage``: REG, STACK, SHARED, LOCAL per function."""
     tool = find_tool("cuobjdump", prefer_triton_bundle=True)

@@ -30,6 +30,7 @@ from kforge_mcp.advice.rules.fusion import fuse_launches
 from kforge_mcp.advice.rules.launch import grid_too_small, latency_bound, ncu_own_rules
 from kforge_mcp.advice.rules.memory import atomic_contention, register_spills, shared_bank_conflicts, uncoalesced_access
 from kforge_mcp.advice.rules.ranking import rank
+from kforge_mcp.advice.rules.serialized import mma_serialized
 from kforge_mcp.advice.rules.split import split_once
 from kforge_mcp.advice.rules.structure import adopt_taken_lever, reference_structure, weights_once
 from kforge_mcp.advice.rules.tensor_cores import feed_tensor_pipe, use_tensor_cores
@@ -46,6 +47,7 @@ RULES: tuple[Rule[Any], ...] = (
     feed_tensor_pipe,
     gather_fed_conv,
     split_once,
+    mma_serialized,
     issue_bound,
     fuse_launches,
     latency_bound,
@@ -114,6 +116,7 @@ __all__ = [
     "hot_kernels",
     "issue_bound",
     "latency_bound",
+    "mma_serialized",
     "ncu_own_rules",
     "priority_for",
     "recommendation",

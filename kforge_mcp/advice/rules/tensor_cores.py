@@ -25,6 +25,7 @@ from kforge_mcp.advice.rules.base import (
     recommendation,
 )
 from kforge_mcp.advice.rules.compute import COMPUTE, ComputeThresholds, limiting_unit
+from kforge_mcp.advice.rules.serialized import serialized
 from kforge_mcp.advice.rules.split import SPLIT_WITH_FEED, fed_by_copy, splits_in_loop
 from kforge_mcp.judge.roofline import compute_paths, fastest, lookup_peaks
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
@@ -340,6 +341,18 @@ def _feed_evidence(k, pipe: str | None, busy: float, t: ComputeThresholds) -> li
     return out
 
 
+def _feeds(k, v, r, frac: float | None, t: ComputeThresholds) -> bool:
+    """A tensor-core kernel whose pipe waits on data, not one another rule speaks for."""
+    if not is_tensor_gemm(k) or limiting_unit(k, v, frac, t) is not None or is_latency_bound(k, v):
+        return False  # a latency-bound kernel's pipe idles for latency: latency_bound speaks for it
+    if is_gather_fed_conv(k, v, bool(r and r.convs)):
+        return False  # a convolution waiting on its own gathers: gather_fed_conv speaks for it
+    if serialized(k, v):
+        return False  # its MMAs wait on each other, which feeding does not relieve: mma_serialized speaks for it
+    # fed by TMA already, a kernel whose pipe waits on the split in its loop is split_once's
+    return not (splits_in_loop(k, v, r, bool(r and r.convs)) and fed_by_copy(k, v))
+
+
 def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recommendation]:
     r = report.roofline
     v = vocabulary.of(report)
@@ -347,14 +360,9 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
     split_first = convs = False
     frac = r.fraction_of_sol if r is not None else None
     for k, share in hot_kernels(report):
-        if not is_tensor_gemm(k) or limiting_unit(k, v, frac, t) is not None or is_latency_bound(k, v):
-            continue  # a latency-bound kernel's pipe idles for latency: latency_bound speaks for it
-        if is_gather_fed_conv(k, v, bool(r and r.convs)):
-            continue  # a convolution waiting on its own gathers: gather_fed_conv speaks for it
-        splits = splits_in_loop(k, v, r, bool(r and r.convs))
-        if splits and fed_by_copy(k, v):
-            continue  # fed by TMA already, its pipe waits on the split in its loop: split_once speaks for it
-        split_first = split_first or splits
+        if not _feeds(k, v, r, frac, t):
+            continue
+        split_first = split_first or splits_in_loop(k, v, r, bool(r and r.convs))
         pipe, busy = busiest_tensor_pipe(k, v)
         if pipe is not None and k.pipes and busy < t.limit_unit_pct:
             g = 1 - busy / t.fed_tensor_pct

@@ -18,7 +18,7 @@ from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import CompileReport, Diagnostic, KernelResources
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception, import_source
 from kforge_mcp.platforms.nvidia.compile_checks import DEFAULT_ARCH
-from kforge_mcp.targets.nvidia import cubin_resources, tool_version
+from kforge_mcp.targets.nvidia import cubin_resources, tool_version, wgmma_serialized
 from kforge_mcp.targets.triton.infer import infer_launches
 from kforge_mcp.targets.triton.launches import Launch, _def_line, autotune_configs, jit_functions, trace_launches
 
@@ -133,11 +133,23 @@ def compile_launch(launch: Launch, fn, backend_target) -> tuple[KernelResources,
         num_warps=compiled.metadata.num_warps,
         num_stages=compiled.metadata.num_stages,
         mma="wgmma" if "wgmma.mma_async" in ptx else "mma.sync" if "mma.sync" in ptx else "none",
+        mma_serialized=wgmma_serialized(ptx, f"sm_{backend_target.arch}a") or None,
         signature=launch.signature,
         constexprs={k: repr(v) for k, v in launch.named_constexprs().items()},
         divisible_by_16=launch.divisible_by_16(),
     )
     return resources, ptx
+
+
+def serialized_warning(resources: KernelResources, file: str) -> Diagnostic:
+    return Diagnostic(
+        severity="warning",
+        file=file,
+        kernel=resources.name,
+        message=f"{resources.name}: ptxas serializes its wgmma ({resources.mma_serialized}): each MMA waits for the "
+        "one before it, so none overlaps the next or the loads. Read the accumulator only after the loop that "
+        "issues the dots (a tile's epilogue after its own K loop, not in a branch of a flat persistent loop)",
+    )
 
 
 def toolchain() -> dict[str, str]:
@@ -203,6 +215,8 @@ def compile_candidate(source: Source, arch: str | None, problem: Source | None, 
             continue
         report.kernels.append(resources)
         ptx[ptx_key(launch, ptx)] = text
+        if resources.mma_serialized:
+            diags.append(serialized_warning(resources, source.name))
     built = {k.name for k in report.kernels}
     diags = merge_config_errors(failures, built) + diags  # errors first: they are what to fix
     report.ptx = ptx or None

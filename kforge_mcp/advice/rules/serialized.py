@@ -1,0 +1,84 @@
+"""MMAs the assembler serialized: ptxas reports (C7514/C7515) that a kernel's warpgroup MMAs each wait for the one
+before, when other instructions read an accumulator while its MMAs are in flight (Triton 3.6: a tile's epilogue in a
+branch of a flat persistent loop, an accumulator reset by a select, one dot feeding another within a step). No MMA
+then overlaps the next or the loads, and TMA, stages or tile shapes cannot help until it is gone: the H100 conv
+kernels that had it kept their tensor pipe 13-48% busy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kforge_mcp.advice import vocabulary
+from kforge_mcp.advice.kinds import busiest_tensor_pipe
+from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Need, Rule, Wording, ev, hot_kernels, pct, recommendation
+from kforge_mcp.platforms.base import Vocabulary
+from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommendation
+
+
+@dataclass(frozen=True)
+class SerializedThresholds:
+    fed_tensor_pct: float = 90.0  # what a kernel whose MMAs overlap keeps its tensor pipe busy at best (cuBLAS 97%)
+    overlap_share: float = 0.5  # of the idle tensor time, the share serialization is taken to cost (a choice, low:
+    # the MMAs' own waits are only part of what idles it)
+
+
+SERIALIZED = SerializedThresholds()
+SERIALIZED_METRIC = Need(
+    "the assembler's word on serialized MMAs",
+    "the platform's vocabulary",
+    lambda r: bool(vocabulary.of(r).serialized_mma_metric),
+)
+
+WORDING = Wording(
+    "The assembler serialized this kernel's MMAs: each waits for the one before, so none overlaps the next or the "
+    "loads. Read an accumulator only after the MMAs that write it have been waited for: run a tile's epilogue after "
+    "its own K loop rather than in a branch of one loop over tiles and K steps, reset the accumulator after that "
+    "wait, and do not feed one MMA's result to another within a K step. Check that the compiler's warning is gone.",
+    {
+        "triton": "ptxas serialized this kernel's wgmma: each waits for the one before, so none overlaps the next or "
+        "the TMA loads. Triton 3.6 lets the accumulator be read while its dots are in flight when a tile's epilogue "
+        "sits in an `if` inside one flat loop over tiles and K steps, when the accumulator is reset to a constant "
+        "in that branch (the select reads it), or when two tl.dot calls chain within a step. Give each tile its own "
+        "K loop (`for tile in range(pid, tiles, NUM_PROGS): acc = ...; for k in tl.range(..., num_stages=3): ...`) "
+        "and run the epilogue after it; start the next tile's accumulator with tl.zeros after the loop; keep the "
+        "products of a step independent. `kforge compile` warns while it is there.",
+    },
+)
+
+
+def serialized(k: KernelProfile, v: Vocabulary) -> bool:
+    return bool(v.serialized_mma_metric) and k.metrics.get(v.serialized_mma_metric) == 1.0
+
+
+def _mma_serialized(report: ProfileReport, t: SerializedThresholds) -> list[Recommendation]:
+    v = vocabulary.of(report)
+    hits, gain, evidence = [], 0.0, []
+    for k, share in hot_kernels(report):
+        if not serialized(k, v):
+            continue
+        _, busy = busiest_tensor_pipe(k, v)
+        gain += share * max(0.0, 1 - busy / t.fed_tensor_pct) * t.overlap_share
+        hits.append(k.name)
+        evidence += [
+            ev("MMAs serialized by the assembler", "yes", "no", k.name),
+            ev("tensor pipe busy", pct(busy), f"toward {t.fed_tensor_pct:g}%", k.name),
+        ]
+    if not hits:
+        return []
+    why = [n for n in report.notes if "serialized" in n]
+    return [
+        recommendation(
+            rule="mma_serialized",
+            title="Let the MMAs overlap: the assembler serialized them",
+            evidence=evidence + [ev("assembler", w) for w in why[:2]],
+            action=WORDING.say(report.target),
+            expected_gain=gain,
+            gain_basis=f"share x (1 - tensor pipe busy / {t.fed_tensor_pct:g}%) x {t.overlap_share:g}: half of the "
+            "tensor pipe's idle time taken to be the MMAs waiting on each other",
+            kernels=hits,
+            change="feed the tensor pipe",
+        )
+    ]
+
+
+mma_serialized = Rule("mma_serialized", _mma_serialized, SERIALIZED, (DEVICE_KERNELS,), terms=(SERIALIZED_METRIC,))

@@ -1,0 +1,50 @@
+"""ptxas's word that a kernel's wgmma are serialized (C7514/C7515: each waits for the one before) is read from the
+kernel's PTX, and the advice names it before feeding the tensor pipe. The PTX here is Triton 3.6's for sm_90a, of a
+ConvTranspose2d + Mish kernel whose epilogue read the accumulator inside its flat persistent loop (serialized) and
+of the same kernel with a K loop per tile (not); ptxas is the one Triton bundles."""
+
+from __future__ import annotations
+
+import json
+import lzma
+from pathlib import Path
+
+import pytest
+
+from kforge_mcp.advice import agent
+from kforge_mcp.profiling.report import ProfileReport
+from kforge_mcp.targets.nvidia import find_tool, wgmma_serialized
+
+DATA = Path(__file__).resolve().parent / "data"
+needs_ptxas = pytest.mark.skipif(find_tool("ptxas", prefer_triton_bundle=True) is None, reason="no ptxas here")
+
+
+def ptx(name: str) -> str:
+    return lzma.decompress((DATA / "ptx" / name).read_bytes()).decode()
+
+
+@needs_ptxas
+def test_ptxas_serialization_is_read_from_the_ptx():
+    why = wgmma_serialized(ptx("convt-mish-wgmma-serialized-triton36.ptx.xz"))
+    assert why is not None and why.startswith("C7514: non wgmma instructions reading accumulator registers")
+    assert wgmma_serialized(ptx("convt-mish-wgmma-overlapped-triton36.ptx.xz")) == ""
+    assert wgmma_serialized(".version 8.0\n.target sm_90a\n") == ""  # no wgmma: nothing to ask ptxas
+    assert wgmma_serialized("wgmma.mma_async this is not PTX") is None  # ptxas could not say
+
+
+def test_serialized_mmas_are_named_before_feeding_the_tensor_pipe():
+    """#16's fourth step (its tensor pipe 15% busy): with the assembler's word that its wgmma are serialized, the
+    advice is to let them overlap, not TMA or tiles."""
+    report = ProfileReport.model_validate(
+        json.loads((DATA / "profiles" / "convtranspose2d-mish-split-in-loop-h100.json").read_text())
+    )
+    conv = max(report.device_kernels(), key=lambda k: k.device_ms)
+    before = [r.rule for r in agent.analyze(report.model_copy(deep=True)).recommendations]
+    conv.metrics["wgmma_serialized"] = 1.0
+    report.notes.append(f"{conv.name}: ptxas serialized its wgmma (C7514: non wgmma instructions reading ...)")
+    a = agent.analyze(report)
+    rules = [r.rule for r in a.recommendations]
+    assert "mma_serialized" not in before and rules[0] == "mma_serialized", rules
+    assert "feed_tensor_pipe" not in rules
+    top = a.recommendations[0]
+    assert "its own K loop" in top.action and any("C7514" in str(e.value) for e in top.evidence)
