@@ -13,7 +13,7 @@ import pytest
 
 from kforge_mcp.advice import agent
 from kforge_mcp.profiling.report import ProfileReport
-from kforge_mcp.targets.nvidia import find_tool, wgmma_serialized
+from kforge_mcp.targets.nvidia import PtxasUnavailable, find_tool, wgmma_serialized
 
 DATA = Path(__file__).resolve().parent / "data"
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", prefer_triton_bundle=True) is None, reason="no ptxas here")
@@ -29,7 +29,21 @@ def test_ptxas_serialization_is_read_from_the_ptx():
     assert why is not None and why.startswith("C7514: non wgmma instructions reading accumulator registers")
     assert wgmma_serialized(ptx("convt-mish-wgmma-overlapped-triton36.ptx.xz")) == ""
     assert wgmma_serialized(".version 8.0\n.target sm_90a\n") == ""  # no wgmma: nothing to ask ptxas
-    assert wgmma_serialized("wgmma.mma_async this is not PTX") is None  # ptxas could not say
+    with pytest.raises(PtxasUnavailable, match="ptxas exited"):  # ptxas could not say: nothing is guessed
+        wgmma_serialized("wgmma.mma_async this is not PTX")
+
+
+@needs_ptxas
+def test_ptx_newer_than_tritons_ptxas_is_read_by_the_toolkits():
+    """Triton can build with the toolkit's newer ptxas (PTX 9.0 on the H100 machine, CUDA 13): its bundled one
+    (PTX 8.7) refuses that PTX, and the toolkit's reads it."""
+    from kforge_mcp.targets.nvidia import _triton_bundled, tool_version
+
+    newer = ptx("convt-mish-wgmma-serialized-triton36.ptx.xz").replace(".version 8.7", ".version 9.0", 1)
+    toolkit = find_tool("ptxas")
+    if not _triton_bundled("ptxas") or toolkit == _triton_bundled("ptxas") or (tool_version("ptxas") or "0") < "13":
+        pytest.skip("needs Triton's bundled ptxas and a CUDA 13 toolkit's beside it")
+    assert (wgmma_serialized(newer) or "").startswith("C7514")
 
 
 def test_serialized_mmas_are_named_before_feeding_the_tensor_pipe():

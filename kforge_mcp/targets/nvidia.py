@@ -46,31 +46,40 @@ _SERIALIZED = re.compile(
 )
 
 
-def wgmma_serialized(ptx: str, arch: str = "sm_90a") -> str | None:
+class PtxasUnavailable(RuntimeError):
+    """ptxas is not at hand, or could not run here (the reason is the message)."""
+
+
+def wgmma_serialized(ptx: str, arch: str = "sm_90a") -> str:
     """Why ptxas serializes this PTX's wgmma.mma_async (its C7514/C7515 performance warnings: each MMA then waits
     for the one before, so none overlaps another or the loads); '' where ptxas serializes none of them or the PTX
-    has none; None where it cannot tell (no ptxas, or ptxas could not run here)."""
+    has none. Asks Triton's bundled ptxas, then the toolkit's where the bundle is older than the PTX (Triton may
+    build with the newer one). Raises PtxasUnavailable where neither can tell."""
     if "wgmma.mma_async" not in ptx:
         return ""
-    tool = find_tool("ptxas", prefer_triton_bundle=True)
-    if tool is None:
-        return None
-    with tempfile.TemporaryDirectory() as d:
-        src = Path(d) / "k.ptx"
-        src.write_text(ptx)
+    tools = list(dict.fromkeys(t for t in (_triton_bundled("ptxas"), find_tool("ptxas")) if t))
+    if not tools:
+        raise PtxasUnavailable("no ptxas found")
+    why = ""
+    for tool in tools:
         try:
-            run = subprocess.run(
-                [tool, f"-arch={arch}", "-v", str(src), "-o", str(Path(d) / "k.cubin")],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-    if run.returncode != 0:
-        return None
-    found = _SERIALIZED.search(run.stdout + run.stderr)
-    return f"{found.group(1)}: {' '.join(found.group(2).split())}" if found else ""
+            with tempfile.TemporaryDirectory(dir=variable("TMPDIR") or None) as d:
+                src = Path(d) / "k.ptx"
+                src.write_text(ptx)
+                run = subprocess.run(
+                    [tool, f"-arch={arch}", "-v", str(src), "-o", str(Path(d) / "k.cubin")],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+        except (OSError, subprocess.SubprocessError) as e:
+            why = f"{type(e).__name__}: {e}"
+            continue
+        if run.returncode == 0:
+            found = _SERIALIZED.search(run.stdout + run.stderr)
+            return f"{found.group(1)}: {' '.join(found.group(2).split())}" if found else ""
+        why = f"ptxas exited {run.returncode}: {' '.join(run.stderr.split())[:200]}"
+    raise PtxasUnavailable(why)
 
 
 def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:

@@ -18,7 +18,7 @@ from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import CompileReport, Diagnostic, KernelResources
 from kforge_mcp.core.source import SourceRuntimeError, diagnostics_from_exception, import_source
 from kforge_mcp.platforms.nvidia.compile_checks import DEFAULT_ARCH
-from kforge_mcp.targets.nvidia import cubin_resources, tool_version, wgmma_serialized
+from kforge_mcp.targets.nvidia import PtxasUnavailable, cubin_resources, tool_version, wgmma_serialized
 from kforge_mcp.targets.triton.infer import infer_launches
 from kforge_mcp.targets.triton.launches import Launch, _def_line, autotune_configs, jit_functions, trace_launches
 
@@ -133,12 +133,19 @@ def compile_launch(launch: Launch, fn, backend_target) -> tuple[KernelResources,
         num_warps=compiled.metadata.num_warps,
         num_stages=compiled.metadata.num_stages,
         mma="wgmma" if "wgmma.mma_async" in ptx else "mma.sync" if "mma.sync" in ptx else "none",
-        mma_serialized=wgmma_serialized(ptx, f"sm_{backend_target.arch}a") or None,
+        mma_serialized=serialized_or_none(ptx, f"sm_{backend_target.arch}a"),
         signature=launch.signature,
         constexprs={k: repr(v) for k, v in launch.named_constexprs().items()},
         divisible_by_16=launch.divisible_by_16(),
     )
     return resources, ptx
+
+
+def serialized_or_none(ptx: str, arch: str) -> str | None:
+    try:
+        return wgmma_serialized(ptx, arch) or None
+    except PtxasUnavailable:  # the compile report says nothing of it rather than guess
+        return None
 
 
 def serialized_warning(resources: KernelResources, file: str) -> Diagnostic:

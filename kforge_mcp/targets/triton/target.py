@@ -19,7 +19,7 @@ from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import CompileReport, Finding, TargetStatus
 from kforge_mcp.core.source import import_source
 from kforge_mcp.targets.base import Loaded, Target, dist_version, xpu_unavailable_reason
-from kforge_mcp.targets.nvidia import find_tool, wgmma_serialized
+from kforge_mcp.targets.nvidia import PtxasUnavailable, find_tool, wgmma_serialized
 from kforge_mcp.targets.triton.compile import DEFAULT_ARCH, compile_candidate
 from kforge_mcp.targets.triton.launches import jit_functions
 
@@ -157,6 +157,19 @@ def interpreted():
         yield types.SimpleNamespace(findings=lambda: dots.findings() + configs.findings())
 
 
+def note_serialized(report, k, fname: str, ptx: str) -> None:
+    """The kernel's wgmma_serialized metric (1: ptxas serialized its wgmma, with the reason in the notes); unset,
+    with the reason, where ptxas cannot run here."""
+    try:
+        why = wgmma_serialized(ptx)
+    except PtxasUnavailable as e:
+        report.notes.append(f"{fname}: could not ask ptxas whether its wgmma are serialized ({e})")
+        return
+    k.metrics["wgmma_serialized"] = 1.0 if why else 0.0
+    if why:
+        report.notes.append(f"{fname}: ptxas serialized its wgmma ({why})")
+
+
 def attach_compiled_metadata(report, module) -> None:
     """Registers, spills, warps, stages and shared memory of each kernel Triton compiled, from its JIT cache."""
     by_name = {k.name: k for k in report.kernels}
@@ -179,10 +192,7 @@ def attach_compiled_metadata(report, module) -> None:
                     ptx = (getattr(compiled, "asm", None) or {}).get("ptx") or ""
                     if ptx:  # the unit the math runs on, for a timeline without pipe metrics
                         k.metrics["ptx_mma"] = 2.0 if "wgmma.mma_async" in ptx else 1.0 if "mma.sync" in ptx else 0.0
-                    why = wgmma_serialized(ptx) if "wgmma.mma_async" in ptx else None
-                    if why is not None:  # whether ptxas serialized them, and why (a note); unset where it cannot tell
-                        k.metrics["wgmma_serialized"] = 1.0 if why else 0.0
-                        if why:
-                            report.notes.append(f"{fname}: ptxas serialized its wgmma ({why})")
+                    if "wgmma.mma_async" in ptx:  # whether ptxas serialized them, and why (a note)
+                        note_serialized(report, k, fname, ptx)
         except Exception:  # noqa: BLE001  (metadata is a bonus; Triton's internals move between versions)
             continue
