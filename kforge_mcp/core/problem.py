@@ -208,7 +208,7 @@ def load_problem(source: Source, workdir: Path) -> LoadedProblem:
 
 def drawn_on(device: str):
     """Where a model's parameters are drawn: on the device itself (a Level 2 GEMM's 8192x8192 kaiming init took
-    0.4-0.7 s a model on the host), falling back to the host for code that cannot run there."""
+    0.4-0.7 s a model on the host); build_models falls back to the host for code that cannot run there."""
     import torch
 
     return nullcontext() if device == "cpu" else torch.device(device)

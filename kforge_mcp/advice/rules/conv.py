@@ -9,25 +9,16 @@ output parity so no MMA multiplies a masked zero.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
 
 from kforge_mcp.advice import vocabulary
-from kforge_mcp.advice.kinds import KINDS, busiest_tensor_pipe, is_gather_fed_conv, multi_term
+from kforge_mcp.advice.kinds import KINDS, KindThresholds, busiest_tensor_pipe, is_gather_fed_conv, multi_term
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, pct, recommendation
 from kforge_mcp.advice.rules.tensor_cores import efficiency_range
 from kforge_mcp.core.schemas import Convolution
-from kforge_mcp.judge.roofline import dtype_bytes
+from kforge_mcp.judge.roofline import input_pass_bytes
 from kforge_mcp.judge.roofline.conv import stride_phases
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
-
-
-@dataclass(frozen=True)
-class ConvThresholds:
-    relayout_passes: int = 2  # the re-layout reads the input once and writes it once, channels-last
-
-
-CONV = ConvThresholds()
 
 
 def _parity(c: Convolution) -> str:
@@ -74,19 +65,19 @@ GATHER_WORDING = Wording(
 )
 
 
-def _gather_fed_conv(report: ProfileReport, t: ConvThresholds) -> list[Recommendation]:
+def _gather_fed_conv(report: ProfileReport, t: KindThresholds) -> list[Recommendation]:
     r = report.roofline
     c = max(r.convs, key=lambda x: x.flops) if r is not None and r.convs else None
     if r is None or c is None:
         return []
     v = vocabulary.of(report)
     hits, gain, evidence = [], 0.0, []
-    relayout_bytes = t.relayout_passes * c.batch * c.c_in * prod(c.in_spatial) * dtype_bytes(r.dtype)
+    relayout_bytes = input_pass_bytes(c, r.dtype)  # read it, write it channels-last
     relayout_ms = relayout_bytes / r.peak_bandwidth * 1e3
     effs = set()
     peaks = {p.path: p.peak_flops for p in r.paths} | {r.path: r.peak_flops}
     for k, share in hot_kernels(report):
-        if not is_gather_fed_conv(k, v, True):
+        if not is_gather_fed_conv(k, v, True, t):
             continue
         # the kernel's format where the profile names one (it may name only the instruction, e.g. wgmma), else the
         # bound's path, which the advice asked for
@@ -103,7 +94,7 @@ def _gather_fed_conv(report: ProfileReport, t: ConvThresholds) -> list[Recommend
         pipe, busy = busiest_tensor_pipe(k, v)
         s = k.top_stalls[0]
         evidence += [
-            ev(f"{pipe or 'tensor'} pipe busy", pct(busy), f">= {KINDS.gather_tensor_pct:g}%", k.name),
+            ev(f"{pipe or 'tensor'} pipe busy", pct(busy), f">= {t.gather_tensor_pct:g}%", k.name),
             ev(f"top stall: {s.reason}", s.cycles_per_issue, "the warps wait on the gathered loads", k.name),
             ev(
                 f"{v.copy_pipe} pipe busy",
@@ -141,4 +132,4 @@ def _gather_fed_conv(report: ProfileReport, t: ConvThresholds) -> list[Recommend
     ]
 
 
-gather_fed_conv = Rule("gather_fed_conv", _gather_fed_conv, CONV, (DEVICE_KERNELS,))
+gather_fed_conv = Rule("gather_fed_conv", _gather_fed_conv, KINDS, (DEVICE_KERNELS,))  # the regime's gather_* figures

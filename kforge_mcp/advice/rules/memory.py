@@ -150,6 +150,12 @@ def _uncoalesced_access(report: ProfileReport, t: MemoryThresholds) -> list[Reco
         if waste < t.wasted_min:
             continue
         total, wasted = wasted_sectors(k, v)
+        r = report.roofline
+        if r is not None and r.peak_bandwidth and k.mean_ms:
+            moved_in = wasted * v.sector_bytes / r.peak_bandwidth / (k.mean_ms / 1e3)  # share of its time at peak
+            if moved_in < t.negligible_waste_share:
+                continue  # a few stray loads (a bias read in an accumulator's layout: 200 KB wasted in a 0.66 ms
+                # conv fed by TMA) waste half their sectors and cost nothing (promised 12%, realized 1%)
         dram = (k.dram_bytes_read or 0.0) + (k.dram_bytes_write or 0.0)
         dram_pct = k.dram_throughput_pct or 0.0
         if dram_pct >= t.dram_bound_pct and dram > 0:
@@ -172,12 +178,6 @@ def _uncoalesced_access(report: ProfileReport, t: MemoryThresholds) -> list[Reco
                 # gained 5% and lost 24% for 30-50% promised)
                 queued = (k.memory_throughput_pct - t.memory_queue_pct) / (t.memory_full_pct - t.memory_queue_pct)
                 g *= min(1.0, max(0.0, queued))
-        r = report.roofline
-        if r is not None and r.peak_bandwidth and k.mean_ms:
-            moved_in = wasted * v.sector_bytes / r.peak_bandwidth / (k.mean_ms / 1e3)  # share of its time at peak
-            if moved_in < t.negligible_waste_share:
-                continue  # a few stray loads (a bias read in an accumulator's layout: 200 KB wasted in a 0.66 ms
-                # conv fed by TMA) waste half their sectors and cost nothing (promised 12%, realized 1%)
         gain += share * g
         hits.append(k.name)
         evidence += [

@@ -65,7 +65,7 @@ def _mma_serialized(report: ProfileReport, t: SerializedThresholds) -> list[Reco
         ]
     if not hits:
         return []
-    why = [n for n in report.notes if "serialized" in n]
+    why = [n for n in report.notes if n.startswith(tuple(f"{name}: ptxas serialized" for name in hits))]
     return [
         recommendation(
             rule="mma_serialized",

@@ -13,7 +13,6 @@ split_once's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
 
 from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import busiest_tensor_pipe, is_gather_fed_conv, is_tensor_gemm, multi_term
@@ -28,7 +27,7 @@ from kforge_mcp.advice.rules.base import (
     recommendation,
 )
 from kforge_mcp.core.schemas import Roofline
-from kforge_mcp.judge.roofline import dtype_bytes, lookup_peaks
+from kforge_mcp.judge.roofline import input_pass_bytes, lookup_peaks
 from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommendation
 
@@ -38,7 +37,6 @@ class SplitThresholds:
     convert_min_pct: float = 10.0  # the conversion pipe this busy in a tensor-core kernel is the split's work
     convert_vs_tensor: float = 0.5  # ... and at least half as busy as its tensor pipe (a kernel that splits once
     # outside its loop: 0% on the H100; three that split inside: 20-32% against a tensor pipe of 10-26%)
-    split_passes: int = 2  # a pass of its own reads the input once and writes its parts once (the same bytes)
     copy_fed_pct: float = 0.1  # the copy pipe above this: TMA loads its operands (the step-3 convolutions of the
     # H100 trajectories: 0.43-0.94%; kernels with no TMA read 0.0)
 
@@ -143,8 +141,7 @@ def _split_once(report: ProfileReport, t: SplitThresholds) -> list[Recommendatio
     c = max(r.convs, key=lambda x: x.flops) if r.convs else None
     pass_ms = 0.0
     if c is not None and r.peak_bandwidth:
-        pass_bytes = t.split_passes * c.batch * c.c_in * prod(c.in_spatial) * dtype_bytes(r.dtype)
-        pass_ms = pass_bytes / r.peak_bandwidth * 1e3
+        pass_ms = input_pass_bytes(c, r.dtype) / r.peak_bandwidth * 1e3
         total_ms = r.measured_ms or report.device_ms_per_forward or 0.0
         if total_ms > 0:
             gain -= pass_ms / total_ms

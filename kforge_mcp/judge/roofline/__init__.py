@@ -33,7 +33,15 @@ from kforge_mcp.judge.roofline.bound import (
     with_lever,
     with_measured,
 )
-from kforge_mcp.judge.roofline.conv import compute_flops, conv_gemm, conv_label, conv_shape, mma_granules, problem_kind
+from kforge_mcp.judge.roofline.conv import (
+    compute_flops,
+    conv_gemm,
+    conv_label,
+    conv_shape,
+    input_pass_bytes,
+    mma_granules,
+    problem_kind,
+)
 from kforge_mcp.judge.roofline.counting import Counts, convolution, count_problem, count_reference, meta_reference
 from kforge_mcp.judge.roofline.paths import (
     MEASURED_ONLY,
@@ -66,6 +74,7 @@ __all__ = [
     "count_problem",
     "count_reference",
     "dtype_bytes",
+    "input_pass_bytes",
     "dtype_key",
     "fastest",
     "from_measured",

@@ -8,6 +8,7 @@ import math
 
 from kforge_mcp.core.schemas import Convolution
 from kforge_mcp.judge.precision_paths import PATH_SPECS
+from kforge_mcp.judge.roofline.paths import dtype_bytes
 from kforge_mcp.platforms.base import Peaks
 
 
@@ -34,6 +35,12 @@ def stride_phases(extent: int, k: int, s: int, p: int, d: int) -> list[tuple[int
         if taps:
             out.append((len(range(r, extent, s)), taps))
     return out
+
+
+def input_pass_bytes(c: Convolution, dtype: str) -> float:
+    """Bytes of one pass over a convolution's input that reads it once and writes it once (a channels-last
+    re-layout, or its split into the parts of a multi-term path: the same bytes)."""
+    return 2.0 * c.batch * c.c_in * math.prod(c.in_spatial) * dtype_bytes(dtype)
 
 
 def conv_gemm(c: Convolution, gk: int = 1, gn: int = 1) -> Convolution:
