@@ -278,6 +278,24 @@ def test_a_measurement_still_running_leaves_the_rounding_bound_and_says_so(engin
     assert "still being measured" in report.sol_path
 
 
+def test_verifies_sharing_a_running_measurement_wait_for_it_once_in_all(tmp_path):
+    """An edit loop while a slow measurement runs: the first verify waits up to VERIFY_PATHS_WAIT_S, the next
+    ones not at all; a measurement of another problem has its own wait."""
+    from concurrent.futures import Future
+
+    from kforge_mcp.engine.paths import VERIFY_PATHS_WAIT_S, ComputePaths
+
+    paths, running, other = ComputePaths(tmp_path, executor=None), Future(), Future()
+    far = time.perf_counter() + 600
+    first = paths.verify_deadline(running, far) - time.perf_counter()
+    assert VERIFY_PATHS_WAIT_S - 0.1 < first <= VERIFY_PATHS_WAIT_S
+    assert paths.verify_deadline(running, far) <= time.perf_counter()  # nothing left to wait
+    assert paths.verify_deadline(other, far) - time.perf_counter() > VERIFY_PATHS_WAIT_S - 0.1
+    near = Future()  # a call with 0.5 s left waits only that, and leaves the rest to the next
+    assert paths.verify_deadline(near, time.perf_counter() + 0.5) - time.perf_counter() <= 0.5
+    assert paths.verify_deadline(near, far) - time.perf_counter() > VERIFY_PATHS_WAIT_S - 0.6
+
+
 @pytest.mark.slow
 def test_a_large_convolution_is_measured_on_a_reduced_instance_within_the_caps(tmp_path):
     engine = Engine(home=tmp_path / "home", memory_limit_mb=4096)  # a worker over 4 GiB is killed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -20,8 +21,9 @@ from kforge_mcp.runtime.executor import Executor
 from kforge_mcp.runtime.pool import WorkerFailure
 
 PATHS_WAIT_S = 30.0  # a finished profile waits this long at most for the paths' measurement
-# a finished verify waits this long at most: its verdict does not depend on them, only the bound's path does, and
-# a first verify should not wait on its own side work (the measurement goes on and serves the next call)
+# the verifies sharing one measurement wait this long at most in all: their verdicts do not depend on it, only
+# the bound's path does, and a first verify should not wait on its own side work (the measurement goes on and
+# serves the next call)
 VERIFY_PATHS_WAIT_S = 2.0
 Tolerance = tuple[str | None, float | None, float | None]  # (precision, atol, rtol) as the call gave them
 
@@ -33,6 +35,7 @@ class ComputePaths:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._running: dict[tuple, Future[MeasuredPaths]] = {}  # (problem, precision, atol, rtol) -> its measurement
+        self._promised: weakref.WeakKeyDictionary[Future, float] = weakref.WeakKeyDictionary()  # waits given so far
 
     def measured(self, problem: Source, tolerance: Tolerance, timeout_s: float) -> MeasuredPaths:
         """Each compute path's max error on the problem's own inputs at the tolerance verify judges it at for
@@ -69,6 +72,18 @@ class ComputePaths:
             if same not in self._running:
                 self._running[same] = self._pool.submit(self.measured, problem, tolerance, timeout_s)
             return self._running[same]
+
+    def verify_deadline(self, measurement: Future[MeasuredPaths], call_deadline: float) -> float:
+        """How long a finished verify waits for ``measurement``: what is left of VERIFY_PATHS_WAIT_S over every
+        verify that shares it. The first verify of a problem waits a little for a measured bound; the next ones,
+        an agent's edit loop while a slow measurement runs, take it only once done instead of paying the wait
+        again on every call."""
+        now = time.perf_counter()
+        with self._lock:
+            given = self._promised.get(measurement, 0.0)
+            left = max(0.0, min(VERIFY_PATHS_WAIT_S - given, call_deadline - now))
+            self._promised[measurement] = given + left
+        return now + left
 
     @staticmethod
     def deadline(call_deadline: float, wait_s: float = PATHS_WAIT_S) -> float:

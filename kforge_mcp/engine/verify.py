@@ -11,7 +11,7 @@ from kforge_mcp.core.options import VerifyCall
 from kforge_mcp.core.requests import InternalFailure, VerifyRequest
 from kforge_mcp.core.schemas import VerifyReport
 from kforge_mcp.engine.parts import EngineParts, Progress
-from kforge_mcp.engine.paths import VERIFY_PATHS_WAIT_S, ComputePaths
+from kforge_mcp.engine.paths import ComputePaths
 from kforge_mcp.engine.replies import failure_diagnostic, failure_errors, report_of
 from kforge_mcp.judge.pipeline import head_start_one
 from kforge_mcp.judge.precision_paths import MeasuredPaths
@@ -54,7 +54,7 @@ def verify(
     report.node = reply.node  # where a cluster executor ran it
     if paths is not None and report.sol_ms is not None and report.timing is not None:
         waited = time.perf_counter()
-        bound_from_paths(report, paths, ComputePaths.deadline(started + call.timeout_s, VERIFY_PATHS_WAIT_S))
+        bound_from_paths(report, paths, parts.paths.verify_deadline(paths, started + call.timeout_s))
         report.phases["paths_wait"] = round(time.perf_counter() - waited, 4)
     return report
 
