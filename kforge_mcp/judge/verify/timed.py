@@ -26,7 +26,7 @@ HOST_BOUND_MS = 0.02  # below this a GPU call is dominated by Python and the lau
 class TimedCalls(VerifierFindings):
     def draw_timing_inputs(self) -> None:
         """The first timed call's inputs, drawn on the device; their shapes key the kept baseline timings."""
-        self.timing_inputs = self.inputs(TIMING_SEED_BASE, on_device=True)
+        self.timing_inputs = self.inputs(TIMING_SEED_BASE)
         self.timing_shapes = describe_inputs(self.timing_inputs)
 
     def time_all(self) -> Timing:
@@ -125,7 +125,7 @@ class TimedCalls(VerifierFindings):
         fingerprint of its input is never asked for again, and one remembered by address alone is
         stale: the checks of timed calls find it. ``fresh_timing_inputs: false`` (for before/after
         measurements only) feeds one set over and over, as timing did before."""
-        draw = draw or (lambda n: self.inputs(TIMING_SEED_BASE + n, on_device=True))  # n: the call's number
+        draw = draw or (lambda n: self.inputs(TIMING_SEED_BASE + n))  # n: the call's number
         slots = [draw(i) for i in range(TIMING_SLOTS)]
         if not self.req.fresh_timing_inputs:
             return lambda: slots[0]
