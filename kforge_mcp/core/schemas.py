@@ -246,8 +246,8 @@ class VerifyReport(JobAware):
     rtol: float | None = Field(None, description="the relative tolerance that judged it")
     reference_math: str | None = Field(
         None,
-        description="the math the judging reference ran at: TF32 and reduced-precision reductions off for fp32 "
-        "(e.g. 'matmul ieee, conv ieee, rnn ieee'), TF32 on for precision tf32",
+        description="the math the judging reference ran at: TF32 and reduced-precision reductions off at every "
+        "precision (e.g. 'matmul ieee, conv ieee, rnn ieee'); precision tf32 loosens the tolerance only",
     )
     baseline_math: str | None = Field(
         None, description="the math eager and torch.compile were timed at: torch's defaults, as users run them"

@@ -60,7 +60,7 @@ class Verifier(CorrectnessTrials, TimedCalls):
 
         self.guard = DeviceGuard(self.device)  # before any of the candidate's code, its import included
         timers = guards.timer_snapshot()
-        self.flags = precision.MathFlags(self.judge.precision, self.device)
+        self.flags = precision.MathFlags(self.device)
         self.progress("loading candidate")
         try:
             with self.phase("load"):
