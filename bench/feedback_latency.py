@@ -8,7 +8,8 @@ warm-up at start, ``KFORGE_GPU_WARMUP=off``), a fresh server on a fresh home:
     kernel edit, after a host edit), compile of the edited source, Triton verify (first, warm)
 
 ``--think-s N`` waits N s after list_targets, as an agent writing its first kernel does; ``--cold-only``
-stops after the cold CUDA verify. Wall seconds per call as the client sees them (a call that outlives its wait_s is followed with
+stops after the cold CUDA verify; ``--first triton`` runs only Triton verifies (the first, then two warm), of
+``--triton-problem`` / ``--triton-candidate`` where given. Wall seconds per call as the client sees them (a call that outlives its wait_s is followed with
 job_result until done). Prints a markdown table and writes JSON.
 
     python bench/feedback_latency.py --out bench/results/feedback-latency/h100.json
@@ -78,14 +79,23 @@ def summary(out: dict) -> str:
 
 
 async def one_setting(
-    name: str, extra_env: dict, triton: bool = True, think_s: float = 0, cold_only: bool = False, first: str = "cuda"
+    name: str,
+    extra_env: dict,
+    triton: bool = True,
+    think_s: float = 0,
+    cold_only: bool = False,
+    first: str = "cuda",
+    triton_case: tuple[str, str] | None = None,
 ) -> list[dict]:
     home = tempfile.mkdtemp(prefix=f"kforge-latency-{name}-")
     env = {**os.environ, "KFORGE_HOME": home, **extra_env}
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "kforge_mcp.cli", "serve", "--allow-dir", str(ROOT)], env=env, cwd=str(ROOT)
     )
-    problem = str(EX / "problems/fused_bias_gelu.py")
+    cuda_problem = triton_problem = str(EX / "problems/fused_bias_gelu.py")
+    triton_path = str(EX / "candidates/fused_bias_gelu/triton.py")
+    if triton_case:  # another problem for the Triton steps (a Level 2 GEMM, say)
+        triton_problem, triton_path = triton_case
     cuda = (EX / "candidates/fused_bias_gelu/cuda.py").read_text()
     rows = []
     t0 = time.perf_counter()
@@ -108,21 +118,22 @@ async def one_setting(
                 ("compile of the edited source", "compile", {"source": host, "target": "cuda", "arch": "sm_90a"}),
             ]
         if first == "triton":  # a fresh home's first verify is a Triton one: no build, only the baselines
-            triton_path = str(EX / "candidates/fused_bias_gelu/triton.py")
             steps = [("Triton verify, fresh home", "verify", {"candidate": triton_path, "target": "triton"})]
+            steps += [
+                (f"Triton verify, warm ({i + 1})", "verify", {"candidate": triton_path, "target": "triton"})
+                for i in range(2)
+            ]
         elif cold_only:
             steps = steps[:1]
         elif triton:  # the build path does not touch Triton: 'stock' leaves these out to save GPU time
-            path = str(EX / "candidates/fused_bias_gelu/triton.py")
+            steps += [("Triton verify, first", "verify", {"candidate": triton_path, "target": "triton"})]
             steps += [
-                ("Triton verify, first", "verify", {"candidate": path, "target": "triton"}),
-            ]
-            steps += [
-                (f"Triton verify, warm ({i + 1})", "verify", {"candidate": path, "target": "triton"}) for i in range(3)
+                (f"Triton verify, warm ({i + 1})", "verify", {"candidate": triton_path, "target": "triton"})
+                for i in range(3)
             ]
         for label, tool, args in steps:
             if tool == "verify":
-                args = {"problem": problem, **args}
+                args = {"problem": triton_problem if args["target"] == "triton" else cuda_problem, **args}
             timeline: list = []
             seconds, out = await call(client, tool, args, timeline)
             rows.append({"step": label, "seconds": seconds, "result": summary(out), "timeline": timeline})
@@ -133,7 +144,7 @@ async def one_setting(
             waited = wait_pch(Path(home), limit_s=120)
             waited = round(waited, 1) if waited is not None else None
             label = "CUDA verify after another host edit, headers precompiled"
-            edited = {"problem": problem, "candidate": host.replace(*HOST_EDIT_2), "target": "cuda"}
+            edited = {"problem": cuda_problem, "candidate": host.replace(*HOST_EDIT_2), "target": "cuda"}
             seconds, out = await call(client, "verify", edited)
             rows.append({"step": label, "seconds": seconds, "result": summary(out), "waited_for_headers_s": waited})
             rows[-1].update(worker_s=out.get("seconds"), phases=out.get("phases"))
@@ -167,7 +178,9 @@ def main() -> None:
     ap.add_argument("--skip-triton", action="store_true", help="leave out the Triton steps (slow on a CPU)")
     ap.add_argument("--think-s", type=float, default=0, help="seconds between list_targets and the first verify")
     ap.add_argument("--cold-only", action="store_true", help="stop after the first (cold) CUDA verify")
-    ap.add_argument("--first", choices=("cuda", "triton"), default="cuda", help="triton: only a Triton verify, first")
+    ap.add_argument("--first", choices=("cuda", "triton"), default="cuda", help="triton: only Triton verifies, first")
+    ap.add_argument("--triton-problem", help="the Triton steps' problem (default: examples' fused_bias_gelu)")
+    ap.add_argument("--triton-candidate", help="the Triton steps' candidate, with --triton-problem")
     args = ap.parse_args()
     # no-warmup: the server does not warm torch.compile on its first GPU at start (KFORGE_GPU_WARMUP=off)
     envs = {"stock": {"KFORGE_CUDA_BUILD": "stock"}, "default": {}, "no-warmup": {"KFORGE_GPU_WARMUP": "off"}}
@@ -178,7 +191,14 @@ def main() -> None:
         triton = name != "stock" and not args.skip_triton
         runs[name] = runs.get(name, 0) + 1
         key = name if runs[name] == 1 else f"{name} ({runs[name]})"
-        results[key] = asyncio.run(one_setting(name, envs[name], triton, args.think_s, args.cold_only, args.first))
+        case = (
+            (str(Path(args.triton_problem).resolve()), str(Path(args.triton_candidate).resolve()))
+            if args.triton_problem
+            else None
+        )
+        results[key] = asyncio.run(
+            one_setting(name, envs[name], triton, args.think_s, args.cold_only, args.first, case)
+        )
         Path(args.out).write_text(json.dumps(results, indent=1))
     print(table(results))
     Path(args.out).with_suffix(".md").write_text(table(results) + "\n")
