@@ -164,6 +164,23 @@ def test_batch_builds_ahead_on_cpu_workers(tmp_path):
     assert all(cuda_build(r)["reused"] == ["extension"] for r in reports), (messages, [cuda_build(r) for r in reports])
 
 
+def test_a_source_built_ahead_once_is_not_built_ahead_again(tmp_path):
+    """The same CUDA source verified again on one server: its extension is in the build cache, so the second
+    verify starts no CPU worker's head start (which would only hold the build's lock while the GPU loads it)."""
+    engine = Engine(home=tmp_path)
+    src = open(example("fused_bias_gelu", "cuda")).read().replace("threads = 256", "threads = 128")
+    try:
+        said: list[list[str]] = [[], []]
+        reports = [
+            engine.verify(problem("fused_bias_gelu"), src, target="cuda", on_progress=said[i].append) for i in (0, 1)
+        ]
+    finally:
+        engine.close()
+    assert [r.verdict for r in reports] == ["pass", "pass"], [r.errors for r in reports]
+    assert not any("built on a CPU worker" in m for m in said[1]), said[1]
+    assert cuda_build(reports[1])["reused"] == ["extension"], cuda_build(reports[1])
+
+
 def test_the_gpu_warm_up_leaves_a_worker_whose_compiled_baseline_still_judges(tmp_path):
     """The server's warm-up job (torch.compile on a tiny function of its own) runs on the GPU lane, and the
     verify after it compiles and times the problem's own reference as its compiled baseline."""

@@ -31,6 +31,7 @@ class Lanes(Protocol):
     """What the pipeline needs of an engine: its executor, the lane a verify runs on, a source resolved."""
 
     executor: Executor
+    prebuilt: set[tuple[str, str, str]]  # (target, lane, source digest) of the head starts started
 
     def lane_for(self, target: str, device: str | None) -> str: ...
 
@@ -116,7 +117,11 @@ def start_prebuilds(
 
 
 def prebuild(engine: Lanes, todo: list[Ahead], on_progress: Progress, cancel: threading.Event | None) -> Prebuilds:
-    """Each candidate of ``todo`` built on a CPU worker for its lane, as many at once as the compile lane has."""
+    """Each candidate of ``todo`` built on a CPU worker for its lane, as many at once as the compile lane has; one
+    this server built ahead before is left out: its extension is in the build cache (or its error is the same),
+    and a head start that finds it there only holds the build's lock while the GPU worker waits to load it."""
+    todo = [t for t in todo if (t[1], t[2], t[3].digest) not in engine.prebuilt]
+    engine.prebuilt.update((t[1], t[2], t[3].digest) for t in todo)  # built or refused, it would be again
     pool = ThreadPoolExecutor(max_workers=engine.executor.slots("compile"), thread_name_prefix="kforge-prebuild")
 
     def one(i: int, target: str, device: str, source) -> None:

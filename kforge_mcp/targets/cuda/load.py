@@ -198,7 +198,8 @@ def load_candidate(
         with torch_cuda_arch_list(f"{major}.{minor}{'a' if major >= 9 else ''}"):
             started = time.perf_counter()
             try:
-                with FileLock(str(build_dir) + ".lock", timeout=1800):
+                # polled every 10 ms, not filelock's 50: a build found in the cache waits for the lock, not the poll
+                with FileLock(str(build_dir) + ".lock").acquire(timeout=1800, poll_interval=0.01):
                     module, info = split_build(
                         real,
                         name,
