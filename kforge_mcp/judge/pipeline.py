@@ -32,6 +32,7 @@ class Lanes(Protocol):
 
     executor: Executor
     prebuilt: set[tuple[str, str, str]]  # (target, lane, source digest) of the head starts started
+    baselines_kept: set[str]  # the baselines jobs done: their timings are kept in the lane's worker and on disk
 
     def lane_for(self, target: str, device: str | None) -> str: ...
 
@@ -67,14 +68,30 @@ def worth_a_head_start(target: str, lane: str) -> bool:
 def warm_baselines(engine: Lanes, request: BaselinesRequest, on_progress: Progress, cancel) -> None:
     """The ``baselines`` job on the verify's lane: it compiles the reference and times the baselines
     while the candidate builds on a CPU worker. A head start only: the verify does it itself if
-    this fails."""
-    if not request.baselines:
+    this fails. Once per problem and judging options on a server: a second one only built the reference
+    and drew inputs on the GPU worker, ahead of every verify, to find the timings kept."""
+    # what the kept timings are keyed by (judge/baselines.py), less what the worker derives from these
+    key = request.model_dump_json(
+        include={
+            "problem",
+            "device",
+            "precision",
+            "atol",
+            "rtol",
+            "baselines",
+            "timing_budget_s",
+            "fresh_timing_inputs",
+        }
+    )
+    if not request.baselines or key in engine.baselines_kept:  # a verify of the same problem again: nothing to do
         return
     started = time.perf_counter()
     try:
         reply = engine.executor.run(request.device, request, timeout_s=BASELINE_TIMEOUT_S, cancel=cancel)
     except Exception:  # noqa: BLE001  (the verify compiles and times the baselines itself)
         return
+    if isinstance(reply, Done):
+        engine.baselines_kept.add(key)
     if on_progress and isinstance(reply, Done) and not reply.value.get("kept_already"):
         on_progress(
             f"baselines ({', '.join(reply.value.get('baselines', []))}) compiled and timed on the GPU "
