@@ -173,8 +173,10 @@ def load_candidate(
             json.dumps(
                 {
                     "name": name,
-                    "cpp": cpp_src,
-                    "cuda": cuda_src,
+                    # the file's name in the #line directives left out: the same text under another name (an
+                    # agent's copy, a new path) loads the extension built for it instead of linking it again
+                    "cpp": shared_names(cpp_src, source.name),
+                    "cuda": shared_names(cuda_src, source.name),
                     "functions": functions,
                     "flags": flags,
                     "cflags": kwargs.get("extra_cflags"),
