@@ -148,12 +148,14 @@ def test_every_source_builds_on_the_split_path_and_compile_accepts_it(entry, ext
 def test_the_same_text_under_another_name_shares_its_build(extension_cache, tmp_path):
     """An agent's copy of a source, or the same file at a new path: one extension, built once (the name is only
     in the #line directives, which the build shares under one name)."""
+    from kforge_mcp.targets.cuda.build import extension_cache_dir
+
     entry = next(e for e in CORPUS if e["candidate"] == "kernelbench_add.py")
     text = (CORPUS_DIR / entry["candidate"]).read_text()
     real_build(Source(text=text, name="first_try.py"), tmp_path / "a")
     again = real_build(Source(text=text, name=str(tmp_path / "copies" / "second_try.py")), tmp_path / "b")
     assert again[0].compiled == {} and set(again[0].reused) == {"main", "host", "device"}, again
-    built = [d for d in Path(extension_cache).iterdir() if d.is_dir() and d.name.startswith("elementwise_add-")]
+    built = [d for d in extension_cache_dir().iterdir() if d.is_dir() and d.name.startswith("elementwise_add-")]
     assert len(built) == 1, built
 
 
