@@ -183,3 +183,30 @@ def test_timing_stops_once_the_speedup_is_known_and_not_before():
     assert steady_stats["candidate"].samples <= 40 and len(steady_kept) == 4  # stopped after 2 of 5 rounds
     noisy_stats, _, noisy_kept = timed(Noisy(1.0, 3.0, 1), Noisy(2.0, 6.0, 2))
     assert noisy_stats["candidate"].samples >= 99 and len(noisy_kept) == 4  # every round (of about 100 calls)
+
+
+def test_the_compile_ahead_leaves_the_judged_reference_s_buffers_alone(monkeypatch):
+    """torch.compile of the reference starts beside the trials and runs it once; a training-mode BatchNorm's
+    forward updates its running statistics, which the first trial compares with the candidate's. The compile
+    runs a copy that shares the parameters and keeps its own buffers. (dynamo's own eager backend here: the
+    subject is what the compile thread runs, not inductor's code.)"""
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model: real_compile(model, backend="eager"))
+    reference = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).train()
+    v = types.SimpleNamespace(
+        req=types.SimpleNamespace(baselines=["eager", "compiled"], fresh_timing_inputs=True),
+        cache=baselines.BaselineCache(),
+        problem=types.SimpleNamespace(source=types.SimpleNamespace(digest="conv-bn")),
+        device="cpu",
+        device_name="cpu",
+        judge=types.SimpleNamespace(dtype=None),
+        timing_shapes=[(2, 3, 8, 8)],
+        reference=reference,
+    )
+    before = {n: b.clone() for n, b in reference.named_buffers()}
+    baselines.start_compile(v, [torch.randn(2, 3, 8, 8)])
+    v.cache.settled()
+    (compiled,) = v.cache.compiled.values()
+    assert all(torch.equal(before[n], b) for n, b in reference.named_buffers()), "the reference's buffers moved"
+    assert int(compiled._orig_mod[1].num_batches_tracked) == 1  # the copy ran, once
+    assert compiled._orig_mod[0].weight is reference[0].weight  # the parameters are shared, not copied

@@ -13,7 +13,7 @@ stand for, and every callable is timed again, interleaved. A baseline whose timi
 unless that happens.
 
 Where nothing is kept, torch.compile starts on a thread of its own as soon as the reference is built
-(start_compile), while the candidate is checked for correctness: it is mostly host work (tracing, code
+(start_compile), on a copy with its own buffers, while the candidate is checked for correctness: it is mostly host work (tracing, code
 generation, compiler processes), and the trials are not timed. Nothing is timed while a compile runs
 (``settled``), in this verify or the next job of the worker.
 
@@ -139,8 +139,10 @@ def start_compile(v, inputs: list) -> None:
         return
     if v.cache.get(timing_key(v, wanted_names(v))) is not None:
         return
+    reference = with_own_buffers(v.reference)
+    if reference is None:  # compiled after the trials instead (compiled_baseline)
+        return
     future: Future = Future()
-    reference = v.reference
 
     def compile_now() -> None:
         started = _perf_counter()
@@ -155,6 +157,19 @@ def start_compile(v, inputs: list) -> None:
 
     v.cache.compiling[key] = future
     threading.Thread(target=compile_now, name="kforge-baseline-compile", daemon=True).start()
+
+
+def with_own_buffers(model):
+    """``model`` with its parameters shared and its buffers its own (None where it cannot be copied). The compile
+    ahead runs its forward beside the trials, and a training-mode BatchNorm's forward updates its running
+    statistics: run on the judged reference itself, a compile that finished during the first trial advanced them
+    twice there, and that trial compares them with the candidate's (``buffers_differ`` on an honest kernel)."""
+    import copy
+
+    try:
+        return copy.deepcopy(model, {id(p): p for p in model.parameters()})
+    except Exception:  # noqa: BLE001  (a module that cannot be copied)
+        return None
 
 
 def compiled_baseline(v, inputs: list) -> Callable | None:
