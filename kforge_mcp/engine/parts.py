@@ -64,7 +64,7 @@ class EngineParts:
         )
         self.compile_cache = CompileCache(self.home / "cache" / "compile")
         self.paths = ComputePaths(self.home, self.executor)
-        self.prebuilt: set[tuple[str, str, str]] = set()  # the CUDA head starts done (judge/pipeline.py)
+        self.prebuilt: set[tuple[str, str, str]] = set()  # the CUDA head starts started (judge/pipeline.py)
         self.baselines_kept: set[str] = set()  # the baselines jobs done (judge/pipeline.py)
         # a cluster's probe lists its live nodes: never answered from this machine's kept probe
         self.targets = KnownTargets(self.home, self._probe, kept=self.executor.name == "local")

@@ -65,24 +65,21 @@ def worth_a_head_start(target: str, lane: str) -> bool:
     return known is not None and known.builds_ahead and lane.startswith("cuda")
 
 
+JUDGING = {"precision", "atol", "rtol", "baselines", "timing_budget_s"}  # a call's options its baselines depend on
+
+
+def baselines_key(request: BaselinesRequest) -> str:
+    """One baselines job's identity: what the kept timings are keyed by (judge/baselines.py), less what the
+    worker derives from these."""
+    return request.model_dump_json(include={"problem", "device", "fresh_timing_inputs", *JUDGING})
+
+
 def warm_baselines(engine: Lanes, request: BaselinesRequest, on_progress: Progress, cancel) -> None:
     """The ``baselines`` job on the verify's lane: it compiles the reference and times the baselines
     while the candidate builds on a CPU worker. A head start only: the verify does it itself if
     this fails. Once per problem and judging options on a server: a second one only built the reference
     and drew inputs on the GPU worker, ahead of every verify, to find the timings kept."""
-    # what the kept timings are keyed by (judge/baselines.py), less what the worker derives from these
-    key = request.model_dump_json(
-        include={
-            "problem",
-            "device",
-            "precision",
-            "atol",
-            "rtol",
-            "baselines",
-            "timing_budget_s",
-            "fresh_timing_inputs",
-        }
-    )
+    key = baselines_key(request)
     if not request.baselines or key in engine.baselines_kept:  # a verify of the same problem again: nothing to do
         return
     started = time.perf_counter()
@@ -138,7 +135,7 @@ def prebuild(engine: Lanes, todo: list[Ahead], on_progress: Progress, cancel: th
     this server built ahead before is left out: its extension is in the build cache (or its error is the same),
     and a head start that finds it there only holds the build's lock while the GPU worker waits to load it."""
     todo = [t for t in todo if (t[1], t[2], t[3].digest) not in engine.prebuilt]
-    engine.prebuilt.update((t[1], t[2], t[3].digest) for t in todo)  # built or refused, it would be again
+    engine.prebuilt |= {(target, lane, source.digest) for _, target, lane, source in todo}  # built or refused alike
     pool = ThreadPoolExecutor(max_workers=engine.executor.slots("compile"), thread_name_prefix="kforge-prebuild")
 
     def one(i: int, target: str, device: str, source) -> None:
@@ -166,9 +163,9 @@ def warm_batch_baselines(engine: Lanes, calls: Mapping[int, VerifyCall], on_prog
     """One ``baselines`` job per distinct problem and judging options among a batch's calls built ahead."""
     seen = set()
     for i, target, lane, problem in items_worth_a_head_start(engine, calls, "problem"):
-        judging = calls[i].model_dump(include={"precision", "atol", "rtol", "baselines", "timing_budget_s"})
+        judging = calls[i].model_dump(include=JUDGING)
         request = BaselinesRequest(problem=problem, target=target, device=lane, **judging)
-        key = request.model_dump_json()
+        key = baselines_key(request)
         if key not in seen:
             seen.add(key)
             warm_baselines(engine, request, on_progress, cancel)
