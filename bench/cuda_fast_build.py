@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -195,7 +196,8 @@ def markdown(result: dict) -> str:
     lines = [
         f"# CUDA corpus builds ({result['label']})",
         "",
-        f"`{result['command']}`; {result['when']}; {result['machine']}.",
+        f"`{result['command']}`; {result['when']}; {result['machine']}; the kernels' nvcc steps "
+        f"{result.get('nvcc_steps', 'in-turn')} (`KFORGE_CUDA_NVCC_STEPS`).",
         "",
     ]
     if result.get("warm_up"):
@@ -234,7 +236,7 @@ def markdown(result: dict) -> str:
             e = edit["build"].get("compiled", {})
             lines.append(
                 f"| {name} | {'ok' if steps['compile']['ok'] else 'rejected'} {steps['compile']['seconds']:.1f} s "
-                f"| {path} | {units} | {cold['seconds']:.1f} s | {e.get('device', 0):.1f} s, {edit['seconds']:.1f} s "
+                f"| {path} | {units} | {cold['seconds']:.1f} s | {e.get('device', 0):.2f} s, {edit['seconds']:.2f} s "
                 f"| {again['seconds']:.1f} s |"
             )
         else:
@@ -243,6 +245,12 @@ def markdown(result: dict) -> str:
                 f"| {name} | {path} | {cold['verdict']} {cold['seconds']:.1f} s | {edit['verdict']} {edit['seconds']:.1f} s "
                 f"| {again['verdict']} {again['seconds']:.1f} s | {', '.join(f'{u} {s:.1f}' for u, s in c.items())} |"
             )
+    edits = [s["kernel_edit"]["seconds"] for s in result["sources"].values() if "kernel_edit" in s]
+    if edits:
+        lines += [
+            "",
+            f"Kernel edit, wall: median {statistics.median(edits):.2f} s, {min(edits):.2f}-{max(edits):.2f} s.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -281,6 +289,7 @@ def main() -> None:
         "when": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start",
         "pch": args.pch if args.compile_only else "as shipped (prewarmed at the probe)",
+        "nvcc_steps": os.environ.get("KFORGE_CUDA_NVCC_STEPS", "side-by-side"),
         "server": None if args.compile_only else args.server,
         "sources": {},
     }

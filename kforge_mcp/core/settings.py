@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     sandbox_cgroup: str | None = Field(None, description="set by the pool: the worker's pids cgroup")
     cuda_build: str = Field("split", description="CUDA load_inline builds: 'split' (reused parts, seconds) or 'stock'")
     cuda_pch: str = Field("on", description="precompile torch's headers for split CUDA builds: on or off")
+    cuda_nvcc_steps: str = Field(
+        "side-by-side", description="a split build's kernels: nvcc's host and device steps 'side-by-side' or 'in-turn'"
+    )
     gpu_warmup: str = Field(
         "on", description="a server warms torch.compile on its first GPU at start (the compiled baseline's fixed cost)"
     )
@@ -113,6 +116,11 @@ class Settings(BaseSettings):
     def cuda_pch_on(self) -> bool:
         """Split builds precompile torch's headers."""
         return self.cuda_pch.strip().lower() not in OFF
+
+    @property
+    def nvcc_side_by_side(self) -> bool:
+        """A split build runs the kernels' nvcc steps as targets/cuda/nvcc_steps.py runs them."""
+        return self.cuda_nvcc_steps.strip().lower() != "in-turn"
 
     @property
     def gpu_warmup_on(self) -> bool:

@@ -33,6 +33,7 @@ from filelock import FileLock, Timeout
 from kforge_mcp.core.process_env import child_environment
 from kforge_mcp.targets.cuda.build_cache import ObjectCache, Pch, digest, seal, sealed, start_detached, write_whole
 from kforge_mcp.targets.cuda.build_plan import Plan, plan_build, toolchain_id
+from kforge_mcp.targets.cuda.nvcc_steps import side_by_side
 from kforge_mcp.targets.cuda.preludes import (
     _EXTENSION_INCLUDE,
     FULL_BINDINGS_HEADER,
@@ -89,10 +90,17 @@ def pchs_for(plan: Plan, cache_root: Path, versions: tuple, names=tuple(PCH_PREL
 
 
 def build(
-    plan: Plan, module_name: str, out_dir: Path, cache_root: Path, use_pch: bool = True, link: bool = True
+    plan: Plan,
+    module_name: str,
+    out_dir: Path,
+    cache_root: Path,
+    use_pch: bool = True,
+    link: bool = True,
+    nvcc_side_by_side: bool = True,
 ) -> BuildInfo:
     """Compile what the caches lack, side by side, and link ``out_dir/<module_name>.so`` (``link=False``:
-    the objects only, as a machine without a CUDA build of torch can make them)."""
+    the objects only, as a machine without a CUDA build of torch can make them; ``nvcc_side_by_side``:
+    the device unit's nvcc steps run as nvcc_steps.py runs them)."""
     started = time.perf_counter()
     info = BuildInfo()
     try:
@@ -174,7 +182,9 @@ def build(
             found[unit] = hit
             info.reused.append(unit)
         else:
-            running[unit] = (_compile(cmd, work, work / f"{unit}.log"), time.perf_counter(), lock)
+            t0 = time.perf_counter()
+            steps = side_by_side(cmd, work / "device.cu") if unit == "device" and nvcc_side_by_side else None
+            running[unit] = (_compile(steps or cmd, work, work / f"{unit}.log"), t0, lock)
         return True
 
     failures: list[FastBuildError] = []
@@ -290,6 +300,7 @@ def load_split(
     pch: bool,
     import_module: bool = True,
     link: bool = True,
+    nvcc_side_by_side: bool = True,
 ):
     """The extension from the split build: (module, info), or (None, info) when the stock build must run
     (``link=False``: the units compiled, nothing linked or loaded). Raises FastBuildError when a unit
@@ -308,7 +319,9 @@ def load_split(
         return load(), BuildInfo(reused=["extension"], first_build=first)
     started = time.perf_counter()
     plan = plan_build(real_load_inline, module_name, cpp_src, cuda_src, functions, kwargs, build_dir / "plan")
-    info = build(plan, module_name, build_dir, build_dir.parent, use_pch=pch, link=link)
+    info = build(
+        plan, module_name, build_dir, build_dir.parent, use_pch=pch, link=link, nvcc_side_by_side=nvcc_side_by_side
+    )
     if info.path != "split" or not link:
         return None, info
     info.seconds = round(time.perf_counter() - started, 2)

@@ -97,6 +97,7 @@ def split_build(
             settings.cuda_pch_on,
             import_module,
             link,
+            settings.nvcc_side_by_side,
         )
     except FastBuildError as e:
         e.output = own_name(e.output, file)
