@@ -137,6 +137,8 @@ def test_every_source_builds_on_the_split_path_and_compile_accepts_it(entry, ext
     builds = real_build(candidate(entry), tmp_path / "build")
     assert [(b.path, b.fallback) for b in builds] == [("split", None)]
     assert set(builds[0].compiled) | set(builds[0].reused) == {"main", "host", "device"}
+    if "device" in builds[0].compiled:  # nvcc's steps as shipped: the host and device sides at once
+        assert builds[0].nvcc_steps == "side-by-side"
     (tmp_path / "compile").mkdir()
     report = CudaTarget(Settings.read()).compile(candidate(entry), "sm_90", None, tmp_path / "compile")
     assert report.ok, [d.message for d in report.diagnostics if d.severity == "error"]

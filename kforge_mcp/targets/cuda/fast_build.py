@@ -8,7 +8,8 @@ and links them as torch would:
   name is a hash of those), so kernel and host edits reuse it;
 - ``host.o``, the host functions (cuda_split.py) by the C++ compiler with torch's headers,
   through a precompiled lean header where one is ready;
-- ``device.o``, the kernels by nvcc without torch's headers (seconds).
+- ``device.o``, the kernels by nvcc without torch's headers (seconds), its host and device steps
+  side by side (nvcc_steps.py).
 
 Objects are cached by content, flags and toolchain versions under the extension cache
 (cuda_build_cache.py); one that fails its checksum is rebuilt. When the source
@@ -66,6 +67,7 @@ class BuildInfo:
     reused: list[str] = field(default_factory=list)
     pch: dict[str, str] = field(default_factory=dict)  # unit -> its precompiled header: used or building
     headers: dict[str, str] = field(default_factory=dict)  # unit -> the torch header it was compiled with
+    nvcc_steps: str | None = None  # the device unit compiled: its nvcc steps side-by-side or in-turn
     fallback: str | None = None
     first_build: dict | None = None  # a reused extension: how it was built (often ahead, by a CPU worker)
 
@@ -184,6 +186,8 @@ def build(
         else:
             t0 = time.perf_counter()
             steps = side_by_side(cmd, work / "device.cu") if unit == "device" and nvcc_side_by_side else None
+            if unit == "device":
+                info.nvcc_steps = "side-by-side" if steps else "in-turn"
             running[unit] = (_compile(steps or cmd, work, work / f"{unit}.log"), t0, lock)
         return True
 
