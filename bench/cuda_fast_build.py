@@ -49,7 +49,11 @@ def kernel_edit(text: str) -> str:
 def build_summary(findings: list) -> dict:
     build = next((f for f in findings if f.get("code") == "cuda_build"), None)
     ev = (build or {}).get("evidence", {})
-    return {k: ev[k] for k in ("path", "seconds", "compiled", "reused", "fallback", "pch", "first_build") if k in ev}
+    return {
+        k: ev[k]
+        for k in ("path", "seconds", "compiled", "reused", "fallback", "pch", "nvcc_steps", "first_build")
+        if k in ev
+    }
 
 
 class Server:
@@ -156,7 +160,11 @@ def cpu_source(entry: dict, pch: bool) -> dict:
             b = vars(builds[0]) if builds else {}
             steps[step] = {
                 "seconds": round(time.perf_counter() - t0, 2),
-                "build": {k: b[k] for k in ("path", "compiled", "reused", "fallback", "pch", "headers") if k in b},
+                "build": {
+                    k: b[k]
+                    for k in ("path", "compiled", "reused", "fallback", "pch", "headers", "nvcc_steps")
+                    if k in b
+                },
                 "error": error,
             }
             progress(
