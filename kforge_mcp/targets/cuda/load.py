@@ -72,8 +72,9 @@ def split_build(
     import_module=True,
     link=True,
 ):
-    """(module, info) from the split build; (None, info) sends the caller to the stock build.
-    A device-unit error located in the candidate's own code is the candidate's: raised at once."""
+    """(module, info) from the split build; (None, info) sends the caller to the stock build. ``cpp_src`` and
+    ``cuda_src`` carry SHARED_NAME in their #line directives (shared_names); ``file`` is the name given back in
+    compiler output. A device-unit error located in the candidate's own code is the candidate's: raised at once."""
     info = BuildInfo(path="stock")
     if not settings.split_cuda_builds:
         info.fallback = "split builds are off"
@@ -81,7 +82,6 @@ def split_build(
     if args or not kwargs.get("is_python_module", True):
         info.fallback = "load_inline arguments the split build does not take"
         return None, info
-    cpp_src, cuda_src = shared_names(cpp_src, file), shared_names(cuda_src, file)
     bind_key = hashlib.sha256(
         json.dumps([cpp_src, functions, kwargs, torch_versions()], sort_keys=True, default=str).encode()
     ).hexdigest()[:16]
@@ -170,14 +170,15 @@ def load_candidate(
         if any(CUTLASS_HEADER.search(p.text) for p in cuda) and cutlass_include_dir():
             includes.append(cutlass_include_dir())
             kwargs["extra_include_paths"] = includes
+        # the file's name in the #line directives left out: the same text under another name (an agent's copy, a
+        # new path) loads the extension built for it instead of linking it again, and shares the split's units
+        shared_cpp, shared_cuda = shared_names(cpp_src, source.name), shared_names(cuda_src, source.name)
         key = hashlib.sha256(
             json.dumps(
                 {
                     "name": name,
-                    # the file's name in the #line directives left out: the same text under another name (an
-                    # agent's copy, a new path) loads the extension built for it instead of linking it again
-                    "cpp": shared_names(cpp_src, source.name),
-                    "cuda": shared_names(cuda_src, source.name),
+                    "cpp": shared_cpp,
+                    "cuda": shared_cuda,
                     "functions": functions,
                     "flags": flags,
                     "cflags": kwargs.get("extra_cflags"),
@@ -206,8 +207,8 @@ def load_candidate(
                     module, info = split_build(
                         real,
                         name,
-                        cpp_src,
-                        cuda_src,
+                        shared_cpp,
+                        shared_cuda,
                         functions,
                         args,
                         kwargs,
