@@ -14,8 +14,8 @@ unless that happens.
 
 Where nothing is kept, torch.compile starts on a thread of its own as soon as the reference is built
 (start_compile), on a copy with its own buffers, while the candidate is checked for correctness: it is mostly
-host work (tracing, code generation, compiler processes), and the trials are not timed. Nothing is timed while a compile runs
-(``settled``), in this verify or the next job of the worker.
+host work (tracing, code generation, compiler processes), and the trials are not timed. Nothing is timed while a
+compile runs (``settled``), in this verify or the next job of the worker.
 
 The ``baselines`` worker job makes both ahead of a verify, while a CPU worker builds the candidate (pipeline.py).
 """

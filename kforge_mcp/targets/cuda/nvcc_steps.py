@@ -72,12 +72,11 @@ def side_by_side(cmd: list[str], source: Path) -> list[str] | None:
         return None
     cwd = source.parent
     keep = cwd / f"{source.stem}-steps"  # nvcc's intermediates, removed when the steps end
-    keep.mkdir(exist_ok=True)
-    found = nvcc_steps(cmd, cwd, keep)
+    found = nvcc_steps(cmd, cwd, keep)  # a dry run: the folder need not exist yet
     if found is None:
-        keep.rmdir()
         return None
     env, steps, id_file = found
+    keep.mkdir(exist_ok=True)
     id_file.write_text(module_id(source.read_bytes(), source.name.replace(".", "_")))
     host = [steps[0], steps[1].replace(GEN_MODULE_ID, "")]
     device = steps[2:6]
