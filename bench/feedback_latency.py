@@ -117,20 +117,19 @@ async def one_setting(
                 ("CUDA verify after a host (launch) edit", "verify", {"candidate": host, "target": "cuda"}),
                 ("compile of the edited source", "compile", {"source": host, "target": "cuda", "arch": "sm_90a"}),
             ]
-        if first == "triton":  # a fresh home's first verify is a Triton one: no build, only the baselines
-            steps = [("Triton verify, fresh home", "verify", {"candidate": triton_path, "target": "triton"})]
-            steps += [
-                (f"Triton verify, warm ({i + 1})", "verify", {"candidate": triton_path, "target": "triton"})
-                for i in range(2)
+        triton_verify = {"candidate": triton_path, "target": "triton"}
+
+        def triton_steps(first_label: str, warm: int) -> list:
+            return [(first_label, "verify", triton_verify)] + [
+                (f"Triton verify, warm ({i + 1})", "verify", triton_verify) for i in range(warm)
             ]
+
+        if first == "triton":  # a fresh home's first verify is a Triton one: no build, only the baselines
+            steps = triton_steps("Triton verify, fresh home", 2)
         elif cold_only:
             steps = steps[:1]
         elif triton:  # the build path does not touch Triton: 'stock' leaves these out to save GPU time
-            steps += [("Triton verify, first", "verify", {"candidate": triton_path, "target": "triton"})]
-            steps += [
-                (f"Triton verify, warm ({i + 1})", "verify", {"candidate": triton_path, "target": "triton"})
-                for i in range(3)
-            ]
+            steps += triton_steps("Triton verify, first", 3)
         for label, tool, args in steps:
             if tool == "verify":
                 args = {"problem": triton_problem if args["target"] == "triton" else cuda_problem, **args}
@@ -185,17 +184,17 @@ def main() -> None:
     # no-warmup: the server does not warm torch.compile on its first GPU at start (KFORGE_GPU_WARMUP=off)
     envs = {"stock": {"KFORGE_CUDA_BUILD": "stock"}, "default": {}, "no-warmup": {"KFORGE_GPU_WARMUP": "off"}}
     envs["one-compile-thread"] = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}  # inductor compiles in the GPU worker itself
+    case = (
+        (str(Path(args.triton_problem).resolve()), str(Path(args.triton_candidate).resolve()))
+        if args.triton_problem
+        else None
+    )
     results = {}
     runs: dict[str, int] = {}  # a setting named again is run again, kept as "name (2)", ...
     for name in args.settings.split(","):
         triton = name != "stock" and not args.skip_triton
         runs[name] = runs.get(name, 0) + 1
         key = name if runs[name] == 1 else f"{name} ({runs[name]})"
-        case = (
-            (str(Path(args.triton_problem).resolve()), str(Path(args.triton_candidate).resolve()))
-            if args.triton_problem
-            else None
-        )
         results[key] = asyncio.run(
             one_setting(name, envs[name], triton, args.think_s, args.cold_only, args.first, case)
         )
