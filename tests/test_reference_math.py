@@ -1,7 +1,7 @@
 """The reference that judges is the truth: torch's reduced-precision switches (cuDNN's TF32 convolutions on by
 default on a GPU, oneDNN's on a CPU) are off while it runs, at every precision (tf32 loosens the tolerance, it
-does not round the reference); the baselines are timed at the switches as the process had them; a reference that torch's
-defaults move past the tolerance is named."""
+does not round the reference); the baselines are timed at the switches as the process had them; a reference
+that torch's defaults move past the tolerance is named."""
 
 from __future__ import annotations
 
