@@ -355,3 +355,38 @@ def test_a_host_unit_that_passed_its_check_is_not_compiled_again(tmp_path, monke
     assert fb.check_host(plans[0], tmp_path / "cache", use_pch=False) == (True, "")
     assert fb.check_host(plans[1], tmp_path / "cache", use_pch=False) == (True, "")  # only the kernel changed
     assert len(compiles) == 1 and "-fsyntax-only" in compiles[0]
+
+
+def test_two_versions_of_an_extension_under_one_module_name_each_import_their_own(tmp_path):
+    """Real pybind11 (torch's) and the real import: a kernel edit keeps the module name (the bindings are
+    reused), and pybind11 3 hands back the module first created under a name, so the edited extension,
+    imported by torch's helper where the first one was, runs the first one's code; import_extension gives
+    each its own module."""
+    import sysconfig
+
+    from torch.utils.cpp_extension import _import_module_from_library, include_paths
+
+    from kforge_mcp.targets.cuda.fast_build import import_extension
+
+    (tmp_path / "main.cpp").write_text(
+        "#include <pybind11/pybind11.h>\nint kforge_kernel();\n"
+        'PYBIND11_MODULE(kforge_same_name, m) { m.def("run", &kforge_kernel); }\n'
+    )
+    includes = ["-isystem", include_paths()[0], "-isystem", sysconfig.get_paths()["include"]]
+    subprocess.run(
+        ["g++", "-O0", "-fPIC", "-std=c++17", *includes, "-c", "main.cpp", "-o", "main.o"], cwd=tmp_path, check=True
+    )
+    paths = []
+    for version in (1, 2):
+        folder = tmp_path / f"kforge_same_name-{version}"
+        folder.mkdir()
+        (folder / "kernel.cpp").write_text(f"int kforge_kernel() {{ return {version}; }}\n")
+        subprocess.run(["g++", "-fPIC", "-c", "kernel.cpp", "-o", "kernel.o"], cwd=folder, check=True)
+        link = ["g++", "-shared", str(tmp_path / "main.o"), "kernel.o", "-o", "kforge_same_name.so"]
+        subprocess.run(link, cwd=folder, check=True)
+        paths.append(folder / "kforge_same_name.so")
+    own = [import_extension(p) for p in paths]
+    assert [m.run() for m in own] == [1, 2]
+    assert own[1].__name__ == "kforge_kforge_same_name_2.kforge_same_name"
+    by_name = [_import_module_from_library("kforge_same_name", str(p.parent), True) for p in paths]
+    assert by_name[0].run() == 1 and by_name[1].run() in (1, 2)  # 1 where pybind11 caches modules by name

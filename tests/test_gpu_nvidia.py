@@ -137,6 +137,28 @@ def test_split_and_stock_builds_give_the_same_outputs(tmp_path, monkeypatch):
     assert torch.equal(outs["split"], outs["stock"])
 
 
+def test_two_versions_of_a_kernel_loaded_in_one_process_each_run_their_own(tmp_path, monkeypatch):
+    """A kernel edit keeps the extension's module name (its bindings are reused): the second version,
+    loaded where the first already is (a warm worker), runs its own kernel."""
+    from kforge_mcp.core.problem import Source, build_models, load_problem
+    from kforge_mcp.targets.cuda.target import CudaTarget
+
+    text = open(example("fused_bias_gelu", "cuda")).read()
+    prob = load_problem(Source(text=open(problem("fused_bias_gelu")).read(), name="p.py"), tmp_path)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    target = CudaTarget(Settings.read())
+    outs, builds = [], []
+    for i, src in enumerate((text, text.replace("0.5f * v * (1.0f", "0.25f * v * (1.0f"))):
+        (tmp_path / f"w{i}").mkdir()
+        loaded = target.load(Source(text=src, name="cand.py"), "cuda", tmp_path / f"w{i}")
+        builds.append(next(f.evidence for f in loaded.findings if f.code == "cuda_build"))
+        _, cand = build_models(prob, loaded.module, "cuda")
+        with torch.no_grad():
+            outs.append(cand(*prob.make_inputs(0, "cuda")))
+    assert [b["path"] for b in builds] == ["split", "split"], builds
+    torch.testing.assert_close(outs[1] * 2, outs[0])  # half the first version's output: its own kernel
+
+
 def cuda_build_path(loaded) -> str:
     return next(f.evidence["path"] for f in loaded.findings if f.code == "cuda_build")
 

@@ -19,13 +19,16 @@ build, so the verdict never depends on this path.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -293,6 +296,21 @@ def check_host(plan: Plan, cache_root: Path, use_pch: bool = True) -> tuple[bool
             pch.start_build()
 
 
+def import_extension(path: Path) -> types.ModuleType:
+    """The extension at ``path`` imported under a name of its own, ``<its folder>.<module name>``. Every
+    version of a candidate's kernels has the same module name (the bindings, and so their PyInit, are
+    reused across kernel edits), and pybind11 3 hands back the module first created under a spec's name:
+    imported by that name alone, an edited kernel loaded in a warm worker would run the one loaded before.
+    Python finds PyInit by the name's last part, so the bindings need not change."""
+    package = re.sub(r"\W", "_", path.parent.name)
+    spec = importlib.util.spec_from_file_location(f"kforge_{package}.{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import the extension {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_split(
     real_load_inline,
     module_name: str,
@@ -309,10 +327,9 @@ def load_split(
     """The extension from the split build: (module, info), or (None, info) when the stock build must run
     (``link=False``: the units compiled, nothing linked or loaded). Raises FastBuildError when a unit
     fails (the caller decides whether that is the candidate's error)."""
-    from torch.utils.cpp_extension import _import_module_from_library
 
     def load():
-        return _import_module_from_library(module_name, str(build_dir), True) if import_module else None
+        return import_extension(build_dir / f"{module_name}.so") if import_module else None
 
     so = build_dir / f"{module_name}.so"
     if sealed(so):
