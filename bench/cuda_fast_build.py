@@ -51,7 +51,7 @@ def build_summary(findings: list) -> dict:
     ev = (build or {}).get("evidence", {})
     return {
         k: ev[k]
-        for k in ("path", "seconds", "compiled", "reused", "fallback", "pch", "nvcc_steps", "first_build")
+        for k in ("path", "seconds", "compiled", "linked", "reused", "fallback", "pch", "nvcc_steps", "first_build")
         if k in ev
     }
 
@@ -199,6 +199,15 @@ def missing_headers(entry: dict) -> list[str]:
     return [h for h in entry.get("toolkit_headers", []) if not (include / h).exists()]
 
 
+UNITS = ("host", "device", "main")  # the split build's units, in the tables' order
+
+
+def linked(build: dict) -> str:
+    """The link's parts: the host library (linked once per host code and bindings, else reused), the kernels."""
+    parts = build.get("linked") or {}
+    return " + ".join(f"{part} {s:.2f}" for part, s in parts.items()) or "-"
+
+
 def markdown(result: dict) -> str:
     cpu = result["mode"] == "compile-only"
     lines = [
@@ -227,8 +236,9 @@ def markdown(result: dict) -> str:
         ]
     else:
         lines += [
-            "| source | path | cold | kernel edit | again | cold build: compiled (s) |",
-            "|---|---|---|---|---|---|",
+            "| source | path | cold | kernel edit | again | cold: host / device / bindings; link (s) "
+            "| edit: device; link (s) |",
+            "|---|---|---|---|---|---|---|",
         ]
     for name, steps in result["sources"].items():
         if "skipped" in steps:
@@ -240,18 +250,20 @@ def markdown(result: dict) -> str:
             path += f" ({cold['build']['fallback'][:80]})"
         if cpu:
             c = cold["build"].get("compiled", {})
-            units = " / ".join(f"{c[u]:.1f}" if u in c else "-" for u in ("host", "device", "main"))
+            units = " / ".join(f"{c[u]:.1f}" if u in c else "-" for u in UNITS)
             e = edit["build"].get("compiled", {})
             lines.append(
                 f"| {name} | {'ok' if steps['compile']['ok'] else 'rejected'} {steps['compile']['seconds']:.1f} s "
                 f"| {path} | {units} | {cold['seconds']:.1f} s | {e.get('device', 0):.2f} s, {edit['seconds']:.2f} s "
                 f"| {again['seconds']:.1f} s |"
             )
-        else:
-            c = cold["build"].get("compiled", {})
+        else:  # on a server the build ran ahead (or in the verify): the extension's first build says how
+            c, e = (step["build"].get("first_build") or step["build"] for step in (cold, edit))
+            units = " / ".join(f"{c['compiled'][u]:.1f}" if u in c.get("compiled", {}) else "-" for u in UNITS)
             lines.append(
                 f"| {name} | {path} | {cold['verdict']} {cold['seconds']:.1f} s | {edit['verdict']} {edit['seconds']:.1f} s "
-                f"| {again['verdict']} {again['seconds']:.1f} s | {', '.join(f'{u} {s:.1f}' for u, s in c.items())} |"
+                f"| {again['verdict']} {again['seconds']:.1f} s | {units}; {linked(c)} "
+                f"| {e.get('compiled', {}).get('device', 0):.2f}; {linked(e)} |"
             )
     edits = [s["kernel_edit"]["seconds"] for s in result["sources"].values() if "kernel_edit" in s]
     if edits:

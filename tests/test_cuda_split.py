@@ -357,6 +357,107 @@ def test_a_host_unit_that_passed_its_check_is_not_compiled_again(tmp_path, monke
     assert len(compiles) == 1 and "-fsyntax-only" in compiles[0]
 
 
+def test_the_host_library_is_linked_once_and_each_extension_runs_its_own_kernels(tmp_path):
+    """Real g++ and the real loader: two builds that share their host code link it once; each extension
+    gets a private copy, so two kernel versions loaded in one process each run their own (one shared copy
+    would bind the second extension's host calls to the first one's kernels); torch's libraries are the
+    host library's to load, not the kernels'; a link error is the linker's text."""
+    import ctypes
+
+    from torch.utils.cpp_extension import library_paths
+
+    from kforge_mcp.targets.cuda.build_cache import ObjectCache
+    from kforge_mcp.targets.cuda.build_plan import Plan
+    from kforge_mcp.targets.cuda.split_link import HostLibrary, LinkError, link_kernels
+
+    def compiled(name: str, text: str) -> Path:
+        (tmp_path / f"{name}.cpp").write_text(text)
+        subprocess.run(["g++", "-fPIC", "-c", f"{name}.cpp", "-o", f"{name}.o"], cwd=tmp_path, check=True)
+        return tmp_path / f"{name}.o"
+
+    main = compiled(
+        "main", 'extern "C" int kforge_launch();\nextern "C" int kforge_init() { return kforge_launch(); }\n'
+    )
+    host = compiled(
+        "host",
+        "#include <cstddef>\nnamespace c10 { void* alloc_cpu(std::size_t); }\nint kforge_kernel();\n"
+        'extern "C" void* kforge_alloc() { return c10::alloc_cpu(8); }\n'  # the host code uses torch
+        'extern "C" int kforge_launch() { return kforge_kernel(); }\n',
+    )
+    plan = Plan(["g++"], ["nvcc"], [], [], [], [], ["-shared", f"-L{library_paths()[0]}", "-lc10"], "", "")
+    objects = ObjectCache(tmp_path / "objects")
+    extensions = []
+    for version in (1, 2):
+        device = compiled(f"device{version}", f"int kforge_kernel() {{ return {version}; }}\n")
+        work = tmp_path / f"work{version}"
+        work.mkdir()
+        library = HostLibrary(plan, objects, main, host, work)
+        path = library.wait()
+        assert (library.seconds is None) == (version == 2)  # the second build reuses it
+        private = tmp_path / f"libext{version}_host.so"
+        assert link_kernels(plan, device, path, private, work) >= 0
+        (work / "ext.so").replace(tmp_path / f"ext{version}.so")
+        needed = subprocess.run(["readelf", "-d", f"ext{version}.so"], cwd=tmp_path, capture_output=True, text=True)
+        assert str(private) in needed.stdout and "libc10" not in needed.stdout, needed.stdout
+        extensions.append(ctypes.CDLL(str(tmp_path / f"ext{version}.so")))
+    assert [e.kforge_init() for e in extensions] == [1, 2]
+    host_needs = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True).stdout
+    assert "libc10.so" in host_needs
+
+    broken = Plan(["g++"], ["nvcc"], [], [], [], [], ["-shared", "-Wl,--no-undefined"], "", "")
+    (tmp_path / "work3").mkdir()
+    with pytest.raises(LinkError) as failed:
+        HostLibrary(broken, objects, main, host, tmp_path / "work3").wait()
+    assert "kforge_launch" in failed.value.output or "kforge_kernel" in failed.value.output
+
+
+@needs_nvcc
+def test_the_host_library_reaches_the_kernels_and_device_variables_nvcc_compiled(tmp_path):
+    """Real nvcc: the device unit compiled with the split build's flags exports its kernels' host stubs, so
+    a host library that launches a kernel and fills its __constant__ table (through the accessor the split
+    writes) loads against it; nvcc 13 hides the stubs by default, and without the flags the loader cannot
+    bind them."""
+    import ctypes
+
+    from kforge_mcp.targets.cuda import fast_build as fb
+    from kforge_mcp.targets.cuda.build_cache import ObjectCache
+    from kforge_mcp.targets.cuda.build_plan import Plan
+    from kforge_mcp.targets.cuda.split_link import HostLibrary, link_kernels
+    from kforge_mcp.targets.nvidia import find_tool
+
+    nvcc = find_tool("nvcc")
+    cudart = Path(nvcc).resolve().parents[1] / "lib64"
+    (tmp_path / "device.cu").write_text(
+        "__constant__ float kforge_table[4];\n__global__ void kforge_kernel(float* y) { y[0] = kforge_table[0]; }\n"
+        'extern "C" void* kforge_symbol_table() { return (void*)&kforge_table; }\n'  # as the split hands it out
+    )
+    (tmp_path / "host.cpp").write_text(
+        'void kforge_kernel(float*);\nextern "C" void* kforge_symbol_table();\n'
+        'extern "C" void* kforge_kernel_at() { return (void*)&kforge_kernel; }\n'
+        'extern "C" void* kforge_table_at() { return kforge_symbol_table(); }\n'
+    )
+    subprocess.run(["g++", "-fPIC", "-c", "host.cpp", "-o", "host.o"], cwd=tmp_path, check=True)
+    (tmp_path / "main.cpp").write_text('extern "C" int kforge_main() { return 0; }\n')
+    subprocess.run(["g++", "-fPIC", "-c", "main.cpp", "-o", "main.o"], cwd=tmp_path, check=True)
+    plan = Plan(["g++"], [nvcc], [], [], [], [], ["-shared", f"-L{cudart}", "-lcudart"], "", "")
+    loaded = {}
+    for name, flags in (("visible", list(fb.visible_kernel_flags((nvcc,)))), ("default", [])):
+        compile_device = [nvcc, "-arch=sm_90a", "--compiler-options", "-fPIC", *flags, "-c", "device.cu", "-o"]
+        subprocess.run([*compile_device, f"{name}.o"], cwd=tmp_path, check=True)
+        work = tmp_path / name
+        work.mkdir()
+        library = HostLibrary(plan, ObjectCache(tmp_path / "objects"), tmp_path / "main.o", tmp_path / "host.o", work)
+        link_kernels(plan, tmp_path / f"{name}.o", library.wait(), tmp_path / f"lib{name}_host.so", work)
+        try:
+            ext = ctypes.CDLL(str(work / "ext.so"))
+            loaded[name] = (ext.kforge_kernel_at() is not None, ext.kforge_table_at() is not None)
+        except OSError as e:
+            loaded[name] = str(e)
+    assert loaded["visible"] == (True, True), loaded
+    if fb.visible_kernel_flags((nvcc,)):  # this nvcc hides them unless told
+        assert "undefined symbol" in str(loaded["default"]), loaded
+
+
 def test_two_versions_of_an_extension_under_one_module_name_each_import_their_own(tmp_path):
     """Real pybind11 (torch's) and the real import: a kernel edit keeps the module name (the bindings are
     reused), and pybind11 3 hands back the module first created under a name, so the edited extension,

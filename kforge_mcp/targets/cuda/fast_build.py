@@ -2,23 +2,25 @@
 
 torch writes the build it would run (build.ninja, main.cpp, cuda.cu: its flags for this torch,
 toolkit and arch); nothing is compiled by torch. kforge then compiles three objects side by side
-and links them as torch would:
+and links them with torch's flags, in two parts (split_link.py: the kernels apart from the rest):
 
 - ``main.o``, the Python bindings: depends only on ``cpp_sources`` and ``functions`` (the module
   name is a hash of those), so kernel and host edits reuse it;
-- ``host.o``, the host functions (cuda_split.py) by the C++ compiler with torch's headers,
+- ``host.o``, the host functions (split.py) by the C++ compiler with torch's headers,
   through a precompiled lean header where one is ready;
 - ``device.o``, the kernels by nvcc without torch's headers (seconds), its host and device steps
   side by side (nvcc_steps.py).
 
 Objects are cached by content, flags and toolchain versions under the extension cache
-(cuda_build_cache.py); one that fails its checksum is rebuilt. When the source
+(build_cache.py); one that fails its checksum is rebuilt. When the source
 cannot be split, or a unit fails in a way the stock build might not, the caller runs the stock
 build, so the verdict never depends on this path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -50,6 +52,7 @@ from kforge_mcp.targets.cuda.preludes import (
     device_prelude,
 )
 from kforge_mcp.targets.cuda.split import CannotSplit, split
+from kforge_mcp.targets.cuda.split_link import HostLibrary, LinkError, link_kernels
 
 
 class FastBuildError(Exception):
@@ -71,6 +74,7 @@ class BuildInfo:
     pch: dict[str, str] = field(default_factory=dict)  # unit -> its precompiled header: used or building
     headers: dict[str, str] = field(default_factory=dict)  # unit -> the torch header it was compiled with
     nvcc_steps: str | None = None  # the device unit compiled: its nvcc steps side-by-side or in-turn
+    linked: dict[str, float] = field(default_factory=dict)  # seconds: the host library (once), the kernels
     fallback: str | None = None
     first_build: dict | None = None  # a reused extension: how it was built (often ahead, by a CPU worker)
 
@@ -159,10 +163,11 @@ def build(
         prelude = device_prelude(source)
         include = included("device", prelude) if prelude else []
         weak_stubs = ["-static-global-template-stub=false"] if units.templates else []
+        visible = list(visible_kernel_flags(tuple(plan.nvcc)))
         (work / "device.cu").write_text(source)
         return (
-            digest("device", source, plan.nvcc, plan.cuda_cflags, plan.cuda_post_cflags, versions, prelude),
-            [*plan.nvcc, *plan.cuda_cflags, *include, *weak_stubs, "-c", "device.cu", "-o", "device.o"]
+            digest("device", source, plan.nvcc, plan.cuda_cflags, plan.cuda_post_cflags, versions, prelude, visible),
+            [*plan.nvcc, *plan.cuda_cflags, *include, *weak_stubs, *visible, "-c", "device.cu", "-o", "device.o"]
             + plan.cuda_post_cflags,
         )
 
@@ -233,7 +238,10 @@ def build(
             info.headers[unit] += " (the lean header was not enough)"
             take(unit, 900)
         finish()
+    host_library = None
     if "device" not in jobs and "host" in found:
+        if link and "main" in found:  # linked while the device unit compiles
+            host_library = HostLibrary(plan, objects, found["main"], found["host"], work)
         jobs["device"] = device_job(units.instantiations(undefined_symbols(found["host"])))
         run(["device"])
     failed = failures[0] if failures else None
@@ -241,23 +249,42 @@ def build(
         if not p.ready:
             p.start_build()  # the next build of that unit parses torch's headers from it
     if failed is not None:
+        if host_library is not None:  # let it finish into the cache: the next build needs it
+            with contextlib.suppress(LinkError):
+                host_library.wait()
         raise failed
     if not link:
         shutil.rmtree(work, ignore_errors=True)
         info.seconds = round(time.perf_counter() - started, 2)
         return info
-    linked = subprocess.run(
-        [*plan.cxx, str(found["main"]), str(found["host"]), str(found["device"]), *plan.ldflags, "-o", "ext.so"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-    )
-    if linked.returncode != 0:
-        raise FastBuildError("link", linked.stdout + linked.stderr)
+    try:
+        host_library = host_library or HostLibrary(plan, objects, found["main"], found["host"], work)
+        library = host_library.wait()
+        if host_library.seconds is None:
+            info.reused.append("host library")
+        else:
+            info.linked["host library"] = host_library.seconds
+        private = out_dir / f"lib{module_name}_host.so"
+        info.linked["kernels"] = link_kernels(plan, found["device"], library, private, work)
+    except LinkError as e:
+        raise FastBuildError("link", e.output) from None
     os.replace(work / "ext.so", out_dir / f"{module_name}.so")
     shutil.rmtree(work, ignore_errors=True)
     info.seconds = round(time.perf_counter() - started, 2)
     return info
+
+
+@functools.lru_cache(maxsize=4)
+def visible_kernel_flags(nvcc: tuple[str, ...]) -> tuple[str, ...]:
+    """nvcc's flags that keep the kernels' host stubs and the device variables visible outside the library
+    that holds device.o: the host code calls them from a library of its own (split_link.py), and since
+    CUDA 13 nvcc hides them by default."""
+    try:
+        usage = subprocess.run([*nvcc, "--help"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    flag = "-device-entity-has-hidden-visibility"
+    return (f"{flag}=false",) if flag in usage else ()
 
 
 def check_host(plan: Plan, cache_root: Path, use_pch: bool = True) -> tuple[bool, str]:
