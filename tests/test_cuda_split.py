@@ -462,7 +462,7 @@ def test_two_versions_of_an_extension_under_one_module_name_each_import_their_ow
     """Real pybind11 (torch's) and the real import: a kernel edit keeps the module name (the bindings are
     reused), and pybind11 3 hands back the module first created under a name, so the edited extension,
     imported by torch's helper where the first one was, runs the first one's code; import_extension gives
-    each its own module."""
+    each its own module, and refuses a module that comes back from another file."""
     import sysconfig
 
     from torch.utils.cpp_extension import _import_module_from_library, include_paths
@@ -489,5 +489,9 @@ def test_two_versions_of_an_extension_under_one_module_name_each_import_their_ow
     own = [import_extension(p) for p in paths]
     assert [m.run() for m in own] == [1, 2]
     assert own[1].__name__ == "kforge_kforge_same_name_2.kforge_same_name"
+    twin = tmp_path / "kforge_same_name_2"  # a folder whose name reads as the second one's: refused, not reused
+    shutil.copytree(paths[1].parent, twin)
+    with pytest.raises(ImportError, match="gave back the module of"):
+        import_extension(twin / "kforge_same_name.so")
     by_name = [_import_module_from_library("kforge_same_name", str(p.parent), True) for p in paths]
     assert by_name[0].run() == 1 and by_name[1].run() in (1, 2)  # 1 where pybind11 caches modules by name

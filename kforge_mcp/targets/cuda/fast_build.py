@@ -335,6 +335,8 @@ def import_extension(path: Path) -> types.ModuleType:
         raise ImportError(f"cannot import the extension {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if getattr(module, "__file__", None) != str(path):  # a module cached under this name: never run it for this one
+        raise ImportError(f"importing {path} gave back the module of {getattr(module, '__file__', None)}")
     return module
 
 
