@@ -118,6 +118,13 @@ class Pch:
             marker.write_text(str(proc.pid))
 
 
+def start_logged(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen:
+    """A compile or link in the background, its output in ``log``: a file, not a pipe, as the build polls
+    its processes and one's errors can be long."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+
+
 def start_detached(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     """A background process that outlives the worker that starts it, its output discarded."""
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -37,7 +37,16 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from kforge_mcp.core.process_env import child_environment
-from kforge_mcp.targets.cuda.build_cache import ObjectCache, Pch, digest, seal, sealed, start_detached, write_whole
+from kforge_mcp.targets.cuda.build_cache import (
+    ObjectCache,
+    Pch,
+    digest,
+    seal,
+    sealed,
+    start_detached,
+    start_logged,
+    write_whole,
+)
 from kforge_mcp.targets.cuda.build_plan import Plan, plan_build, toolchain_id
 from kforge_mcp.targets.cuda.nvcc_steps import side_by_side
 from kforge_mcp.targets.cuda.preludes import (
@@ -77,11 +86,6 @@ class BuildInfo:
     linked: dict[str, float] = field(default_factory=dict)  # seconds: the host library (once), the kernels
     fallback: str | None = None
     first_build: dict | None = None  # a reused extension: how it was built (often ahead, by a CPU worker)
-
-
-def _compile(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen:
-    with open(log, "wb") as out:  # a file, not a pipe: units are polled, and one's errors can be long
-        return subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
 
 
 def undefined_symbols(obj: Path) -> list[str]:
@@ -196,7 +200,7 @@ def build(
             steps = side_by_side(cmd, work / "device.cu") if unit == "device" and nvcc_side_by_side else None
             if unit == "device":
                 info.nvcc_steps = "side-by-side" if steps else "in-turn"
-            running[unit] = (_compile(steps or cmd, work, work / f"{unit}.log"), t0, lock)
+            running[unit] = (start_logged(steps or cmd, work, work / f"{unit}.log"), t0, lock)
         return True
 
     failures: list[FastBuildError] = []

@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kforge_mcp.targets.cuda.build_cache import ObjectCache, digest
+from kforge_mcp.targets.cuda.build_cache import ObjectCache, digest, start_logged
 from kforge_mcp.targets.cuda.build_plan import Plan
 
 # torch's own libraries in the link flags: the host library needs them, the kernels do not
@@ -47,13 +47,8 @@ class HostLibrary:
         self._proc: subprocess.Popen | None = None
         if self.path is None:
             self._started = time.perf_counter()
-            with open(work / "host-library.log", "wb") as log:
-                self._proc = subprocess.Popen(
-                    [*plan.cxx, str(main), str(host), *plan.ldflags, "-o", "host-library.so"],
-                    cwd=work,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
+            link = [*plan.cxx, str(main), str(host), *plan.ldflags, "-o", "host-library.so"]
+            self._proc = start_logged(link, work, work / "host-library.log")
 
     def wait(self) -> Path:
         """The library's path in the cache, once linked."""
