@@ -111,6 +111,7 @@ def gpu_source(entry: dict, baselines: list[str], server: Server | None) -> dict
                 "errors": report.get("errors", [])[:3],
             }
             b = steps[step]["build"]
+            b = b.get("first_build") or b  # a worker that prebuilt the extension reports the build it waited on there
             progress(
                 f"{entry['candidate']}: {step} {report.get('verdict')} in {seconds:.1f} s "
                 f"({b.get('path', '?')} build, compiled {'+'.join(b.get('compiled') or {}) or 'nothing'})"
