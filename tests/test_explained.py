@@ -320,7 +320,9 @@ def test_the_readme_gives_the_gpu_set_up_beside_the_cpu_one():
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
     assert blocks[0].strip().endswith(".venv/bin/kforge serve --transport http"), blocks[0]  # the opening two
-    assert blocks[1].strip().endswith(".venv/bin/pytest -q"), blocks[1]
+    tests = blocks[1].strip().rsplit(" && ", 1)[-1]
+    assert tests.startswith(".venv/bin/pytest -q"), blocks[1]
+    assert tests in (ROOT / ".ci" / "run").read_text().splitlines(), tests  # CI runs the README's test command
     gpu = next((b for b in blocks if "pytest -q -m gpu" in b), None)
     assert gpu is not None, "no GPU set-up block"
     assert "--index-url https://download.pytorch.org/whl/cu" in gpu and "nvcc" in gpu and "--version" in gpu, gpu
