@@ -163,7 +163,16 @@ def cpu_source(entry: dict, pch: bool) -> dict:
                 "seconds": round(time.perf_counter() - t0, 2),
                 "build": {
                     k: b[k]
-                    for k in ("path", "compiled", "reused", "fallback", "pch", "headers", "nvcc_steps")
+                    for k in (
+                        "path",
+                        "compiled",
+                        "reused",
+                        "fallback",
+                        "pch",
+                        "headers",
+                        "nvcc_steps",
+                        "likely_instantiations",
+                    )
                     if k in b
                 },
                 "error": error,

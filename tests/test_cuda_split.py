@@ -495,3 +495,81 @@ def test_two_versions_of_an_extension_under_one_module_name_each_import_their_ow
         import_extension(twin / "kforge_same_name.so")
     by_name = [_import_module_from_library("kforge_same_name", str(p.parent), True) for p in paths]
     assert by_name[0].run() == 1 and by_name[1].run() in (1, 2)  # 1 where pybind11 caches modules by name
+
+
+def test_the_host_units_launches_name_the_template_kernels_it_needs():
+    kernel = "template <typename scalar_t, int V>\n__global__ void k(const scalar_t* x, scalar_t* y, int n) {}\n"
+    dispatch = (
+        "void f(torch::Tensor x) {\n  AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::kBFloat16, x.scalar_type(), "
+        '"f", [&] {\n    k<scalar_t, 4><<<1, 256>>>(x.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), 1);\n  });\n}\n'
+    )
+    taken = [re.search(r"&(.*)\);$", line).group(1) for line in split(kernel + dispatch).likely_instantiations()]
+    assert taken == ["k<float, 4>", "k<double, 4>", "k<at::Half, 4>", "k<at::BFloat16, 4>"]
+    literal = "void f(float* x) {\n  k<float, 8><<<1, 1>>>(x, x, 1);\n  k<float, 8><<<2, 1>>>(x, x, 1);\n}\n"
+    assert len(split(kernel + literal).likely_instantiations()) == 1
+    # the type ATen computes each dispatched type in goes with it; a type only the compiler knows does not
+    pair = "template <typename scalar_t, typename acc_t>\n__global__ void k(const scalar_t* x, acc_t a) {}\n"
+    opmath = dispatch.replace("[&] {\n", "[&] {\n    using acc_t = at::opmath_type<scalar_t>;\n").replace(
+        "k<scalar_t, 4><<<1, 256>>>(x.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), 1)",
+        "k<scalar_t, acc_t><<<1, 1>>>(x, 1)",
+    )
+    taken = [re.search(r"&(.*)\);$", line).group(1) for line in split(pair + opmath).likely_instantiations()]
+    assert taken == ["k<float, float>", "k<double, double>", "k<at::Half, float>", "k<at::BFloat16, float>"]
+    assert (
+        split(pair + opmath.replace("at::opmath_type<scalar_t>", "my_acc<scalar_t>::type")).likely_instantiations()
+        is None
+    )
+    assert (
+        split(kernel + dispatch.replace("AT_DISPATCH_FLOATING_TYPES_AND2", "AT_DISPATCH_V2")).likely_instantiations()
+        is None
+    )
+    assert (
+        split(kernel.replace("template <typename scalar_t, int V>\n", "") + "void f() {}\n").likely_instantiations()
+        is None
+    )
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize("extra, expected", [(False, "used"), (True, "missed")])
+def test_template_kernels_compile_beside_the_host_unit_and_the_host_object_still_decides(
+    extra, expected, tmp_path, monkeypatch
+):
+    """With a core to spare, the device unit compiles the instantiations the launches name while the host unit
+    compiles; the host object then checks them: a kernel they missed (here k<int>, through a template function
+    the dispatch does not reach) is compiled again with the host object's list, and the object defines it."""
+    import torch.utils.cpp_extension as ce
+
+    from kforge_mcp.targets.cuda import build_plan
+    from kforge_mcp.targets.cuda import fast_build as fb
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    monkeypatch.setattr(fb.os, "cpu_count", lambda: 16)
+    kernel = (
+        "template <typename scalar_t>\n__global__ void k(const scalar_t* x, scalar_t* y, long n) { y[0] = x[0]; }\n"
+    )
+    helper = "template <typename scalar_t>\nvoid run_int(int* x) {\n  k<scalar_t><<<1, 1>>>(x, x, 1);\n}\n"
+    host = (
+        'torch::Tensor f(torch::Tensor x) {\n  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "f", [&] {\n'
+        "    k<scalar_t><<<1, 1>>>(x.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), x.numel());\n  });\n"
+        + ("  run_int<int>(nullptr);\n" if extra else "")
+        + "  return x;\n}\n"
+    )
+    plan = build_plan.plan_build(
+        ce.load_inline,
+        "x",
+        "torch::Tensor f(torch::Tensor x);",
+        kernel + (helper if extra else "") + host,
+        ["f"],
+        {},
+        tmp_path / "plan",
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    info = fb.build(plan, "x", out, tmp_path / "cache", use_pch=False, link=False)
+    assert info.path == "split" and info.likely_instantiations == expected, vars(info)
+    defined = set().union(*(fb.defined_symbols(p) for p in (tmp_path / "cache" / "objects").glob("*.o")))
+    wanted = {"void k<float>(float const*, float*, long)", "void k<double>(double const*, double*, long)"}
+    if extra:
+        wanted.add("void k<int>(int const*, int*, long)")
+    assert wanted <= defined

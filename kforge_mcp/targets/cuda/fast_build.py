@@ -83,6 +83,9 @@ class BuildInfo:
     pch: dict[str, str] = field(default_factory=dict)  # unit -> its precompiled header: used or building
     headers: dict[str, str] = field(default_factory=dict)  # unit -> the torch header it was compiled with
     nvcc_steps: str | None = None  # the device unit compiled: its nvcc steps side-by-side or in-turn
+    # template kernels compiled from the host unit's launches beside it: "used", or "missed" (compiled again
+    # with the host object's list); None where they were not tried
+    likely_instantiations: str | None = None
     linked: dict[str, float] = field(default_factory=dict)  # seconds: the host library (once), the kernels
     fallback: str | None = None
     first_build: dict | None = None  # a reused extension: how it was built (often ahead, by a CPU worker)
@@ -90,11 +93,25 @@ class BuildInfo:
 
 def undefined_symbols(obj: Path) -> list[str]:
     """The demangled names an object needs from others (``nm -C --undefined-only``)."""
+    return [name for kind, name in _symbols(obj, "--undefined-only") if kind == "U"]
+
+
+def defined_symbols(obj: Path) -> set[str]:
+    """The demangled names an object defines (``nm -C --defined-only``)."""
+    return {name for _, name in _symbols(obj, "--defined-only")}
+
+
+def _symbols(obj: Path, which: str) -> list[tuple[str, str]]:
     nm = shutil.which("nm")
     if nm is None:
         raise FastBuildError("device", "nm not found: the template kernels' instantiations cannot be read")
-    out = subprocess.run([nm, "-C", "--undefined-only", str(obj)], capture_output=True, text=True, timeout=60)
-    return [ln.strip()[2:] for ln in out.stdout.splitlines() if ln.strip().startswith("U ")]
+    out = subprocess.run([nm, "-C", which, str(obj)], capture_output=True, text=True, timeout=60)
+    found = []
+    for line in out.stdout.splitlines():  # "                 U name" or "0000000000000000 W name"
+        parts = line.split(None, 1) if line[:1].isspace() else line.split(None, 2)[1:]
+        if len(parts) == 2:
+            found.append((parts[0], parts[1]))
+    return found
 
 
 def pchs_for(plan: Plan, cache_root: Path, versions: tuple, names=tuple(PCH_PRELUDES)) -> dict[str, Pch]:
@@ -178,9 +195,22 @@ def build(
     lean = {"main": main_prelude is not None, "host": True}
     full_jobs = {"main": main_job, "host": host_job}
     jobs = {"main": main_job(lean["main"]), "host": host_job(lean["host"])}
-    if not units.templates:  # else the host object says which instantiations the device unit compiles
-        jobs["device"] = device_job([])
-    found, running = {}, {}
+    # template kernels: the host object says which instantiations the device unit needs; where the host unit's
+    # launches say it first and the host object is not cached, the device unit compiles beside the host unit
+    # (a third compile at once: only where a core is free for it)
+    spare_core = (os.cpu_count() or 1) >= 4
+    likely = units.likely_instantiations() if spare_core and objects.get(jobs["host"][0]) is None else None
+    if not units.templates or likely:
+        jobs["device"] = device_job(likely or [])
+    found: dict[str, Path] = {}
+    running: dict[str, tuple[subprocess.Popen, float, FileLock]] = {}
+    host_library: HostLibrary | None = None
+
+    def start_host_library() -> None:
+        """Link main.o and host.o from the moment both exist, while the device unit may still compile."""
+        nonlocal host_library
+        if link and host_library is None and "main" in found and "host" in found:
+            host_library = HostLibrary(plan, objects, found["main"], found["host"], work)
 
     def take(unit: str, wait: float) -> bool:
         """Reuse the unit's object or start compiling it; False: another build holds it now."""
@@ -220,6 +250,7 @@ def build(
                 finally:
                     lock.release()
                     del running[unit]
+                start_host_library()
             if running:
                 time.sleep(0.02)
 
@@ -242,12 +273,20 @@ def build(
             info.headers[unit] += " (the lean header was not enough)"
             take(unit, 900)
         finish()
-    host_library = None
-    if "device" not in jobs and "host" in found:
-        if link and "main" in found:  # linked while the device unit compiles
-            host_library = HostLibrary(plan, objects, found["main"], found["host"], work)
-        jobs["device"] = device_job(units.instantiations(undefined_symbols(found["host"])))
-        run(["device"])
+    start_host_library()
+    if units.templates and "host" in found:
+        needed = units.instantiations(undefined_symbols(found["host"]))
+        kernels = {n.removeprefix("template __global__ ").removesuffix(";") for n in needed}
+        if "device" in found and kernels <= defined_symbols(found["device"]):
+            info.likely_instantiations = "used"
+        else:  # the launches did not say them all (or said one that does not compile): the host object's
+            info.likely_instantiations = "missed" if likely else None
+            failures[:] = [f for f in failures if f.unit != "device"]
+            found.pop("device", None)
+            jobs["device"] = device_job(needed)
+            run(["device"])
+    elif likely:  # the host unit failed: its error is the build's, as when the device unit waits for it
+        failures[:] = [f for f in failures if f.unit != "device"]
     failed = failures[0] if failures else None
     for p in pchs.values():
         if not p.ready:
@@ -262,7 +301,8 @@ def build(
         info.seconds = round(time.perf_counter() - started, 2)
         return info
     try:
-        host_library = host_library or HostLibrary(plan, objects, found["main"], found["host"], work)
+        start_host_library()
+        assert host_library is not None
         library = host_library.wait()
         if host_library.seconds is None:
             info.reused.append("host library")

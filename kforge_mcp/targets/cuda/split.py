@@ -258,6 +258,29 @@ def lower_launches(code: str) -> str:
     return "".join(out)
 
 
+# what AT_DISPATCH_* hands ``scalar_t`` (ATen/Dispatch.h); the _AND variants add the ScalarTypes they name
+DISPATCH_TYPES = {
+    "AT_DISPATCH_FLOATING_TYPES": ("float", "double"),
+    "AT_DISPATCH_FLOATING_TYPES_AND_HALF": ("float", "double", "at::Half"),
+    "AT_DISPATCH_FLOATING_TYPES_AND": ("float", "double"),
+    "AT_DISPATCH_FLOATING_TYPES_AND2": ("float", "double"),
+    "AT_DISPATCH_FLOATING_TYPES_AND3": ("float", "double"),
+    "AT_DISPATCH_REDUCED_FLOATING_TYPES": ("at::Half", "at::BFloat16"),
+}
+DISPATCH = re.compile(r"\b(AT_DISPATCH_\w+)\s*\(([^\"]*)\"")  # the macro and its arguments before the name string
+NAMED_SCALAR = re.compile(r"\b(?:ScalarType::|k)(Half|BFloat16|Float|Double)\b")
+SCALAR = {"Half": "at::Half", "BFloat16": "at::BFloat16", "Float": "float", "Double": "double"}
+# the type a kernel computes a dispatched type in (ATen's opmath_type and CUDA acc_type agree on these)
+OPMATH = {"float": "float", "double": "double", "at::Half": "float", "at::BFloat16": "float"}
+OPMATH_ALIAS = re.compile(
+    r"\busing\s+(\w+)\s*=\s*(?:at::)?(?:opmath_type\s*<\s*scalar_t\s*>|acc_type\s*<\s*scalar_t\s*,\s*true\s*>)\s*;"
+)
+# a template argument that means the same in the device unit as in the host unit
+PLAIN_ARGUMENT = re.compile(
+    r"-?\d+[uUlL]*|true|false|float|double|int|long|unsigned|bool|u?int(8|16|32|64)_t|(at|c10)::(Half|BFloat16)"
+)
+
+
 @dataclass
 class Split:
     host: str
@@ -270,6 +293,55 @@ class Split:
         as ``nm -C`` writes them (``void k<float>(float const*, float*, int)``)."""
         wanted = re.compile(r"^void (?:\w+::)*(?:" + "|".join(map(re.escape, self.templates)) + r")<.*\)$")
         return [f"template __global__ {s};" for s in host_symbols if self.templates and wanted.match(s)]
+
+    def likely_instantiations(self) -> list[str] | None:
+        """The template kernels the host unit launches, read from its text, so the device unit can compile
+        them before the host object says which it needs: each launch's template arguments are literals and
+        plain types, or ``scalar_t`` under the AT_DISPATCH_* macros the source uses. None where a launch
+        names anything else (an ``acc_t``, a type of the candidate's own): the host object decides then.
+        Each is instantiated by taking its address, which needs no signature."""
+        if not self.templates:
+            return None
+        dispatched: list[str] = []
+        for macro, args in DISPATCH.findall(self.host):
+            if macro not in DISPATCH_TYPES:
+                return None
+            extra = [SCALAR[t] for t in NAMED_SCALAR.findall(args)]  # an _AND variant's ScalarTypes
+            dispatched += [t for t in (*DISPATCH_TYPES[macro], *extra) if t not in dispatched]
+        opmath = set(OPMATH_ALIAS.findall(self.host))  # using acc_t = at::opmath_type<scalar_t>;
+        launches = re.compile(r"\b(" + "|".join(map(re.escape, self.templates)) + r")\s*<")
+        found: list[str] = []
+        for m in launches.finditer(self.host):
+            try:
+                end = _balanced_until(self.host, m.end(), ">")
+            except CannotSplit:
+                return None
+            if not re.match(r"\s*\(", self.host[end + 1 :]):
+                continue  # not a call: the stub's own declaration, a pointer taken
+            args = [a.strip() for a in _top_level_commas(self.host[m.end() : end])]
+            if not all(PLAIN_ARGUMENT.fullmatch(a) or (dispatched and (a == "scalar_t" or a in opmath)) for a in args):
+                return None
+            # each dispatched type binds scalar_t (and its opmath alias) in every argument at once
+            for t in dispatched if any(not PLAIN_ARGUMENT.fullmatch(a) for a in args) else [""]:
+                bound = [t if a == "scalar_t" else OPMATH[t] if a in opmath else a for a in args]
+                if (k := f"{m.group(1)}<{', '.join(bound)}>") not in found:
+                    found.append(k)
+        return [
+            f"static void* const kforge_likely_{i} __attribute__((used)) = reinterpret_cast<void*>(&{k});"
+            for i, k in enumerate(found)
+        ] or None
+
+
+def _top_level_commas(text: str) -> list[str]:
+    """``a, b<c, d>, e`` -> ``["a", "b<c, d>", "e"]``."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += c in "<([{"
+        depth -= c in ">)]}"
+        if c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 def _device_variable(text: str) -> tuple[str, str, str] | None:
