@@ -542,6 +542,7 @@ def test_template_kernels_compile_beside_the_host_unit_and_the_host_object_still
 
     from kforge_mcp.targets.cuda import build_plan
     from kforge_mcp.targets.cuda import fast_build as fb
+    from kforge_mcp.targets.cuda.symbols import defined_symbols
 
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
     monkeypatch.setattr(fb.os, "cpu_count", lambda: 16)
@@ -568,7 +569,7 @@ def test_template_kernels_compile_beside_the_host_unit_and_the_host_object_still
     out.mkdir()
     info = fb.build(plan, "x", out, tmp_path / "cache", use_pch=False, link=False)
     assert info.path == "split" and info.likely_instantiations == expected, vars(info)
-    defined = set().union(*(fb.defined_symbols(p) for p in (tmp_path / "cache" / "objects").glob("*.o")))
+    defined = set().union(*(defined_symbols(p) for p in (tmp_path / "cache" / "objects").glob("*.o")))
     wanted = {"void k<float>(float const*, float*, long)", "void k<double>(double const*, double*, long)"}
     if extra:
         wanted.add("void k<int>(int const*, int*, long)")

@@ -62,6 +62,7 @@ from kforge_mcp.targets.cuda.preludes import (
 )
 from kforge_mcp.targets.cuda.split import CannotSplit, split
 from kforge_mcp.targets.cuda.split_link import HostLibrary, LinkError, link_kernels
+from kforge_mcp.targets.cuda.symbols import defined_symbols, undefined_symbols
 
 
 class FastBuildError(Exception):
@@ -89,29 +90,6 @@ class BuildInfo:
     linked: dict[str, float] = field(default_factory=dict)  # seconds: the host library (once), the kernels
     fallback: str | None = None
     first_build: dict | None = None  # a reused extension: how it was built (often ahead, by a CPU worker)
-
-
-def undefined_symbols(obj: Path) -> list[str]:
-    """The demangled names an object needs from others (``nm -C --undefined-only``)."""
-    return [name for kind, name in _symbols(obj, "--undefined-only") if kind == "U"]
-
-
-def defined_symbols(obj: Path) -> set[str]:
-    """The demangled names an object defines (``nm -C --defined-only``)."""
-    return {name for _, name in _symbols(obj, "--defined-only")}
-
-
-def _symbols(obj: Path, which: str) -> list[tuple[str, str]]:
-    nm = shutil.which("nm")
-    if nm is None:
-        raise FastBuildError("device", "nm not found: the template kernels' instantiations cannot be read")
-    out = subprocess.run([nm, "-C", which, str(obj)], capture_output=True, text=True, timeout=60)
-    found = []
-    for line in out.stdout.splitlines():  # "                 U name" or "0000000000000000 W name"
-        parts = line.split(None, 1) if line[:1].isspace() else line.split(None, 2)[1:]
-        if len(parts) == 2:
-            found.append((parts[0], parts[1]))
-    return found
 
 
 def pchs_for(plan: Plan, cache_root: Path, versions: tuple, names=tuple(PCH_PRELUDES)) -> dict[str, Pch]:
