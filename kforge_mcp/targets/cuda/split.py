@@ -297,9 +297,10 @@ class Split:
     def likely_instantiations(self) -> list[str] | None:
         """The template kernels the host unit launches, read from its text, so the device unit can compile
         them before the host object says which it needs: each launch's template arguments are literals and
-        plain types, or ``scalar_t`` under the AT_DISPATCH_* macros the source uses. None where a launch
-        names anything else (an ``acc_t``, a type of the candidate's own): the host object decides then.
-        Each is instantiated by taking its address, which needs no signature."""
+        plain types, or ``scalar_t`` under the AT_DISPATCH_* macros the source uses and its opmath alias.
+        None where a launch names anything else (a type of the candidate's own, another alias) or a macro
+        this does not know: the host object decides then. Each is instantiated by taking its address, which
+        needs no signature."""
         if not self.templates:
             return None
         dispatched: list[str] = []
