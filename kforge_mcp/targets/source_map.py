@@ -1,5 +1,6 @@
 """Finding the kernel source strings a candidate passes to its build again in the submitted Python
-file, so that compiler messages point at lines of that file (the cuda and metal targets both use it).
+file, so that compiler messages point at lines of that file (the cuda and metal targets both use it),
+and reading lists out of that source text.
 """
 
 from __future__ import annotations
@@ -85,3 +86,20 @@ def map_pieces(strings: list[str], text: str, label: str) -> list[Piece]:
                     lines[first : first + len(sub)] = sub
         pieces.append(Piece(value, lines, f"{label}[{i}]"))
     return pieces
+
+
+def top_level_commas(text: str) -> list[tuple[str, int]]:
+    """A comma-separated list cut at its top-level commas only (not inside (), <>, [], {}): each part with
+    its offset in ``text``; a blank last part (an empty list, a trailing comma) is left out."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "(<[{":
+            depth += 1
+        elif ch in ")>]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append((text[start:i], start))
+            start = i + 1
+    if text[start:].strip():
+        parts.append((text[start:], start))
+    return parts

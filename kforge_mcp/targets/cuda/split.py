@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kforge_mcp.targets.source_map import top_level_commas
+
 TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch/|ATen/|c10/|pybind11/|THC/|Python\.h)')
 # headers only nvcc can read: the host unit leaves them out (torch's c10/cuda/ and ATen/cuda/ stay)
 DEVICE_ONLY_INCLUDE = re.compile(
@@ -319,8 +321,10 @@ class Split:
                 return None
             if not re.match(r"\s*\(", self.host[end + 1 :]):
                 continue  # not a call: the stub's own declaration, a pointer taken
-            args = [a.strip() for a in _top_level_commas(self.host[m.end() : end])]
-            if not all(PLAIN_ARGUMENT.fullmatch(a) or (dispatched and (a == "scalar_t" or a in opmath)) for a in args):
+            args = [a.strip() for a, _ in top_level_commas(self.host[m.end() : end])]
+            if not args or not all(
+                PLAIN_ARGUMENT.fullmatch(a) or (dispatched and (a == "scalar_t" or a in opmath)) for a in args
+            ):
                 return None
             # each dispatched type binds scalar_t (and its opmath alias) in every argument at once
             for t in dispatched if any(not PLAIN_ARGUMENT.fullmatch(a) for a in args) else [""]:
@@ -331,18 +335,6 @@ class Split:
             f"static void* const kforge_likely_{i} __attribute__((used)) = reinterpret_cast<void*>(&{k});"
             for i, k in enumerate(found)
         ] or None
-
-
-def _top_level_commas(text: str) -> list[str]:
-    """``a, b<c, d>, e`` -> ``["a", "b<c, d>", "e"]``."""
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        depth += c in "<([{"
-        depth -= c in ">)]}"
-        if c == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    return [*parts, text[start:]]
 
 
 def _device_variable(text: str) -> tuple[str, str, str] | None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kforge_mcp.targets.source_map import top_level_commas
+
 MAX_THREADS_PER_GROUP = 1024  # Apple GPUs (Metal feature set tables): threads per threadgroup
 
 
@@ -104,22 +106,6 @@ def _matching(code: str, start: int, open_ch: str, close_ch: str) -> int:
     return -1
 
 
-def _split_params(text: str) -> list[tuple[str, int]]:
-    """Top-level commas only (not inside (), <>, [[ ]]); each part with its offset in ``text``."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "(<[":
-            depth += 1
-        elif ch in ")>]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append((text[start:i], start))
-            start = i + 1
-    if text[start:].strip():
-        parts.append((text[start:], start))
-    return parts
-
-
 def _parse_param(text: str, line: int, auto_index: int) -> Param:
     attrs = re.findall(r"\[\[\s*([^\]]+?)\s*\]\]", text)
     decl = re.sub(r"\[\[[^\]]*\]\]", " ", text).strip()
@@ -178,7 +164,7 @@ def parse_kernels(msl: str) -> list[Kernel]:
         line = code.count("\n", 0, m.start()) + 1
         params, bindable = [], 0
         plist = code[open_at + 1 : close_at]
-        for text, offset in _split_params(plist):
+        for text, offset in top_level_commas(plist):
             if not text.strip():
                 continue
             pline = code.count("\n", 0, open_at + 1 + offset + len(text) - len(text.lstrip())) + 1
