@@ -253,15 +253,15 @@ def build(
         finish()
     start_host_library()
     if units.templates and "host" in found:
-        needed = units.instantiations(undefined_symbols(found["host"]))
-        kernels = {n.removeprefix("template __global__ ").removesuffix(";") for n in needed}
-        if "device" in found and kernels <= defined_symbols(found["device"]):
+        symbols = undefined_symbols(found["host"])
+        calls = units.template_calls(symbols)
+        if "device" in found and set(calls) <= defined_symbols(found["device"]):
             info.likely_instantiations = "used"
         else:  # the launches did not say them all (or said one that does not compile): the host object's
             info.likely_instantiations = "missed" if likely else None
             failures[:] = [f for f in failures if f.unit != "device"]
             found.pop("device", None)
-            jobs["device"] = device_job(needed)
+            jobs["device"] = device_job(units.instantiations(symbols))
             run(["device"])
     elif likely:  # the host unit failed: its error is the build's, as when the device unit waits for it
         failures[:] = [f for f in failures if f.unit != "device"]
@@ -279,8 +279,7 @@ def build(
         info.seconds = round(time.perf_counter() - started, 2)
         return info
     try:
-        start_host_library()
-        assert host_library is not None
+        assert host_library is not None  # started once main.o and host.o existed (above)
         library = host_library.wait()
         if host_library.seconds is None:
             info.reused.append("host library")

@@ -290,11 +290,15 @@ class Split:
     kernels: list[str]
     templates: list[str] = field(default_factory=list)  # the kernels that are templates
 
-    def instantiations(self, host_symbols: list[str]) -> list[str]:
-        """The explicit instantiations the device unit needs, from the host object's undefined symbols
-        as ``nm -C`` writes them (``void k<float>(float const*, float*, int)``)."""
+    def template_calls(self, host_symbols: list[str]) -> list[str]:
+        """The template kernels the host object calls, among its undefined symbols as ``nm -C`` writes them
+        (``void k<float>(float const*, float*, int)``)."""
         wanted = re.compile(r"^void (?:\w+::)*(?:" + "|".join(map(re.escape, self.templates)) + r")<.*\)$")
-        return [f"template __global__ {s};" for s in host_symbols if self.templates and wanted.match(s)]
+        return [s for s in host_symbols if self.templates and wanted.match(s)]
+
+    def instantiations(self, host_symbols: list[str]) -> list[str]:
+        """The explicit instantiations the device unit needs for those calls."""
+        return [f"template __global__ {s};" for s in self.template_calls(host_symbols)]
 
     def likely_instantiations(self) -> list[str] | None:
         """The template kernels the host unit launches, read from its text, so the device unit can compile
