@@ -97,6 +97,12 @@ NOTES = {
         "- Steps that followed feeding advice on a convolution and lost (23 and 61 at step 4, 13 and 38 at step 5) "
         "changed tiles or programs per SM; the record of what each changed is its docstring. Triton 3.6 serialized "
         "the wgmma of several of these kernels (ptxas C7514/C7515), which the profiles record from the sixth step on.",
+        "- convtranspose3d_avgpool_clamp_softmax_multiply_l2 went on alone past the sixth step, the only problem whose "
+        "top advice there was one its kernel had not yet followed. Its eighth step kept the serialization (a loop "
+        "over phases between the tile and K loops still zeroed the accumulator; `kforge compile` with Triton 3.6 "
+        "warns of it); its ninth removed it and ran slower: its K loops are 3-24 steps, and it is the epilogue, not "
+        "the MMAs' waits, that idles the tensor pipe. The rules now price serialization on a convolution low, as "
+        "they price feeding its tensor pipe.",
         WEIGHTS_ONCE_NOTE,
         TIMES_NOTE,
         "",
