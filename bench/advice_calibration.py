@@ -146,22 +146,24 @@ def trajectory_pairs(folder: Path) -> list[Pair]:
     """Each step of a recorded trajectory (bench/advice_trajectories.py) and the next as a pair: the step's GPU
     profile with its problem's roofline as verify makes it here, the rule the next step followed (the re-read
     advice where the rules changed after the run), and both steps' verify medians."""
-    from advice_trajectories import PROBLEMS, advice_followed  # a sibling in bench/
+    from advice_trajectories import PROBLEMS, advice_followed, timed_pairs  # a sibling in bench/
 
     from kforge_mcp.api import Engine
     from kforge_mcp.judge.roofline import with_measured
     from kforge_mcp.profiling.report import ProfileReport
 
     steps = sorted(folder.glob("step*.json"), key=lambda p: int(p.stem.removeprefix("step")))
-    records = [{r["problem"]: r for r in json.loads(p.read_text())["records"]} for p in steps]
-    pairs: list[Pair] = []
+    chains: dict[str, list[dict]] = {}
+    for p in steps:
+        for r in json.loads(p.read_text())["records"]:
+            chains.setdefault(r["problem"], []).append(r)
+    pairs: list[tuple[int, int, Pair]] = []  # by step, then problem, as the step files list them
     engine = Engine(home=Path(tempfile.mkdtemp(prefix="kforge-calibration-")))
     try:
-        for now, after in zip(records, records[1:]):
-            for problem, rec in now.items():
-                nxt = after.get(problem)
+        for index, (problem, chain) in enumerate(chains.items()):
+            for rec, nxt in timed_pairs(chain):
                 advice, _ = advice_followed(folder, rec)
-                if not nxt or not advice or nxt["verify"]["verdict"] != "pass" or rec["verify"]["verdict"] != "pass":
+                if not advice or nxt["verify"]["verdict"] != "pass" or rec["verify"]["verdict"] != "pass":
                     continue
                 report = ProfileReport.model_validate(rec["profile_report"])
                 roof = engine.roofline(
@@ -169,18 +171,23 @@ def trajectory_pairs(folder: Path) -> list[Pair]:
                 )
                 report.roofline = with_measured(roof, rec["verify"]["candidate_ms"])
                 pairs.append(
-                    Pair(
-                        name=f"{problem} {rec['candidate'].removesuffix('.py')} -> {nxt['candidate'].removesuffix('.py')}",
-                        rule=advice[0]["rule"],
-                        change=advice[0]["title"],
-                        before_ms=rec["verify"]["candidate_ms"],
-                        after_ms=nxt["verify"]["candidate_ms"],
-                        before=report,
+                    (
+                        rec["step"],
+                        index,
+                        Pair(
+                            name=f"{problem} {rec['candidate'].removesuffix('.py')} -> "
+                            f"{nxt['candidate'].removesuffix('.py')}",
+                            rule=advice[0]["rule"],
+                            change=advice[0]["title"],
+                            before_ms=rec["verify"]["candidate_ms"],
+                            after_ms=nxt["verify"]["candidate_ms"],
+                            before=report,
+                        ),
                     )
                 )
     finally:
         engine.close()
-    return pairs
+    return [pair for _, _, pair in sorted(pairs, key=lambda t: t[:2])]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,7 +64,10 @@ WEIGHTS_ONCE_NOTE = (
     "- `weights_once` comes from following data through two forwards on different inputs (profiling/weight_work.py): "
     "the launches that read only parameters and return the same bytes both times."
 )
-TIMES_NOTE = "- Times are verify's medians (L2 flushed, fresh inputs per call); realized gains compare consecutive steps' medians."
+TIMES_NOTE = (
+    "- Times are verify's medians (L2 flushed, fresh inputs per call); realized gains compare consecutive steps' "
+    "medians, over a step that failed without a time (the step after it repairs it, following the same advice)."
+)
 NOTES = {
     "gemm": [
         "Reading these numbers:",
@@ -93,7 +96,8 @@ NOTES = {
         "bench/conv_step_check.py checks the kernels where both can fail.",
         "- conv2d_subtract_tanh_subtract_avgpool_l2's sixth step fails on the GPU (0.06% of outputs off by up to "
         "0.11) and passes the interpreter at the published shapes: Triton 3.6 reloads its register-fed MMA operand "
-        "while three wgmma still read it (triton-lang/triton#9433). Its fifth step counts in the geomean.",
+        "while three wgmma still read it (triton-lang/triton#9433). Its seventh step repairs it, following the same "
+        "advice (step 5's): both operands from shared memory, two 64-row boxes a step.",
         "- Steps that followed feeding advice on a convolution and lost (23 and 61 at step 4, 13 and 38 at step 5) "
         "changed tiles or programs per SM; the record of what each changed is its docstring. Triton 3.6 serialized "
         "the wgmma of several of these kernels (ptxas C7514/C7515), which the profiles record from the sixth step on.",
@@ -283,6 +287,13 @@ def reread(step_file: Path) -> Path:
     return target
 
 
+def timed_pairs(recs: list[dict]) -> list[tuple[dict, dict]]:
+    """Each step with a time and the next one, over steps that failed without one: a failed step has no profile, so
+    the step after it (its repair) followed the same advice."""
+    timed = [r for r in recs if r["verify"]["candidate_ms"]]
+    return list(zip(timed, timed[1:]))
+
+
 def advice_followed(folder: Path, rec: dict) -> tuple[list[dict], bool]:
     """The advice the next step followed: the re-read one where the rules changed after the GPU run, else the
     record's own; and whether it was re-read."""
@@ -338,7 +349,7 @@ def report(folder: Path) -> int:
         lines.append("")
         lines.append("| step -> next | top advice followed | expected gain | realized (1 - next ms / ms) |")
         lines.append("| --- | --- | --- | --- |")
-        for rec, nxt in zip(recs, recs[1:]):
+        for rec, nxt in timed_pairs(recs):
             followed, _ = advice_followed(folder, rec)
             top = followed[0] if followed else None
             a, b = rec["verify"]["candidate_ms"], nxt["verify"]["candidate_ms"]
