@@ -59,7 +59,7 @@ def test_serialized_mmas_are_named_before_feeding_the_tensor_pipe():
     before = [r.rule for r in agent.analyze(report.model_copy(deep=True)).recommendations]
     conv.metrics["wgmma_serialized"] = 1.0
     report.notes.append(f"{conv.name}: ptxas serialized its wgmma (C7514: non wgmma instructions reading ...)")
-    as_gemm = report.model_copy(deep=True)  # before analyze, which ranks and reclassifies
+    unranked = report.model_copy(deep=True)  # analyze classifies and ranks in place
     a = agent.analyze(report)
     rules = [r.rule for r in a.recommendations]
     assert "mma_serialized" not in before and "mma_serialized" in rules, rules
@@ -68,9 +68,8 @@ def test_serialized_mmas_are_named_before_feeding_the_tensor_pipe():
     assert "its own K loop" in named.action and any("C7514" in str(e.value) for e in named.evidence)
     assert named.priority == "low" and "Uncertain on a convolution" in named.action
 
-    # the convolution's factor is all that lowers it: unscaled, the same kernel's price is the GEMMs'
-    unscaled = _mma_serialized(as_gemm, dataclasses.replace(SERIALIZED, conv_factor=1.0))[0]
-    assert unscaled.expected_gain == pytest.approx(
-        named.expected_gain / SERIALIZED.conv_factor, rel=0.02
-    )  # gains print rounded
+    # the convolution's factor is all that lowers it: without it, the kernel gets the price a GEMM's would
+    unscaled = _mma_serialized(unranked, dataclasses.replace(SERIALIZED, conv_factor=1.0))[0]
+    rounded = 0.02  # expected gains are rounded to 3 decimals
+    assert unscaled.expected_gain == pytest.approx(named.expected_gain / SERIALIZED.conv_factor, rel=rounded)
     assert unscaled.expected_gain > 0.3

@@ -2,8 +2,8 @@
 before, when other instructions read an accumulator while its MMAs are in flight (Triton 3.6: a tile's epilogue in a
 branch of a flat persistent loop, an accumulator reset by a select, one dot feeding another within a step). No MMA
 then overlaps the next or the loads, and TMA, stages or tile shapes cannot help until it is gone: the H100 conv
-kernels that had it kept their tensor pipe 13-48% busy. Removing it sped GEMMs up, but on convolutions it is a coin
-toss (below), so there it is priced low and to be timed."""
+kernels that had it kept their tensor pipe 13-48% busy. On a convolution, removing it is a coin toss (below), so there
+it is priced low and to be timed."""
 
 from __future__ import annotations
 
