@@ -1,5 +1,6 @@
-"""Does passing a convolution kernel's sizes as tl.constexpr pay? Each conv trajectory's latest passing kernel
-(bench/candidates/<problem>/), timed against itself with the integer sizes its main kernel takes made tl.constexpr
+"""Does passing a convolution kernel's sizes as tl.constexpr pay? Conv trajectory kernels (bench/candidates/<problem>/):
+each problem's latest passing one, and the earlier ones whose ALU pipe (integer and index math) was their busiest,
+each timed against itself with the integer sizes its main kernel takes made tl.constexpr
 (Triton compiles a version per value, and its index math then divides by constants: a multiply and a shift instead
 of a runtime division), on the GPU at the problem's published shapes, in the order A, B, A.
 
@@ -65,6 +66,49 @@ CASES = (
         "convt_clamp_exp_kernel",
         ("B", "C_OUT", "HX", "WX", "VX", "ROWS", "LO_D", "LO_H", "LO_W", "OD", "OH", "OW", "DP", "HP", "WP"),
         7,
+    ),
+    # earlier steps whose ALU pipe was the busiest, at 37-58%
+    (
+        "conv3d_groupnorm_mean_l2",
+        "step1_3xtf32.py",
+        "conv3d_kernel",
+        ("M", "C_IN", "C_OUT", "D", "H", "W", "OD", "OH", "OW", "K"),
+        1,
+    ),
+    (
+        "conv3d_groupnorm_mean_l2",
+        "step3_channels_last_taps.py",
+        "conv3d_stats_kernel",
+        ("C_OUT", "D", "H", "WP", "OD", "OH", "OW"),
+        3,
+    ),
+    (
+        "conv3d_groupnorm_mean_l2",
+        "step4_tma_persistent.py",
+        "conv3d_stats_kernel",
+        ("B", "C_OUT", "D", "OD", "OH", "OW"),
+        4,
+    ),
+    (
+        "conv3d_groupnorm_mean_l2",
+        "step5_bias_in_finisher.py",
+        "conv3d_stats_kernel",
+        ("B", "C_OUT", "D", "OD", "OH", "OW"),
+        5,
+    ),
+    (
+        "convtranspose2d_mish_add_hardtanh_scaling_l2",
+        "step2_channels_last.py",
+        "convt_mish_kernel",
+        ("B", "C_IN", "C_OUT", "HX", "WX", "LO_H", "LO_W", "OH", "OW", "HP", "WP"),
+        2,
+    ),
+    (
+        "convtranspose3d_mean_add_softmax_tanh_scaling_l2",
+        "step3_fp16_tensor_cores.py",
+        "convt_mean_softmax_kernel",
+        ("M", "C_IN", "C_OUT", "H", "W", "OD", "OH", "OW"),
+        3,
     ),
 )
 
