@@ -67,7 +67,7 @@ CASES = (
         ("B", "C_OUT", "HX", "WX", "VX", "ROWS", "LO_D", "LO_H", "LO_W", "OD", "OH", "OW", "DP", "HP", "WP"),
         7,
     ),
-    # earlier steps whose ALU pipe was the busiest, at 37-58%
+    # earlier steps whose ALU pipe was the busiest, at 43-58%
     (
         "conv3d_groupnorm_mean_l2",
         "step1_3xtf32.py",
