@@ -285,6 +285,35 @@ def test_feeding_a_convolutions_tensor_pipe_is_priced_as_measured_on_convolution
     assert "two programs per SM" in feed.action and "128x256" not in feed.action
 
 
+def test_a_conv_kernel_fed_as_advised_is_not_told_again():
+    """#23's fourth step takes its operands by TMA and runs a persistent grid of two programs of 4 warps per SM
+    (both resident: 11.9% occupancy of 64 warps). Once its MMAs are known to overlap too, it has made every change
+    the feeding advice asks of a convolution: the advice is set apart at no gain, saying so, and not ranked. Take
+    any part away and it is advised again."""
+
+    def advice(**change) -> tuple[list[str], list]:
+        report = _recorded("conv3d-groupnorm-tma-h100.json")
+        conv = next(k for k in report.kernels if k.name == "conv3d_stats_kernel")
+        for key, value in change.items():
+            if key == "achieved_occupancy_pct":
+                conv.achieved_occupancy_pct = value
+            else:
+                conv.metrics[key] = value
+        a = agent.analyze(report)
+        return [r.rule for r in a.recommendations], a.no_gain
+
+    ranked, _ = advice()  # whether its MMAs overlap is not known: the advice stands
+    assert "feed_tensor_pipe" in ranked
+    ranked, no_gain = advice(wgmma_serialized=0.0)
+    assert "feed_tensor_pipe" not in ranked
+    done = next(r for r in no_gain if r.rule == "feed_tensor_pipe")
+    assert done.title.endswith("done already") and done.expected_gain == 0 and "conv3d_stats_kernel" in done.action
+    for part in ({"blocks_per_sm": 1.0}, {"achieved_occupancy_pct": 6.1}, {"wgmma_serialized": 1.0}):
+        ranked, no_gain = advice(**({"wgmma_serialized": 0.0} | part))
+        assert "done already" not in [r.title.split(": ")[-1] for r in no_gain], part
+        assert "feed_tensor_pipe" in ranked or "mma_serialized" in ranked, part
+
+
 def test_a_few_stray_loads_are_not_told_to_coalesce():
     """#23's fourth step loads its tiles by TMA (which the sector counters leave out); its only plain loads are the
     bias, read in the accumulator's column layout: half of 6,336 sectors wasted, 200 KB in a 0.66 ms kernel. The

@@ -25,9 +25,11 @@ from kforge_mcp.advice.rules.base import (
     recommendation,
 )
 from kforge_mcp.advice.rules.compute import COMPUTE, ComputeThresholds, limiting_unit
+from kforge_mcp.advice.rules.fed import already_fed, fed_as_advised
 from kforge_mcp.advice.rules.serialized import serialized
 from kforge_mcp.advice.rules.split import SPLIT_WITH_FEED, fed_by_copy, splits_in_loop
 from kforge_mcp.judge.roofline import compute_paths, fastest, lookup_peaks
+from kforge_mcp.platforms import device_arch
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
 
@@ -359,8 +361,12 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
     hits, gain, evidence, paths, bases, shared = [], 0.0, [], set(), set(), []
     split_first = convs = False
     frac = r.fraction_of_sol if r is not None else None
+    arch, followed = device_arch(r.device) if r is not None else None, []
     for k, share in hot_kernels(report):
         if not _feeds(k, v, r, frac, t):
+            continue
+        if (k.category == "conv" or (r and r.convs)) and fed_as_advised(k, v, arch):
+            followed.append(k)  # the change is made: set apart, not asked again
             continue
         split_first = split_first or splits_in_loop(k, v, r, bool(r and r.convs))
         pipe, busy = busiest_tensor_pipe(k, v)
@@ -388,7 +394,7 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
         paths.add(k.compute_path or "")
         evidence += _feed_evidence(k, pipe, busy, t)
     if not hits:
-        return []
+        return [already_fed(followed, v)] if followed else []
     action = (FEED_CONV_WORDING if convs else FEED_WORDING).say(report.target) + (
         SPLIT_WITH_FEED if split_first else ""
     )
