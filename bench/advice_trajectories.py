@@ -107,6 +107,10 @@ NOTES = {
         "warns of it); its ninth removed it and ran slower: its K loops are 3-24 steps, and it is the epilogue, not "
         "the MMAs' waits, that idles the tensor pipe. The rules now price serialization on a convolution low, as "
         "they price feeding its tensor pipe.",
+        "- Read with today's rules, every problem's last passing kernel has made the change `feed_tensor_pipe` asks of "
+        "a convolution (operands by TMA, two resident programs per SM, MMAs not serialized): the advice is set apart "
+        "as done already, and nothing but a 3% `latency_bound` (61) is ranked. The rules have no lever left to price "
+        "for these kernels.",
         WEIGHTS_ONCE_NOTE,
         TIMES_NOTE,
         "",
