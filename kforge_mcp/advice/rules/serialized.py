@@ -22,9 +22,10 @@ class SerializedThresholds:
     overlap_share: float = 0.5  # of the idle tensor time, the share serialization is taken to cost (a choice, low:
     # the MMAs' own waits are only part of what idles it)
     conv_factor: float = 0.15  # a convolution's kernel: on five H100 conv trajectory kernels, removing the
-    # serialization (checked with Triton 3.6's ptxas before and after) realized +19%, +10%, +9%, -7% and -17% where
-    # this rule promised up to 27%: their tensor pipes idle for gathers, epilogues and short K loops as much as for MMA
-    # waits, as feed_tensor_pipe's conv factor found (tensor_cores.py)
+    # serialization (checked with Triton 3.6's ptxas before and after) realized +19%, +10%, +9%, -7% and -17%; the
+    # two changes that followed this rule (38's, whose kernel it priced at 25% and 27%) realized -8% and -17%: their
+    # tensor pipes idle for gathers, epilogues and short K loops as much as for MMA waits, as feed_tensor_pipe's conv
+    # factor found (tensor_cores.py)
 
 
 SERIALIZED = SerializedThresholds()
