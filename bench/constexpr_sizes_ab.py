@@ -7,14 +7,14 @@ of a runtime division), on the GPU at the problem's published shapes, in the ord
     python bench/constexpr_sizes_ab.py [--out FILE]
 
 Times are triton.testing.do_bench medians (warm L2, same inputs), not verify's; both versions are checked against the
-reference with TF32 off at fp32 1e-4 (worst error as a fraction of the tolerance). The record also lists each kernel's
+reference with TF32 off at fp32 1e-4 (worst error as a fraction of the tolerance), both built with the same weights
+and fed the same inputs as verify builds and draws them. The record also lists each kernel's
 ALU and tensor pipe busy share from its trajectory profile, the pipe the index math runs on.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import sys
@@ -125,13 +125,6 @@ def with_constexpr(source: str, kernel: str, names: tuple[str, ...]) -> str:
     return source[:start] + signature + source[end:]
 
 
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def pipes(problem: str, step: int, kernel: str) -> dict:
     record = ROOT / "bench" / "results" / "advice-trajectories" / "conv-h100" / f"step{step}.json"
     for rec in json.loads(record.read_text())["records"]:
@@ -148,28 +141,32 @@ def main() -> int:
     import torch
     import triton
 
+    from kforge_mcp.core.problem import build_models, load_problem
+    from kforge_mcp.core.source import Source, import_source
+    from kforge_mcp.judge.precision_paths import error_fraction
+
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     lines = [f"# python bench/constexpr_sizes_ab.py on {torch.cuda.get_device_name()}, Triton {triton.__version__}"]
     print(lines[0], flush=True)
     with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
         for problem, candidate, kernel, names, step in CASES:
-            prob = load(ROOT / "bench" / "problems" / f"{problem}.py", f"{problem}_ref")
-            a_path = ROOT / "bench" / "candidates" / problem / candidate
-            b_path = Path(tmp) / f"{problem}_constexpr.py"
-            b_path.write_text(with_constexpr(a_path.read_text(), kernel, names))
-            torch.manual_seed(0)
-            ref = prob.Model(*prob.get_init_inputs()).cuda()
-            x = [t.cuda() for t in prob.get_inputs()]
-            with torch.no_grad():
-                want = ref(*x)
-            times, errors = [], []
-            for label, path in (("A", a_path), ("B", b_path), ("A", a_path)):
-                model = load(path, f"{problem}_{label}").ModelNew(*prob.get_init_inputs()).cuda()
-                model.load_state_dict(ref.state_dict(), strict=False)
+            path = ROOT / "bench" / "problems" / f"{problem}.py"
+            prob = load_problem(Source(text=path.read_text(), name=str(path)), workdir)
+            a_text = (ROOT / "bench" / "candidates" / problem / candidate).read_text()
+            versions = {"A": a_text, "B": with_constexpr(a_text, kernel, names)}
+            modules = {
+                k: import_source(Source(text=t, name=f"{candidate} {k}"), workdir, f"{problem}_{k}")
+                for k, t in versions.items()
+            }
+            inputs = prob.make_inputs(0, "cuda")
+            times, errors, expected = [], [], None
+            for label in ("A", "B", "A"):
+                reference, model = build_models(prob, modules[label], "cuda")  # the same weights, as verify draws them
                 with torch.no_grad():
-                    err = ((model(*x) - want).abs() / (1e-4 + 1e-4 * want.abs())).max().item()
-                    times.append(triton.testing.do_bench(lambda m=model, x=x: m(*x), warmup=50, rep=400))
-                errors.append(err)
+                    expected = reference(*inputs) if expected is None else expected
+                    errors.append(error_fraction(expected, model(*inputs), 1e-4, 1e-4))
+                    times.append(triton.testing.do_bench(lambda m=model: m(*inputs), warmup=50, rep=400))
             a = (times[0] + times[2]) / 2
             line = (
                 f"{problem} {candidate} {kernel}: A {times[0]:.3f} / {times[2]:.3f} ms, constexpr sizes "
