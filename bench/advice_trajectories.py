@@ -357,7 +357,7 @@ def report(folder: Path) -> int:
             followed, _ = advice_followed(folder, rec)
             top = followed[0] if followed else None
             a, b = rec["verify"]["candidate_ms"], nxt["verify"]["candidate_ms"]
-            if top and a and b:
+            if top:  # both steps have a time (timed_pairs)
                 lines.append(
                     f"| {rec['step']} -> {nxt['step']} | `{top['rule']}` | {top['expected_gain']:.0%} | {1 - b / a:.0%} |"
                 )

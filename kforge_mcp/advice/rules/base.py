@@ -213,6 +213,11 @@ def hot_kernels(report: ProfileReport, min_share: float = RANKING.min_share) -> 
     return [(k, share[k.name]) for k in report.device_kernels() if share.get(k.name, 0) >= min_share]
 
 
+def of_a_convolution(k: KernelProfile, report: ProfileReport) -> bool:
+    """The kernel computes a convolution: so classified, or the problem the profile came with has one."""
+    return k.category == "conv" or bool(report.roofline and report.roofline.convs)
+
+
 def pct(value: float | None) -> str | None:
     return None if value is None else f"{value:.1f}%"
 

@@ -11,7 +11,17 @@ from dataclasses import dataclass
 
 from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import busiest_tensor_pipe
-from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Need, Rule, Wording, ev, hot_kernels, pct, recommendation
+from kforge_mcp.advice.rules.base import (
+    DEVICE_KERNELS,
+    Need,
+    Rule,
+    Wording,
+    ev,
+    hot_kernels,
+    of_a_convolution,
+    pct,
+    recommendation,
+)
 from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommendation
 
@@ -64,13 +74,12 @@ def serialized(k: KernelProfile, v: Vocabulary) -> bool:
 
 def _mma_serialized(report: ProfileReport, t: SerializedThresholds) -> list[Recommendation]:
     v = vocabulary.of(report)
-    r = report.roofline
     hits, gain, evidence, convs = [], 0.0, [], False
     for k, share in hot_kernels(report):
         if not serialized(k, v):
             continue
         _, busy = busiest_tensor_pipe(k, v)
-        conv = k.category == "conv" or bool(r and r.convs)
+        conv = of_a_convolution(k, report)
         convs = convs or conv
         gain += share * max(0.0, 1 - busy / t.fed_tensor_pct) * t.overlap_share * (t.conv_factor if conv else 1.0)
         hits.append(k.name)

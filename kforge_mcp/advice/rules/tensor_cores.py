@@ -21,6 +21,7 @@ from kforge_mcp.advice.rules.base import (
     Wording,
     ev,
     hot_kernels,
+    of_a_convolution,
     pct,
     recommendation,
 )
@@ -365,7 +366,8 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
     for k, share in hot_kernels(report):
         if not _feeds(k, v, r, frac, t):
             continue
-        if (k.category == "conv" or (r and r.convs)) and fed_as_advised(k, v, arch):
+        conv = of_a_convolution(k, report)
+        if conv and fed_as_advised(k, v, arch):
             followed.append(k)  # the change is made: set apart, not asked again
             continue
         split_first = split_first or splits_in_loop(k, v, r, bool(r and r.convs))
@@ -383,7 +385,7 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
         if k.top_stalls and k.top_stalls[0].reason in v.shared_stalls:
             g *= t.shared_bound_factor
             basis += f" x {t.shared_bound_factor:g} (the top stall, {k.top_stalls[0].reason}, is shared memory)"
-        if k.category == "conv" or (r and r.convs):
+        if conv:
             g *= t.conv_feed_factor
             basis += f" x {t.conv_feed_factor:g} (a convolution: measured on the H100 conv trajectories)"
             convs = True
