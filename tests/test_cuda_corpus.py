@@ -136,7 +136,8 @@ def test_every_source_builds_on_the_split_path_and_compile_accepts_it(entry, ext
         pytest.skip(f"this CUDA toolkit lacks {', '.join(missing)}: no build of this source (stock or split) here")
     builds = real_build(candidate(entry), tmp_path / "build")
     assert [(b.path, b.fallback) for b in builds] == [("split", None)]
-    assert set(builds[0].compiled) | set(builds[0].reused) == {"main", "host", "device"}
+    # (the device unit's host object may be one another source's kernels left: it is part of "device")
+    assert set(builds[0].compiled) | set(builds[0].reused) - {"device host object"} == {"main", "host", "device"}
     if "device" in builds[0].compiled:  # nvcc's steps as shipped: the host and device sides at once
         assert builds[0].nvcc_steps == "side-by-side"
     (tmp_path / "compile").mkdir()

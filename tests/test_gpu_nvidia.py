@@ -112,7 +112,7 @@ def test_split_build_reuses_what_an_edit_left_unchanged(engine):
     edited = engine.verify(problem("fused_bias_gelu"), kernel_edit, target="cuda", baselines=["eager"])
     assert edited.verdict == "pass", edited.errors
     built = cuda_build(edited).get("first_build") or cuda_build(edited)  # built ahead on a CPU worker, or here
-    assert set(built["reused"]) == {"main", "host", "host library"}, cuda_build(edited)
+    assert set(built["reused"]) == {"main", "host", "host library", "device host object"}, cuda_build(edited)
     assert time.perf_counter() - started < 30
 
 
@@ -140,7 +140,7 @@ def test_split_and_stock_builds_give_the_same_outputs(tmp_path, monkeypatch):
 def test_two_versions_of_a_kernel_loaded_in_one_process_each_run_their_own(tmp_path, monkeypatch):
     """A kernel edit keeps the extension's module name and its host code, which the split build links
     apart from the kernels: the second version, loaded where the first already is (a warm worker), runs
-    its own kernel, and its build linked only the kernels."""
+    its own kernel, and its build linked only the kernels and compiled no host code."""
     from kforge_mcp.core.problem import Source, build_models, load_problem
     from kforge_mcp.targets.cuda.target import CudaTarget
 
@@ -158,6 +158,8 @@ def test_two_versions_of_a_kernel_loaded_in_one_process_each_run_their_own(tmp_p
             outs.append(cand(*prob.make_inputs(0, "cuda")))
     assert [b["path"] for b in builds] == ["split", "split"], builds
     assert "host library" in builds[1]["reused"] and list(builds[1]["linked"]) == ["kernels"], builds[1]
+    # the kernels' host object kept from the first build, the second version's fatbinary put in it
+    assert "device host object" in builds[1]["reused"], builds[1]
     torch.testing.assert_close(outs[1] * 2, outs[0])  # half the first version's output: its own kernel
 
 

@@ -9,7 +9,7 @@ and links them with torch's flags, in two parts (split_link.py: the kernels apar
 - ``host.o``, the host functions (split.py) by the C++ compiler with torch's headers,
   through a precompiled lean header where one is ready;
 - ``device.o``, the kernels by nvcc without torch's headers (seconds), its host and device steps
-  side by side (nvcc_steps.py).
+  side by side, and after a kernel edit its host object kept with the new kernels in it (nvcc_steps.py).
 
 Objects are cached by content, flags and toolchain versions under the extension cache
 (build_cache.py); one that fails its checksum is rebuilt. When the source
@@ -205,7 +205,9 @@ def build(
             info.reused.append(unit)
         else:
             t0 = time.perf_counter()
-            steps = side_by_side(cmd, work / "device.cu") if unit == "device" and nvcc_side_by_side else None
+            steps = None
+            if unit == "device" and nvcc_side_by_side:
+                steps = side_by_side(cmd, work / "device.cu", objects.root, digest(plan.nvcc, versions))
             if unit == "device":
                 info.nvcc_steps = "side-by-side" if steps else "in-turn"
             running[unit] = (start_logged(steps or cmd, work, work / f"{unit}.log"), t0, lock)
@@ -225,6 +227,8 @@ def build(
                         failures.append(FastBuildError(unit, (work / f"{unit}.log").read_text(errors="replace")))
                     else:
                         found[unit] = objects.put(jobs[unit][0], work / f"{unit}.o")
+                        if (work / f"{unit}.o.host-kept").exists():  # nvcc_steps.py: its last step was not run
+                            info.reused.append("device host object")
                 finally:
                     lock.release()
                     del running[unit]
