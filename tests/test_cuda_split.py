@@ -574,3 +574,34 @@ def test_template_kernels_compile_beside_the_host_unit_and_the_host_object_still
     if extra:
         wanted.add("void k<int>(int const*, int*, long)")
     assert wanted <= defined
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cores", [2, 16])
+def test_a_kernel_edit_of_template_kernels_takes_the_host_object_its_first_build_kept(cores, tmp_path, monkeypatch):
+    """With a core to spare or not, a kernel edit's device unit instantiates its template kernels as the first
+    build's did, so its host side is the same and nvcc's last step is not run again (nvcc_steps.py)."""
+    import torch.utils.cpp_extension as ce
+
+    from kforge_mcp.targets.cuda import build_plan
+    from kforge_mcp.targets.cuda import fast_build as fb
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    monkeypatch.setattr(fb.os, "cpu_count", lambda: cores)
+    host = (
+        'torch::Tensor f(torch::Tensor x) {\n  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "f", [&] {\n'
+        "    k<scalar_t><<<1, 1>>>(x.data_ptr<scalar_t>(), x.numel());\n  });\n  return x;\n}\n"
+    )
+    infos = []
+    # the edit keeps the kernel's lines: the host unit, which keeps the source's line numbers, is then the same
+    for i, body in enumerate(("y[0] = y[0] * 2;", "for (long j = 0; j < n; ++j) y[j] = y[j] * 3 + 1;")):
+        kernel = f"template <typename scalar_t>\n__global__ void k(scalar_t* y, long n) {{\n  {body}\n}}\n"
+        plan = build_plan.plan_build(
+            ce.load_inline, "x", "torch::Tensor f(torch::Tensor x);", kernel + host, ["f"], {}, tmp_path / f"plan{i}"
+        )
+        out = tmp_path / f"out{i}"
+        out.mkdir()
+        infos.append(fb.build(plan, "x", out, tmp_path / "cache", use_pch=False, link=False))
+    assert "device" in infos[1].compiled and "host" in infos[1].reused, vars(infos[1])
+    assert "device host object" in infos[1].reused, vars(infos[1])
+    assert "device host object" not in infos[0].reused

@@ -174,10 +174,11 @@ def build(
     full_jobs = {"main": main_job, "host": host_job}
     jobs = {"main": main_job(lean["main"]), "host": host_job(lean["host"])}
     # template kernels: the host object says which instantiations the device unit needs; where the host unit's
-    # launches say it first and the host object is not cached, the device unit compiles beside the host unit
-    # (a third compile at once: only where a core is free for it)
+    # launches say it first, the device unit compiles beside the host unit (a third compile at once: only where
+    # a core is free for it). With the host object cached too, so that a kernel edit's device unit is the text
+    # the first build's was, and its host object is the one kept then (nvcc_steps.py).
     spare_core = (os.cpu_count() or 1) >= 4
-    likely = units.likely_instantiations() if spare_core and objects.get(jobs["host"][0]) is None else None
+    likely = units.likely_instantiations() if spare_core else None
     if not units.templates or likely:
         jobs["device"] = device_job(likely or [])
     found: dict[str, Path] = {}
