@@ -2,7 +2,8 @@
 
 On a GPU machine, for each source, a fresh KFORGE_HOME (an empty build cache, nothing precompiled) and an
 engine of its own: verify cold, verify after a one-character edit of the kernel (``;`` after the first
-kernel's opening brace: only the device unit changes), verify again unchanged. Each step records the
+kernel's opening brace: only the device unit changes), verify again unchanged, then an edit that adds a line
+to the kernel (the host unit, which keeps the source's line numbers, compiles again). Each step records the
 verdict, the path that built the extension (split or stock, and why stock), the units compiled or reused
 with their seconds, and the wall time of the call. Progress lines go to stderr with the elapsed time.
 ``--server warm`` runs the corpus on one running server instead (its first verify, of a source outside the corpus,
@@ -40,10 +41,21 @@ def progress(message: str) -> None:
     print(f"[{time.perf_counter() - STARTED:7.1f} s] {message}", file=sys.stderr, flush=True)
 
 
-def kernel_edit(text: str) -> str:
+def kernel_edit(text: str, added: str = ";") -> str:
     """One character more in the first kernel's body: an empty statement after its opening brace."""
     at = text.index("{", text.index("__global__")) + 1
-    return text[:at] + ";" + text[at:]
+    return text[:at] + added + text[at:]
+
+
+def steps_of(text: str) -> tuple[tuple[str, str], ...]:
+    """cold, the one-character edit, the same again, then an edit that adds a line to the kernel (the host
+    code below it moves down a line, and the host unit, which keeps the source's line numbers, compiles again)."""
+    return (
+        ("cold", text),
+        ("kernel_edit", kernel_edit(text)),
+        ("again", kernel_edit(text)),
+        ("line_edit", kernel_edit(text, ";\n;")),
+    )
 
 
 def build_summary(findings: list) -> dict:
@@ -101,7 +113,7 @@ def gpu_source(entry: dict, baselines: list[str], server: Server | None) -> dict
     own = server is None
     server = server or Server()
     try:
-        for step, source in (("cold", text), ("kernel_edit", kernel_edit(text)), ("again", kernel_edit(text))):
+        for step, source in steps_of(text):
             seconds, report = server.verify(problem, f"{step}_{entry['candidate']}", source, baselines)
             steps[step] = {
                 "seconds": seconds,
@@ -146,7 +158,7 @@ def cpu_source(entry: dict, pch: bool) -> dict:
             "errors": [d.message for d in report.diagnostics if d.severity == "error"][:3],
         }
         progress(f"{entry['candidate']}: compile {'ok' if report.ok else 'FAILED'} in {steps['compile']['seconds']} s")
-        for step, source in (("cold", text), ("kernel_edit", kernel_edit(text)), ("again", kernel_edit(text))):
+        for step, source in steps_of(text):
             builds: list = []
             t0 = time.perf_counter()
             error = None
@@ -241,20 +253,23 @@ def markdown(result: dict) -> str:
             "compile (they run side by side), wall is the step. `compile` is `CudaTarget.compile` (lean nvcc and the",
             "host unit with torch's headers).",
             "",
-            "| source | compile | path | cold: host / device / bindings | cold wall | kernel edit: device, wall | again |",
-            "|---|---|---|---|---|---|---|",
+            "| source | compile | path | cold: host / device / bindings | cold wall | kernel edit: device, wall | again "
+            "| a line added: wall |",
+            "|---|---|---|---|---|---|---|---|",
         ]
     else:
         lines += [
             "| source | path | cold | kernel edit | again | cold: host / device / bindings; link (s) "
-            "| edit: device; link (s) |",
-            "|---|---|---|---|---|---|---|",
+            "| edit: device; link (s) | a line added: wall; compiled (s) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
     for name, steps in result["sources"].items():
         if "skipped" in steps:
-            lines.append(f"| {name} | skipped: {steps['skipped']} |" + " |" * (5 if cpu else 4))
+            lines.append(f"| {name} | skipped: {steps['skipped']} |" + " |" * (6 if cpu else 5))
             continue
         cold, edit, again = steps["cold"], steps["kernel_edit"], steps["again"]
+        line = steps.get("line_edit")
+        line_wall = f"{line['seconds']:.2f} s" if line else "-"
         path = cold["build"].get("path", "error")
         if cold["build"].get("fallback"):
             path += f" ({cold['build']['fallback'][:80]})"
@@ -265,7 +280,7 @@ def markdown(result: dict) -> str:
             lines.append(
                 f"| {name} | {'ok' if steps['compile']['ok'] else 'rejected'} {steps['compile']['seconds']:.1f} s "
                 f"| {path} | {units} | {cold['seconds']:.1f} s | {e.get('device', 0):.2f} s, {edit['seconds']:.2f} s "
-                f"| {again['seconds']:.1f} s |"
+                f"| {again['seconds']:.1f} s | {line_wall} |"
             )
         else:  # on a server the build ran ahead (or in the verify): the extension's first build says how
             c, e = (step["build"].get("first_build") or step["build"] for step in (cold, edit))
@@ -273,15 +288,24 @@ def markdown(result: dict) -> str:
             lines.append(
                 f"| {name} | {path} | {cold['verdict']} {cold['seconds']:.1f} s | {edit['verdict']} {edit['seconds']:.1f} s "
                 f"| {again['verdict']} {again['seconds']:.1f} s | {units}; {linked(c)} "
-                f"| {e.get('compiled', {}).get('device', 0):.2f}; {linked(e)} |"
+                f"| {e.get('compiled', {}).get('device', 0):.2f}; {linked(e)} | {line_wall}; {compiled(line)} |"
             )
-    edits = [s["kernel_edit"]["seconds"] for s in result["sources"].values() if "kernel_edit" in s]
-    if edits:
-        lines += [
-            "",
-            f"Kernel edit, wall: median {statistics.median(edits):.2f} s, {min(edits):.2f}-{max(edits):.2f} s.",
-        ]
+    for step, what in (("kernel_edit", "Kernel edit"), ("line_edit", "Kernel edit that adds a line")):
+        walls = [s[step]["seconds"] for s in result["sources"].values() if step in s]
+        if walls:
+            lines += [
+                "",
+                f"{what}, wall: median {statistics.median(walls):.2f} s, {min(walls):.2f}-{max(walls):.2f} s.",
+            ]
     return "\n".join(lines) + "\n"
+
+
+def compiled(step: dict | None) -> str:
+    """The units a step compiled, with their seconds."""
+    if not step:
+        return "-"
+    b = step["build"].get("first_build") or step["build"]
+    return ", ".join(f"{u} {t:.2f}" for u, t in (b.get("compiled") or {}).items()) or "nothing"
 
 
 def main() -> None:

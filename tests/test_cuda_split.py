@@ -605,3 +605,32 @@ def test_a_kernel_edit_of_template_kernels_takes_the_host_object_its_first_build
     assert "device" in infos[1].compiled and "host" in infos[1].reused, vars(infos[1])
     assert "device host object" in infos[1].reused, vars(infos[1])
     assert "device host object" not in infos[0].reused
+
+
+def test_a_units_preprocessed_text_leaves_out_the_layout_and_keeps_what_a_line_number_changes(tmp_path):
+    """Real g++ and a precompiled header of its own: a unit moved down by blank lines (a kernel edit above it)
+    preprocesses to the same text; a check that expands __LINE__, or a call whose line the compiler takes from
+    the markers (c10's SourceLocation::current(), the one torch's headers declare), moves with it; without the
+    precompiled header there is no such text."""
+    from kforge_mcp.targets.cuda.build_cache import preprocessed_text
+
+    header = tmp_path / "pre.h"
+    header.write_text(
+        "#pragma once\n#define CHECK(c) do { if (!(c)) fail(__LINE__); } while (0)\nvoid fail(int line);\n"
+        "struct SourceLocation { static int current(int line = __builtin_LINE()) { return line; } };\n"
+    )
+    subprocess.run(["g++", "-x", "c++-header", str(header), "-o", str(header) + ".gch"], check=True)
+    cmd = ["g++", "-Winvalid-pch", "-include", str(header), "-x", "c++", "-c", "host.cpp", "-o", "host.o"]
+
+    def text(body: str, above: int) -> str | None:
+        (tmp_path / "host.cpp").write_text("\n" * above + body)
+        return preprocessed_text(cmd, tmp_path)
+
+    plain = "int f(int x) {\n  return x + 1;\n}\n"
+    checked = "int f(int x) {\n  CHECK(x > 0);\n  return x + 1;\n}\n"
+    located = "int f(int x) {\n  return SourceLocation::current() + x;\n}\n"  # as c10's logging macros call it
+    assert text(plain, 0) is not None and text(plain, 0) == text(plain, 3)
+    assert text(checked, 0) != text(checked, 3)
+    assert text(located, 0) != text(located, 3)
+    (tmp_path / "pre.h.gch").unlink()
+    assert text(plain, 0) is None

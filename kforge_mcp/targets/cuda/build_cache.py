@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -141,3 +142,31 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# a call whose line the compiler fills in from the line markers: c10's SourceLocation::current() (the only
+# function with a __builtin_LINE() default in torch's headers; its logging macros name it), std::source_location;
+# where one is, the markers are part of what the object is made of
+_LINE_FROM_MARKERS = ("SourceLocation::current", "source_location::current", "__builtin_LINE")
+_MARKER = re.compile(r"^#\s*(?:line\s+)?\d+")
+
+
+def preprocessed_text(compile_cmd: list[str], cwd: Path) -> str | None:
+    """What a host unit compiled through a precompiled header is made of: its text preprocessed against that
+    header (``-fpch-preprocess``: the header's macros expanded, its text left out, in tens of milliseconds),
+    without the layout a kernel edit changes in the host unit (blank lines where the kernels were, the line
+    markers that count them). __LINE__ is expanded in it, so a TORCH_CHECK below the kernels still changes it.
+    None where the unit cannot be preprocessed so (then its source text keys it)."""
+    cmd = [a for a in compile_cmd if a != "-c"]
+    try:
+        out = cmd.index("-o")
+        del cmd[out : out + 2]
+        done = subprocess.run([*cmd, "-fpch-preprocess", "-E"], cwd=cwd, capture_output=True, text=True, timeout=60)
+    except (ValueError, OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0 or "#pragma GCC pch_preprocess" not in done.stdout:
+        return None
+    if any(call in done.stdout for call in _LINE_FROM_MARKERS):
+        return done.stdout
+    lines = (ln.strip() for ln in done.stdout.splitlines() if not _MARKER.match(ln))
+    return "\n".join(ln for ln in lines if ln)

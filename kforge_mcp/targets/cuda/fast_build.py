@@ -41,6 +41,7 @@ from kforge_mcp.targets.cuda.build_cache import (
     ObjectCache,
     Pch,
     digest,
+    preprocessed_text,
     seal,
     sealed,
     start_detached,
@@ -135,25 +136,37 @@ def build(
         assert name is not None  # a unit builds lean only when it has a prelude (`lean` below)
         return PCH_PRELUDES[name], pchs[name].flags() if name in pchs else included(name, PCH_PRELUDES[name])
 
+    def made_of(unit: str, cmd: list[str], lean: bool) -> str | None:
+        """Through its precompiled header, what a unit is made of keys it: a kernel edit that moves the host code
+        and the bindings down a line leaves them as they were (build_cache.preprocessed_text)."""
+        name = preludes[unit]
+        return preprocessed_text(cmd, work) if lean and name in pchs and pchs[name].ready else None
+
     def main_job(lean: bool) -> tuple[str, list[str]]:
         source = lean_main_cpp if lean else plan.main_cpp
         info.headers["main"] = main_header if lean else FULL_BINDINGS_HEADER
         prelude, include = lean_prelude("main") if lean else ("", [])
         (work / "main.cpp").write_text(source)
-        return (
-            digest("main", source, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude),
-            [*plan.cxx, *plan.cflags, *include, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags],
-        )
+        cmd = [*plan.cxx, *plan.cflags, *include, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags]
+        return digest(
+            "main", made_of("main", cmd, lean) or source, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude
+        ), cmd
 
     def host_job(lean: bool) -> tuple[str, list[str]]:
         source = _EXTENSION_INCLUDE.sub(LEAN_HOST_HEADER, units.host) if lean else units.host
         info.headers["host"] = LEAN_HOST_HEADER if lean else FULL_BINDINGS_HEADER
         prelude, include = lean_prelude("host") if lean else (PRELUDE, included("cuda_host", PRELUDE))
         (work / "host.cpp").write_text(source)
-        return (
-            digest("host", source, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude),
-            [*plan.cxx, *plan.host_cflags, *include, "-x", "c++", "-c", "host.cpp", "-o", "host.o", *plan.post_cflags],
-        )
+        cmd = [*plan.cxx, *plan.host_cflags, *include, "-x", "c++", "-c", "host.cpp", "-o", "host.o", *plan.post_cflags]
+        return digest(
+            "host",
+            made_of("host", cmd, lean) or source,
+            plan.cxx,
+            plan.host_cflags,
+            plan.post_cflags,
+            versions,
+            prelude,
+        ), cmd
 
     def device_job(instantiations: list[str]) -> tuple[str, list[str]]:
         source = units.device

@@ -58,6 +58,9 @@ def own_name(output: str, file: str) -> str:
     return re.sub(r"(^|[\s(])" + re.escape(SHARED_NAME) + r"(?=[:(])", lambda m: m.group(1) + file, output, flags=re.M)
 
 
+_LINE_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*line[ \t]+\d+.*$", re.M)
+
+
 def split_build(
     real,
     name,
@@ -82,8 +85,10 @@ def split_build(
     if args or not kwargs.get("is_python_module", True):
         info.fallback = "load_inline arguments the split build does not take"
         return None, info
+    # the module's name: a kernel edit that moves cpp_sources down a line (its #line) keeps it, and its bindings
+    declared = [_LINE_DIRECTIVE.sub("", text) for text in ([cpp_src] if isinstance(cpp_src, str) else cpp_src)]
     bind_key = hashlib.sha256(
-        json.dumps([cpp_src, functions, kwargs, torch_versions()], sort_keys=True, default=str).encode()
+        json.dumps([declared, functions, kwargs, torch_versions()], sort_keys=True, default=str).encode()
     ).hexdigest()[:16]
     try:
         return load_split(
