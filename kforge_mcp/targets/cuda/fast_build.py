@@ -148,9 +148,8 @@ def build(
         prelude, include = lean_prelude("main") if lean else ("", [])
         (work / "main.cpp").write_text(source)
         cmd = [*plan.cxx, *plan.cflags, *include, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags]
-        return digest(
-            "main", made_of("main", cmd, lean) or source, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude
-        ), cmd
+        text = made_of("main", cmd, lean) or source
+        return digest("main", text, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude), cmd
 
     def host_job(lean: bool) -> tuple[str, list[str]]:
         source = _EXTENSION_INCLUDE.sub(LEAN_HOST_HEADER, units.host) if lean else units.host
@@ -158,15 +157,8 @@ def build(
         prelude, include = lean_prelude("host") if lean else (PRELUDE, included("cuda_host", PRELUDE))
         (work / "host.cpp").write_text(source)
         cmd = [*plan.cxx, *plan.host_cflags, *include, "-x", "c++", "-c", "host.cpp", "-o", "host.o", *plan.post_cflags]
-        return digest(
-            "host",
-            made_of("host", cmd, lean) or source,
-            plan.cxx,
-            plan.host_cflags,
-            plan.post_cflags,
-            versions,
-            prelude,
-        ), cmd
+        text = made_of("host", cmd, lean) or source
+        return digest("host", text, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude), cmd
 
     def device_job(instantiations: list[str]) -> tuple[str, list[str]]:
         source = units.device
