@@ -419,7 +419,7 @@ def test_the_host_library_reaches_the_kernels_and_device_variables_nvcc_compiled
     bind them."""
     import ctypes
 
-    from kforge_mcp.targets.cuda import fast_build as fb
+    from kforge_mcp.targets.cuda import nvcc_steps
     from kforge_mcp.targets.cuda.build_cache import ObjectCache
     from kforge_mcp.targets.cuda.build_plan import Plan
     from kforge_mcp.targets.cuda.split_link import HostLibrary, link_kernels
@@ -441,7 +441,7 @@ def test_the_host_library_reaches_the_kernels_and_device_variables_nvcc_compiled
     subprocess.run(["g++", "-fPIC", "-c", "main.cpp", "-o", "main.o"], cwd=tmp_path, check=True)
     plan = Plan(["g++"], [nvcc], [], [], [], [], ["-shared", f"-L{cudart}", "-lcudart"], "", "")
     loaded = {}
-    for name, flags in (("visible", list(fb.visible_kernel_flags((nvcc,)))), ("default", [])):
+    for name, flags in (("visible", list(nvcc_steps.visible_kernel_flags((nvcc,)))), ("default", [])):
         compile_device = [nvcc, "-arch=sm_90a", "--compiler-options", "-fPIC", *flags, "-c", "device.cu", "-o"]
         subprocess.run([*compile_device, f"{name}.o"], cwd=tmp_path, check=True)
         work = tmp_path / name
@@ -454,7 +454,7 @@ def test_the_host_library_reaches_the_kernels_and_device_variables_nvcc_compiled
         except OSError as e:
             loaded[name] = str(e)
     assert loaded["visible"] == (True, True), loaded
-    if fb.visible_kernel_flags((nvcc,)):  # this nvcc hides them unless told
+    if nvcc_steps.visible_kernel_flags((nvcc,)):  # this nvcc hides them unless told
         assert "undefined symbol" in str(loaded["default"]), loaded
 
 

@@ -20,7 +20,6 @@ build, so the verdict never depends on this path.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import json
 import os
@@ -49,7 +48,7 @@ from kforge_mcp.targets.cuda.build_cache import (
     write_whole,
 )
 from kforge_mcp.targets.cuda.build_plan import Plan, plan_build, toolchain_id
-from kforge_mcp.targets.cuda.nvcc_steps import side_by_side
+from kforge_mcp.targets.cuda.nvcc_steps import side_by_side, visible_kernel_flags
 from kforge_mcp.targets.cuda.preludes import (
     _EXTENSION_INCLUDE,
     FULL_BINDINGS_HEADER,
@@ -136,11 +135,17 @@ def build(
         assert name is not None  # a unit builds lean only when it has a prelude (`lean` below)
         return PCH_PRELUDES[name], pchs[name].flags() if name in pchs else included(name, PCH_PRELUDES[name])
 
-    def made_of(unit: str, cmd: list[str], lean: bool) -> str | None:
-        """Through its precompiled header, what a unit is made of keys it: a kernel edit that moves the host code
-        and the bindings down a line leaves them as they were (build_cache.preprocessed_text)."""
+    made_of: dict[str, str] = {}  # unit -> the key of what it is made of, beside its source's
+
+    def also_made_of(unit: str, cmd: list[str], lean: bool, *key) -> None:
+        """Through its precompiled header, what a unit is made of keys it too: a kernel edit that moves the host
+        code and the bindings down a line leaves that as it was (build_cache.preprocessed_text)."""
         name = preludes[unit]
-        return preprocessed_text(cmd, work) if lean and name in pchs and pchs[name].ready else None
+        text = preprocessed_text(cmd, work) if lean and name in pchs and pchs[name].ready else None
+        if text is None:
+            made_of.pop(unit, None)
+        else:
+            made_of[unit] = digest(f"{unit} made of", text, *key)
 
     def main_job(lean: bool) -> tuple[str, list[str]]:
         source = lean_main_cpp if lean else plan.main_cpp
@@ -148,8 +153,8 @@ def build(
         prelude, include = lean_prelude("main") if lean else ("", [])
         (work / "main.cpp").write_text(source)
         cmd = [*plan.cxx, *plan.cflags, *include, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags]
-        text = made_of("main", cmd, lean) or source
-        return digest("main", text, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude), cmd
+        also_made_of("main", cmd, lean, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude)
+        return digest("main", source, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude), cmd
 
     def host_job(lean: bool) -> tuple[str, list[str]]:
         source = _EXTENSION_INCLUDE.sub(LEAN_HOST_HEADER, units.host) if lean else units.host
@@ -157,8 +162,8 @@ def build(
         prelude, include = lean_prelude("host") if lean else (PRELUDE, included("cuda_host", PRELUDE))
         (work / "host.cpp").write_text(source)
         cmd = [*plan.cxx, *plan.host_cflags, *include, "-x", "c++", "-c", "host.cpp", "-o", "host.o", *plan.post_cflags]
-        text = made_of("host", cmd, lean) or source
-        return digest("host", text, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude), cmd
+        also_made_of("host", cmd, lean, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude)
+        return digest("host", source, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude), cmd
 
     def device_job(instantiations: list[str]) -> tuple[str, list[str]]:
         source = units.device
@@ -204,11 +209,15 @@ def build(
             lock.acquire(timeout=wait)
         except Timeout:
             return False
-        hit = objects.get(key)
+        alias = made_of.get(unit)
+        hit = objects.get(key) or (objects.get(alias) if alias else None)
         if hit is not None:
             lock.release()
             found[unit] = hit
             info.reused.append(unit)
+            for k in (key, alias):  # kept under both keys: an object from before its header was precompiled
+                if k and objects.get(k) is None:
+                    objects.put(k, hit)
         else:
             t0 = time.perf_counter()
             steps = None
@@ -233,6 +242,8 @@ def build(
                         failures.append(FastBuildError(unit, (work / f"{unit}.log").read_text(errors="replace")))
                     else:
                         found[unit] = objects.put(jobs[unit][0], work / f"{unit}.o")
+                        if unit in made_of:
+                            objects.put(made_of[unit], found[unit])
                         if (work / f"{unit}.o.host-kept").exists():  # nvcc_steps.py: its last step was not run
                             info.reused.append("device host object")
                 finally:
@@ -303,19 +314,6 @@ def build(
     shutil.rmtree(work, ignore_errors=True)
     info.seconds = round(time.perf_counter() - started, 2)
     return info
-
-
-@functools.lru_cache(maxsize=4)
-def visible_kernel_flags(nvcc: tuple[str, ...]) -> tuple[str, ...]:
-    """nvcc's flags that keep the kernels' host stubs and the device variables visible outside the library
-    that holds device.o: the host code calls them from a library of its own (split_link.py), and since
-    CUDA 13 nvcc hides them by default."""
-    try:
-        usage = subprocess.run([*nvcc, "--help"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    flag = "-device-entity-has-hidden-visibility"
-    return (f"{flag}=false",) if flag in usage else ()
 
 
 def check_host(plan: Plan, cache_root: Path, use_pch: bool = True) -> tuple[bool, str]:

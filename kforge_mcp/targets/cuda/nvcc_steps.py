@@ -18,6 +18,7 @@ the module id, which cudafe++ writes into the output, is one per unit name, not 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import shlex
@@ -152,3 +153,16 @@ def side_by_side(cmd: list[str], source: Path, objects: Path | None = None, salt
     path = cwd / f"{source.stem}-steps.sh"
     path.write_text(script + "\n")
     return [bash, str(path)]
+
+
+@functools.lru_cache(maxsize=4)
+def visible_kernel_flags(nvcc: tuple[str, ...]) -> tuple[str, ...]:
+    """nvcc's flags that keep the kernels' host stubs and the device variables visible outside the library
+    that holds device.o: the host code calls them from a library of its own (split_link.py), and since
+    CUDA 13 nvcc hides them by default."""
+    try:
+        usage = subprocess.run([*nvcc, "--help"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    flag = "-device-entity-has-hidden-visibility"
+    return (f"{flag}=false",) if flag in usage else ()

@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kforge_mcp.targets.cuda.build_cache import ObjectCache, digest, start_logged
+from kforge_mcp.targets.cuda.build_cache import ObjectCache, digest, file_sha, start_logged
 from kforge_mcp.targets.cuda.build_plan import Plan
 
 # torch's own libraries in the link flags: the host library needs them, the kernels do not
@@ -39,8 +39,8 @@ class HostLibrary:
     background from the moment both objects exist (while the device unit may still compile)."""
 
     def __init__(self, plan: Plan, objects: ObjectCache, main: Path, host: Path, work: Path):
-        # the objects are named by their keys, which hold their sources, flags and toolchain
-        self.key = digest("host-library", main.name, host.name, plan.cxx, plan.ldflags)
+        # by the objects' checksums: one object can be kept under two keys (fast_build's made_of)
+        self.key = digest("host-library", file_sha(main), file_sha(host), plan.cxx, plan.ldflags)
         self.objects, self.work = objects, work
         self.path = objects.get(self.key)
         self.seconds: float | None = None  # the link's, when this build ran it
