@@ -137,15 +137,17 @@ def build(
 
     made_of: dict[str, str] = {}  # unit -> the key of what it is made of, beside its source's
 
-    def also_made_of(unit: str, cmd: list[str], lean: bool, *key) -> None:
-        """Through its precompiled header, what a unit is made of keys it too: a kernel edit that moves the host
-        code and the bindings down a line leaves that as it was (build_cache.preprocessed_text)."""
+    def job(unit: str, source: str, cmd: list[str], lean: bool, *parts) -> tuple[str, list[str]]:
+        """The unit's key (its source and ``parts``) and command. Through its precompiled header, what the unit
+        is made of keys it too: a kernel edit that moves the host code and the bindings down a line leaves
+        that as it was (build_cache.preprocessed_text)."""
         name = preludes[unit]
         text = preprocessed_text(cmd, work) if lean and name in pchs and pchs[name].ready else None
         if text is None:
             made_of.pop(unit, None)
         else:
-            made_of[unit] = digest(f"{unit} made of", text, *key)
+            made_of[unit] = digest(f"{unit} made of", text, *parts)
+        return digest(unit, source, *parts), cmd
 
     def main_job(lean: bool) -> tuple[str, list[str]]:
         source = lean_main_cpp if lean else plan.main_cpp
@@ -153,8 +155,7 @@ def build(
         prelude, include = lean_prelude("main") if lean else ("", [])
         (work / "main.cpp").write_text(source)
         cmd = [*plan.cxx, *plan.cflags, *include, "-c", "main.cpp", "-o", "main.o", *plan.post_cflags]
-        also_made_of("main", cmd, lean, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude)
-        return digest("main", source, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude), cmd
+        return job("main", source, cmd, lean, plan.cxx, plan.cflags, plan.post_cflags, versions, prelude)
 
     def host_job(lean: bool) -> tuple[str, list[str]]:
         source = _EXTENSION_INCLUDE.sub(LEAN_HOST_HEADER, units.host) if lean else units.host
@@ -162,8 +163,7 @@ def build(
         prelude, include = lean_prelude("host") if lean else (PRELUDE, included("cuda_host", PRELUDE))
         (work / "host.cpp").write_text(source)
         cmd = [*plan.cxx, *plan.host_cflags, *include, "-x", "c++", "-c", "host.cpp", "-o", "host.o", *plan.post_cflags]
-        also_made_of("host", cmd, lean, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude)
-        return digest("host", source, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude), cmd
+        return job("host", source, cmd, lean, plan.cxx, plan.host_cflags, plan.post_cflags, versions, prelude)
 
     def device_job(instantiations: list[str]) -> tuple[str, list[str]]:
         source = units.device
@@ -209,15 +209,17 @@ def build(
             lock.acquire(timeout=wait)
         except Timeout:
             return False
-        alias = made_of.get(unit)
-        hit = objects.get(key) or (objects.get(alias) if alias else None)
+        hit = objects.get(key)
+        if unit in made_of:
+            kept = objects.get(made_of[unit])
+            if hit is None:
+                hit = kept
+            elif kept is None:  # an object from before its header was precompiled: kept by what it is made of too
+                objects.put(made_of[unit], hit)
         if hit is not None:
             lock.release()
             found[unit] = hit
             info.reused.append(unit)
-            for k in (key, alias):  # kept under both keys: an object from before its header was precompiled
-                if k and objects.get(k) is None:
-                    objects.put(k, hit)
         else:
             t0 = time.perf_counter()
             steps = None

@@ -101,18 +101,18 @@ def _reuse_host_object(steps: list[str], keep: Path, objects: Path, salt: str) -
     last = steps[6].replace(str(keep), "KEEP")  # the kept folder's path is each build's own
     salt = hashlib.sha256(f"{salt}\0{last}".encode()).hexdigest()
     q = shlex.quote
-    kept = f"{q(str(objects))}/nvcc-host-$key.o"
+    kept, obj = f"{q(str(objects))}/nvcc-host-$key.o", q(out.group(1))
     return "\n".join(
         [
             f"key=$( {{ echo {salt}; {_HOST_TEXT} {q(gen.group(1))}; {_HOST_TEXT} {q(str(stub_path))} | sed 's/__T[0-9]*/__T/g';"
             f" grep -v '^\".quad' {q(embedded.group(1))} | sed 's/fatbinData\\[[0-9]*\\]/fatbinData[]/'; }}"
             " | sha256sum | cut -c1-40 )",
             f'if [ -f {kept} ] && [ "$(sha256sum < {kept} | cut -d" " -f1)" = "$(cat {kept}.sha256 2>/dev/null)" ] \\',
-            f"  && objcopy --update-section .nv_fatbin={q(fatbin.group(1))} {kept} {q(out.group(1))}.kept \\",
-            f"  && mv -f {q(out.group(1))}.kept {q(out.group(1))}; then touch {q(out.group(1))}.host-kept",
+            f"  && objcopy --update-section .nv_fatbin={q(fatbin.group(1))} {kept} {obj}.kept \\",
+            f"  && mv -f {obj}.kept {obj}; then touch {obj}.host-kept",
             "else",
             f"  {steps[6]} || exit $?",
-            f"  cp {q(out.group(1))} {kept}.$$ && mv -f {kept}.$$ {kept}"
+            f"  cp {obj} {kept}.$$ && mv -f {kept}.$$ {kept}"
             f" && sha256sum < {kept} | cut -d' ' -f1 > {kept}.sha256.$$ && mv -f {kept}.sha256.$$ {kept}.sha256",
             "fi",
         ]
