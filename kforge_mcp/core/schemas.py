@@ -404,6 +404,11 @@ class Roofline(BaseModel):
     special_functions: float = Field(
         0.0, description="special-function evaluations of one forward (exp, log, reciprocal: a tanh counts 2)"
     )
+    logs_by_op: dict[str, float] = Field(
+        default_factory=dict,
+        description="elements of one forward through each op whose exact form takes a log of each (mish, softplus, "
+        "log, ...)",
+    )
     convs: list[Convolution] = Field(default_factory=list, description="the convolutions, as implicit GEMMs")
     compute_flops: float | None = Field(
         None, description="FLOPs the compute term pays on the path: flops with the convolutions' MMA padding"

@@ -181,6 +181,7 @@ class Vocabulary:
     convert_metric: str = ""  # the metric key of the pipe that converts types (and runs transcendentals), % busy
     special_function_lanes: float = 0.0  # that pipe's results per cycle over the FMA pipe's lanes
     serialized_mma_metric: str = ""  # the metric that is 1 where the assembler serialized a kernel's MMAs
+    polynomial_log_metric: str = ""  # the metric counting a kernel's inlined software logs (not the hardware's)
     superseded_mma_units: tuple[str, ...] = ()  # units a faster one replaces on the vendor's newer parts
     issued_mma: MmaCounter = MmaCounter()  # MMA instructions executed (% of peak), and their unit
     tensor_cycles: MmaCounter = MmaCounter()  # the tensor cores' own busy cycles (%), and the unit when

@@ -46,6 +46,16 @@ _SERIALIZED = re.compile(
 )
 
 
+# The exit block libdevice's logf, log1pf, log2f and log10f leave in PTX where the compiler inlined them (each copy
+# one label): the ~25-40 instruction polynomial the hardware's lg2.approx replaces (bench/epilogue_math.py).
+_POLYNOMIAL_LOG = re.compile(r"%__nv_log(?:1p|2|10)?f\.exit\d*$", re.M)
+
+
+def polynomial_logs(ptx: str) -> int:
+    """How many copies of libdevice's polynomial log the PTX inlines (tl.log, tl.log2, libdevice.log1p, logf)."""
+    return len(_POLYNOMIAL_LOG.findall(ptx))
+
+
 class PtxasUnavailable(RuntimeError):
     """ptxas is not at hand, or could not run here (the reason is the message)."""
 

@@ -1,7 +1,7 @@
 """The rules the agent runs, listed here in one place (each module holds the rules of one concern):
 
-memory: coalescing, bank conflicts, spills, atomics. compute: at the limit, issue-bound. tensor_cores:
-tensor cores, feeding the tensor pipe. conv: a convolution's tensor-core kernel waiting on its own gathers.
+memory: coalescing, bank conflicts, spills, atomics. compute: at the limit, issue-bound. epilogue: an
+epilogue's logs computed by a polynomial. tensor_cores: tensor cores, feeding the tensor pipe. conv: a convolution's tensor-core kernel waiting on its own gathers.
 fusion: fused launches and epilogues. launch: latency-bound kernels, grid size, ncu's own rules.
 structure: levers of the reference's FX graph, work on weights alone. timeline: device idle gaps and
 Intel XVE counters. compiled: the candidate compiled for an NVIDIA arch where no GPU ran it.
@@ -26,6 +26,7 @@ from kforge_mcp.advice.rules.compiled import (
 )
 from kforge_mcp.advice.rules.compute import at_the_limit, issue_bound
 from kforge_mcp.advice.rules.conv import gather_fed_conv
+from kforge_mcp.advice.rules.epilogue import epilogue_logs
 from kforge_mcp.advice.rules.fusion import fuse_launches
 from kforge_mcp.advice.rules.launch import grid_too_small, latency_bound, ncu_own_rules
 from kforge_mcp.advice.rules.memory import atomic_contention, register_spills, shared_bank_conflicts, uncoalesced_access
@@ -49,6 +50,7 @@ RULES: tuple[Rule[Any], ...] = (
     split_once,
     mma_serialized,
     issue_bound,
+    epilogue_logs,
     fuse_launches,
     latency_bound,
     grid_too_small,
@@ -109,6 +111,7 @@ __all__ = [
     "compiled_spills",
     "compiled_tensor_cores",
     "device_idle_gaps",
+    "epilogue_logs",
     "feed_tensor_pipe",
     "fuse_launches",
     "gather_fed_conv",

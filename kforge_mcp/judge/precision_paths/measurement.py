@@ -46,6 +46,9 @@ class MeasuredPaths(BaseModel):
     products: int = Field(0, description="matrix products and convolutions the reference does per forward")
     flops_by_op: dict[str, float] = Field(default_factory=dict, description="FLOPs by op: matmul, convolution, ...")
     special_functions: float = Field(0.0, description="special-function evaluations of one forward (exp, log, ...)")
+    logs_by_op: dict[str, float] = Field(
+        default_factory=dict, description="elements of one forward through each op that takes a log of each"
+    )
     convs: list[Convolution] = Field(default_factory=list, description="the convolutions' geometry and FLOPs")
     levers: list[Lever] = Field(
         default_factory=list, description="levers of the reference's structure, read in the same worker"
@@ -190,6 +193,7 @@ def measure_reference(
         products=products,
         flops_by_op=counts.flops_by_op,
         special_functions=counts.special_functions,
+        logs_by_op=counts.logs_by_op,
         convs=list(counts.convs),
         not_emulated=sorted(skipped),
         seeds=list(seeds),

@@ -77,14 +77,15 @@ def _padding_loss(feasible: list[ComputePath], best: ComputePath | None, flops: 
     )
 
 
-def _counted(measured: MeasuredPaths | None, convs, flops_by_op, special_functions) -> tuple:
+def _counted(measured: MeasuredPaths | None, convs, flops_by_op, special_functions, logs_by_op) -> tuple:
     """The counts the caller left out (None), from the measurement's."""
     if measured is None:
-        return convs or [], flops_by_op, special_functions
+        return convs or [], flops_by_op, special_functions, logs_by_op
     return (
         measured.convs if convs is None else convs,
         measured.flops_by_op if flops_by_op is None else flops_by_op,
         measured.special_functions if special_functions is None else special_functions,
+        measured.logs_by_op if logs_by_op is None else logs_by_op,
     )
 
 
@@ -103,14 +104,16 @@ def make_roofline(
     convs: list[Convolution] | None = None,
     flops_by_op: dict[str, float] | None = None,
     special_functions: float | None = None,
+    logs_by_op: dict[str, float] | None = None,
 ) -> Roofline:
     """``measured``: the paths' errors on the problem's own inputs (precision_paths.py); without it each path
     is judged by its operands' rounding. ``convs``: the reference's convolutions, whose implicit GEMMs a
     tensor-core path pads to its MMA shapes (their FLOPs are part of ``flops``)."""
     peaks, note = lookup_peaks(device_name)
-    notes = [note] if note else []
-    notes += measured.notes if measured is not None else []
-    convs, flops_by_op, special_functions = _counted(measured, convs, flops_by_op, special_functions)
+    notes = ([note] if note else []) + (measured.notes if measured is not None else [])
+    convs, flops_by_op, special_functions, logs_by_op = _counted(
+        measured, convs, flops_by_op, special_functions, logs_by_op
+    )
     # no products or convolutions: no compute path (tensor-core format, MMA padding) has anything to do
     paths = compute_paths(peaks, dtype, atol, rtol, measured) if flops > 0 else []
     feasible = [p for p in paths if p.feasible] or paths
@@ -157,6 +160,7 @@ def make_roofline(
         kind=problem_kind(flops_by_op or {}, convs),
         flops_by_op=flops_by_op or {},
         special_functions=special_functions or 0.0,
+        logs_by_op=logs_by_op or {},
         convs=[conv_gemm(c, *granules) for c in convs],
         compute_flops=paid,
         notes=notes,
@@ -342,4 +346,5 @@ def reference_roofline(
         convs=list(c.convs),
         flops_by_op=c.flops_by_op,
         special_functions=c.special_functions,
+        logs_by_op=c.logs_by_op,
     )

@@ -33,6 +33,7 @@ class Counts:
     convs: tuple[Convolution, ...] = ()
     flops_by_op: dict[str, float] = field(default_factory=dict)
     special_functions: float = 0.0  # special-function evaluations (SPECIAL_FUNCTIONS), elements x weight
+    logs_by_op: dict[str, float] = field(default_factory=dict)  # elements through each op of LOG_OPS
 
 
 def _op_family(op) -> str:
@@ -74,6 +75,11 @@ SPECIAL_FUNCTIONS = {
     "pow": 2,
 }
 
+# Ops whose exact form takes a logarithm of every element: a compiler's log is a polynomial of ~25-40 instructions
+# where the hardware's log2 is one (bench/epilogue_math.py), and mish needs no log at all. log_softmax and logsumexp
+# take one log a row, not an element.
+LOG_OPS = frozenset({"mish", "softplus", "log", "log1p", "log2", "log10", "log_sigmoid_forward"})
+
 
 def _conv_recorder():
     """A dispatch mode that records each convolution's geometry (what FlopCounterMode's total does not keep) and
@@ -89,13 +95,17 @@ def _conv_recorder():
             super().__init__()
             self.convs: list[Convolution] = []
             self.special_functions = 0.0
+            self.logs_by_op: dict[str, float] = {}
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if func.overloadpacket in ops:
                 names = [a.name for a in func._schema.arguments]
                 self.convs.append(convolution({**dict(zip(names, args, strict=False)), **(kwargs or {})}, out))
-            weight = SPECIAL_FUNCTIONS.get(func.overloadpacket.__name__.removesuffix("_"), 0)  # tanh_ as tanh
+            name = func.overloadpacket.__name__.removesuffix("_")  # tanh_ as tanh
+            weight = SPECIAL_FUNCTIONS.get(name, 0)
+            if name in LOG_OPS:
+                self.logs_by_op[name] = self.logs_by_op.get(name, 0.0) + sum(t.numel() for t in _tensors(out))
             if weight and not (func.overloadpacket is aten.div and not isinstance(args[1], torch.Tensor)):
                 self.special_functions += weight * sum(t.numel() for t in _tensors(out))  # a scalar divisor: a mul
             return out
@@ -162,7 +172,9 @@ def count_reference(model, inputs: list) -> Counts:
         if t.is_floating_point():
             by_dtype[t.dtype] = by_dtype.get(t.dtype, 0.0) + size
     dtype = dtype_key(max(by_dtype, key=lambda d: by_dtype[d])) if by_dtype else "fp32"
-    return Counts(flops, nbytes, dtype, out_bytes, tuple(recorder.convs), by_op, recorder.special_functions)
+    return Counts(
+        flops, nbytes, dtype, out_bytes, tuple(recorder.convs), by_op, recorder.special_functions, recorder.logs_by_op
+    )
 
 
 def meta_reference(problem) -> tuple:

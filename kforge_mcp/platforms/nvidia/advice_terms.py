@@ -87,6 +87,7 @@ VOCABULARY = NvidiaVocabulary(
     alu_pipe="alu",
     convert_metric="inst_pipe_xu_pct",  # the XU pipe: F2F/F2FP conversions and MUFU transcendentals
     serialized_mma_metric="wgmma_serialized",  # ptxas C7514/C7515 on the kernel's PTX (targets/nvidia.py)
+    polynomial_log_metric="ptx_polynomial_logs",  # libdevice's logf copies in the kernel's PTX (targets/nvidia.py)
     special_function_lanes=16 / 128,  # an SM's 16 MUFU results a cycle against its 128 FP32 lanes (sm_80, sm_90)
     superseded_mma_units=("hmma",),  # mma.sync, under Hopper's warpgroup MMAs
     issued_mma=MmaCounter("inst_pipe_tensor_op_gmma_pct", "wgmma"),  # executed wgmma instructions (0: none)

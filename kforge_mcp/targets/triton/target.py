@@ -19,7 +19,7 @@ from kforge_mcp.core.problem import Source
 from kforge_mcp.core.schemas import CompileReport, Finding, TargetStatus
 from kforge_mcp.core.source import import_source
 from kforge_mcp.targets.base import Loaded, Target, dist_version, xpu_unavailable_reason
-from kforge_mcp.targets.nvidia import PtxasUnavailable, find_tool, wgmma_serialized
+from kforge_mcp.targets.nvidia import PtxasUnavailable, find_tool, polynomial_logs, wgmma_serialized
 from kforge_mcp.targets.triton.compile import DEFAULT_ARCH, compile_candidate
 from kforge_mcp.targets.triton.launches import jit_functions
 
@@ -192,6 +192,7 @@ def attach_compiled_metadata(report, module) -> None:
                     ptx = (getattr(compiled, "asm", None) or {}).get("ptx") or ""
                     if ptx:  # the unit the math runs on, for a timeline without pipe metrics
                         k.metrics["ptx_mma"] = 2.0 if "wgmma.mma_async" in ptx else 1.0 if "mma.sync" in ptx else 0.0
+                        k.metrics["ptx_polynomial_logs"] = float(polynomial_logs(ptx))  # the epilogue rule's
                     if "wgmma.mma_async" in ptx:  # whether ptxas serialized them, and why (a note)
                         note_serialized(report, k, fname, ptx)
         except Exception:  # noqa: BLE001  (metadata is a bonus; Triton's internals move between versions)
