@@ -1,6 +1,8 @@
 """Where a profile at depth 'metrics' spends its time, phase by phase: a Level 2 candidate profiled through the
 Engine (its workers, as the server runs them) on a fresh home, then again on the same engine (warm: the worker,
 the Triton and autotune caches, the reference's roofline, the weight work and the measured compute paths kept).
+With --then, other candidates follow on the same warm engine (a new kernel, as an agent's next round brings); with
+--gap, that many seconds pass between profiles, as an agent's turn between them.
 Each run prints the wall seconds the caller waited, the worker's own seconds and `report.phases` (build, warm_up,
 timeline, weight_work, roofline, metrics: the wait for ncu after the worker's own steps, proton; paths_wait: the
 engine's wait for the compute paths measured on the CPU meanwhile), and what ncu said.
@@ -35,6 +37,12 @@ def main() -> None:
     ap.add_argument("--depth", default="metrics")
     ap.add_argument("--runs", type=int, default=3, help="the first on a fresh home, the others warm")
     ap.add_argument("--out", type=Path, help="JSON of every run")
+    ap.add_argument(
+        "--gap", type=float, default=0.0, help="seconds between profiles (an agent's turn: writing the next kernel)"
+    )
+    ap.add_argument(
+        "--then", type=Path, nargs="*", default=[], help="other candidates, each profiled once on the warm engine after"
+    )
     args = ap.parse_args()
     from kforge_mcp.api import Engine
 
@@ -45,11 +53,14 @@ def main() -> None:
         started = time.perf_counter()
         engine.list_targets()  # the probe, as a client's first call makes it
         print(json.dumps({"list_targets_s": round(time.perf_counter() - started, 2)}), flush=True)
-        for i in range(args.runs):
+        candidates = [args.candidate] * args.runs + list(args.then)
+        for i, candidate in enumerate(candidates):
+            if i:
+                time.sleep(args.gap)
             started = time.perf_counter()
             report = engine.profile(
                 str(args.problem.resolve()),
-                str(args.candidate.resolve()),
+                str(candidate.resolve()),
                 target=args.target,
                 device=args.device,
                 depth=args.depth,
@@ -57,12 +68,22 @@ def main() -> None:
             wall = time.perf_counter() - started
             run = {
                 "run": i,
+                "candidate": candidate.name,
+                "gap_s": args.gap if i else 0.0,
                 "warm": i > 0,
                 "wall_s": round(wall, 2),
                 "worker_s": round(report.seconds, 2),
                 "phases": report.phases,
                 # the worker's seconds no phase counted (loading the problem, reading the trace, the report)
-                "unphased_s": round(report.seconds - sum(v for k, v in report.phases.items() if k != "paths_wait"), 2),
+                "unphased_s": round(
+                    report.seconds
+                    - sum(
+                        v
+                        for k, v in report.phases.items()
+                        if k != "paths_wait" and not k.startswith("metrics_profiler_")
+                    ),
+                    2,
+                ),
                 "source": report.source,
                 "kernels": len(report.device_kernels()),
                 "errors": report.errors[:2],

@@ -166,7 +166,8 @@ class ProfileReport(JobAware):
         default_factory=dict,
         description="seconds per step (in the worker: build, warm_up, timeline, weight_work, roofline, metrics: the "
         "wait for the metrics profiler's own process after them, proton; paths_wait: the server's wait for the "
-        "compute paths): where a profile's time went",
+        "compute paths; metrics_profiler_ready, _forward, _exit: that process's own spans, beside the worker's): "
+        "where a profile's time went",
     )
     # the profilers' own output by file name (trace.json, ncu.csv): the worker sends it, the MCP tool
     # keeps it as resources (tools/artifacts.py); never part of the report's JSON

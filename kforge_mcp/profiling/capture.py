@@ -40,6 +40,7 @@ from kforge_mcp.judge.structure import reference_levers
 from kforge_mcp.judge.timing import sync_device
 from kforge_mcp.platforms.base import Platform, ProfiledRun, Profiler
 from kforge_mcp.profiling.proton import report_from_hatchet
+from kforge_mcp.profiling.spare import Spares
 from kforge_mcp.profiling.torch_trace import FORWARD_MARK, report_from_trace
 from kforge_mcp.profiling.weight_work import attach_weight_work
 from kforge_mcp.targets import get_target
@@ -48,6 +49,7 @@ INPUT_SEED = 7
 PROFILER_TIMEOUT_S = 300
 RAW_MAX_BYTES = 16 * 1024 * 1024  # a raw profile kept as a resource: the worker's reply carries it once
 GO_FILE = "metrics-go"  # the worker writes "go" (or "stop") here when the metrics profiler's program may run
+TIMES_FILE = "metrics-times.json"  # the program's moments (runner.Times), for the report's phases
 
 
 @dataclass
@@ -56,6 +58,7 @@ class ProfileCache:
     (problem, device, device name, peaks), and a candidate's weight work per (candidate, problem, device)."""
 
     rooflines: dict[tuple, Roofline] = field(default_factory=dict)
+    spares: Spares = field(default_factory=Spares)  # the metrics profiler's program launched ahead (spare.py)
     weight_work: dict[tuple, tuple[dict, dict, list[str]]] = field(default_factory=dict)
 
 
@@ -109,7 +112,7 @@ def run_profile(
     )
     phase = Phases(report)
     platform = get_device(device).platform
-    early = EarlyCapture.start(report, req, workdir, platform, settings) if depth == "metrics" else None
+    early = EarlyCapture.start(report, req, workdir, platform, settings, cache.spares) if depth == "metrics" else None
     try:
         progress("building the model")
         module = None
@@ -240,9 +243,16 @@ class EarlyCapture:
     this worker no longer uses the device, ``stop`` where the profile ended before."""
 
     def __init__(
-        self, report: ProfileReport, req: ProfileRequest, workdir: Path, profiler: Profiler, settings: Settings
+        self,
+        report: ProfileReport,
+        req: ProfileRequest,
+        workdir: Path,
+        profiler: Profiler,
+        settings: Settings,
+        spares: Spares,
     ):
-        self.profiler, self.signal = profiler, workdir / GO_FILE
+        self.profiler, self.signal, self.times = profiler, workdir / GO_FILE, workdir / TIMES_FILE
+        self.started = self.ended = 0.0  # wall clock: the profiler's process launched, and returned
         self.captured: ProfileReport | None = None
         self.run = ProfiledRun(
             workdir=workdir,
@@ -254,32 +264,59 @@ class EarlyCapture:
                 req,
                 workdir,
                 mode,
-                {**extra, "go_file": str(self.signal), "go_timeout_s": self.run.timeout_s},
+                {
+                    **extra,
+                    "go_file": str(self.signal),
+                    "go_timeout_s": self.run.timeout_s,
+                    "times_file": str(self.times),
+                },
                 settings,
             ),
-            run=lambda cmd, timeout: _run(cmd, workdir, timeout),
+            run=lambda cmd, timeout: spares.run(cmd, workdir, child_environment(drop=("TRITON_INTERPRET",)), timeout),
             keep_raw=lambda name, text: keep_raw(report, name, text),
         )
         self.thread = threading.Thread(target=self._capture, name="kforge-metrics-capture", daemon=True)
 
     @classmethod
     def start(
-        cls, report: ProfileReport, req: ProfileRequest, workdir: Path, platform: Platform, settings: Settings
+        cls,
+        report: ProfileReport,
+        req: ProfileRequest,
+        workdir: Path,
+        platform: Platform,
+        settings: Settings,
+        spares: Spares,
     ) -> EarlyCapture | None:
         """Started where the platform has a metrics profiler that can run here; else None (``_no_metrics`` says
         why)."""
         profiler = platform.metrics_profiler()
         if profiler is None or profiler.missing():
             return None
-        early = cls(report, req, workdir, profiler, settings)
+        early = cls(report, req, workdir, profiler, settings, spares)
         early.thread.start()
         return early
 
     def _capture(self) -> None:
+        self.started = time.time()
         try:
             self.captured = self.profiler.capture(self.run)
         except Exception as e:  # noqa: BLE001  (the profile stands without the metrics, and says why)
             self.run.notes.append(f"{self.profiler.title} failed: {type(e).__name__}: {e}")
+        self.ended = time.time()
+
+    def _profiler_phases(self, report: ProfileReport) -> None:
+        """Where the profiler's own process spent its time (it runs beside the worker's phases, so these overlap
+        them): metrics_profiler_ready, from its launch to its model built; _forward, from the go to the profiled
+        forward's end (the warm-up, the forward and the profiler's replays); _exit, from there to its return."""
+        try:
+            seen = json.loads(self.times.read_text())
+        except (OSError, ValueError):
+            return
+        spans = {"ready": (self.started, seen.get("ready")), "forward": (seen.get("go"), seen.get("done"))}
+        spans["exit"] = (seen.get("done"), self.ended)
+        for name, (a, b) in spans.items():
+            if a and b and b >= a:
+                report.phases[f"metrics_profiler_{name}"] = round(b - a, 4)
 
     def _say(self, word: str) -> None:
         if not self.signal.exists():
@@ -299,6 +336,7 @@ class EarlyCapture:
         self.go()
         self.thread.join(timeout=self.run.timeout_s + 30)
         report.notes += self.run.notes
+        self._profiler_phases(report)
         if self.captured is not None:
             self.profiler.merge(report, self.captured)
 

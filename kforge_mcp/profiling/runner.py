@@ -4,6 +4,7 @@ program early and profiles its own timeline meanwhile: the two never share the d
 warm it up, then run the profiled forward(s) as that profiler wants them.
 
     python -m kforge_mcp.profiling.runner SPEC.json
+    python -m kforge_mcp.profiling.runner --spare FOLDER IDLE_S WORKER_PID DEVICE   (waits for a spec: profiling/spare.py)
 
 Runs submitted code: only ever started by a worker, in the job's folder, under its limits.
 """
@@ -11,6 +12,7 @@ Runs submitted code: only ever started by a worker, in the job's folder, under i
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -18,6 +20,8 @@ from pathlib import Path
 
 
 def main(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    times = Times(spec.get("times_file"))
     import torch
 
     from kforge_mcp import platforms, targets
@@ -26,7 +30,6 @@ def main(spec_path: str) -> None:
     from kforge_mcp.judge.timing import sync_device
     from kforge_mcp.targets import get_target
 
-    spec = json.loads(Path(spec_path).read_text())
     settings = Settings.read(spec["settings"])  # the worker's, passed down in the spec
     platforms.use(settings)
     targets.use(settings)
@@ -40,8 +43,10 @@ def main(spec_path: str) -> None:
         seed_everything(0)
         model = problem.module.Model(*problem.init_inputs(device)).to(device)
     inputs = problem.make_inputs(7, device)
+    times.mark("ready")
     if spec.get("go_file") and wait_for_go(Path(spec["go_file"]), float(spec.get("go_timeout_s", 900))) != "go":
         return  # the profile ended before it needed this run
+    times.mark("go")
     with torch.no_grad():
         for _ in range(int(spec.get("warmup", 2))):
             model(*inputs)
@@ -59,6 +64,21 @@ def main(spec_path: str) -> None:
         if profiler is None:
             raise SystemExit(f"no platform has a profiler named {spec['mode']!r}")
         profiler.in_runner(lambda: model(*inputs), lambda: sync_device(device), spec)
+    times.mark("done")
+
+
+class Times:
+    """Wall-clock moments of this program (ready: model built; go; done: profiled), written to the spec's
+    times_file for the worker's phases; nothing where the spec names none."""
+
+    def __init__(self, path: str | None):
+        self.path = Path(path) if path else None
+        self.seen: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        if self.path is not None:
+            self.seen[name] = time.time()
+            self.path.write_text(json.dumps(self.seen))
 
 
 def wait_for_go(path: Path, timeout_s: float) -> str:
@@ -71,5 +91,37 @@ def wait_for_go(path: Path, timeout_s: float) -> str:
     return "stop"
 
 
+def spare(folder: Path, idle_s: float, worker: int, device: str) -> None:
+    """Launched ahead of its profile (spare.py): import what every run needs and make ``device``'s context, then
+    wait for the worker to name the spec in ``folder``; exit when none comes within ``idle_s`` or the worker process
+    is gone."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.empty(1, device=device)  # the context (and a profiler's injection on its first call) made while waiting
+
+    from kforge_mcp import platforms, targets  # noqa: F401
+    from kforge_mcp.core import problem, settings  # noqa: F401
+    from kforge_mcp.profiling.spare import SPEC_FILE
+
+    deadline, checked = time.monotonic() + idle_s, time.monotonic()
+    while not (folder / SPEC_FILE).exists():
+        if time.monotonic() > deadline:
+            return
+        if time.monotonic() - checked > 1.0:
+            checked = time.monotonic()
+            try:
+                os.kill(worker, 0)  # no signal sent: only whether the worker still exists
+            except ProcessLookupError:
+                return
+        time.sleep(0.005)
+    spec_path = (folder / SPEC_FILE).read_text().strip()
+    os.chdir(Path(spec_path).parent)  # the job's folder, as for a program launched for it
+    main(spec_path)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--spare":
+        spare(Path(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    else:
+        main(sys.argv[1])

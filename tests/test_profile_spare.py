@@ -1,0 +1,81 @@
+"""The metrics profiler's program launched ahead (profiling/spare.py): the runner waits in --spare mode, the next
+capture with the same command hands it its spec and reads its output, and a spare nobody takes goes away. Run here
+without a profiler around the runner (ncu needs a GPU): a spec in the unitrace profiler's mode runs the forwards plainly
+on the CPU, as the program does under any profiler."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kforge_mcp.core.problem import Source
+from kforge_mcp.core.process_env import child_environment
+from kforge_mcp.core.requests import ProfileRequest
+from kforge_mcp.core.settings import Settings
+from kforge_mcp.profiling import capture, spare
+from kforge_mcp.profiling.spare import Spares
+
+PROBLEM = Path(__file__).resolve().parents[1] / "examples" / "problems" / "fused_bias_gelu.py"
+
+
+def _command(workdir: Path) -> list[str]:
+    """The runner's command for one capture's spec in its own folder, as the metrics capture makes it."""
+    workdir.mkdir(parents=True)
+    req = ProfileRequest(problem=Source(PROBLEM.read_text(), PROBLEM.name), target="triton", device="cpu")
+    extra = {"times_file": str(workdir / capture.TIMES_FILE)}
+    return capture._runner(req, workdir, "unitrace", extra, Settings.read())
+
+
+def test_the_next_capture_takes_the_spare_the_last_one_left(tmp_path):
+    spares, env = Spares(), child_environment()
+    try:
+        first = spares.run(_command(tmp_path / "a"), tmp_path / "a", env, 120)
+        assert first.returncode == 0, first.stderr[-2000:]
+        waiting = spares.spare
+        assert waiting is not None and waiting.proc.poll() is None  # launched for the next capture, waiting
+        time.sleep(3)  # its imports done meanwhile
+        handed = time.time()
+        second = spares.run(_command(tmp_path / "b"), tmp_path / "b", env, 120)
+        assert second.returncode == 0, second.stderr[-2000:]
+        assert waiting.proc.returncode == 0 and spares.spare is not waiting  # the spare ran it; a new one waits
+        moments = json.loads((tmp_path / "b" / capture.TIMES_FILE).read_text())
+        assert set(moments) >= {"ready", "done"} and moments["ready"] >= handed
+    finally:
+        spares.close()
+
+
+def test_a_spare_for_another_command_is_not_taken(tmp_path):
+    spares, env = Spares(), child_environment()
+    try:
+        spares.run(_command(tmp_path / "a"), tmp_path / "a", env, 120)
+        waiting = spares.spare
+        other = _command(tmp_path / "b")
+        other.insert(1, "-X")  # another interpreter option: not the command the spare was launched for
+        other.insert(2, "utf8")
+        assert spares.run(other, tmp_path / "b", env, 120).returncode == 0
+        assert waiting.proc.returncode is not None and waiting.proc.returncode != 0  # closed, not handed the spec
+    finally:
+        spares.close()
+
+
+def test_a_spare_exits_when_its_worker_goes_or_nobody_takes_it(tmp_path, monkeypatch):
+    env = child_environment()
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    monkeypatch.setattr(spare.os, "getpid", lambda: worker.pid)  # the spare watches this process as its worker
+    gone = spare.SpareProgram(_command(tmp_path / "a"), env)
+    time.sleep(2)
+    assert gone.proc.poll() is None  # waiting while its worker lives
+    worker.kill()
+    worker.wait()
+    assert gone.proc.wait(timeout=60) == 0
+    monkeypatch.undo()
+    monkeypatch.setattr(spare, "IDLE_S", 1.0)
+    idle = spare.SpareProgram(_command(tmp_path / "b"), env)
+    assert idle.proc.wait(timeout=60) == 0 and not idle.stands_for(idle.command)
+
+
+def test_only_a_runners_command_gets_a_spare():
+    assert spare.spare_command([sys.executable, "-c", "print(1)"], Path("/tmp")) is None
