@@ -41,6 +41,7 @@ def test_the_next_capture_takes_the_spare_the_last_one_left(tmp_path):
         second = spares.run(_command(tmp_path / "b"), tmp_path / "b", env, 120)
         assert second.returncode == 0, second.stderr[-2000:]
         assert waiting.proc.returncode == 0 and spares.spare is not waiting  # the spare ran it; a new one waits
+        assert not waiting.folder.exists()  # its folder went with it
         moments = json.loads((tmp_path / "b" / capture.TIMES_FILE).read_text())
         assert set(moments) >= {"ready", "done"} and moments["ready"] >= handed
     finally:
@@ -70,11 +71,11 @@ def test_a_spare_exits_when_its_worker_goes_or_nobody_takes_it(tmp_path, monkeyp
     assert gone.proc.poll() is None  # waiting while its worker lives
     worker.kill()
     worker.wait()
-    assert gone.proc.wait(timeout=60) == 0
+    assert gone.proc.wait(timeout=60) == 0 and not gone.folder.exists()
     monkeypatch.undo()
     monkeypatch.setattr(spare, "IDLE_S", 1.0)
     idle = spare.SpareProgram(_command(tmp_path / "b"), env)
-    assert idle.proc.wait(timeout=60) == 0 and not idle.stands_for(idle.command)
+    assert idle.proc.wait(timeout=60) == 0 and not idle.stands_for(idle.command) and not idle.folder.exists()
 
 
 def test_only_a_runners_command_gets_a_spare():

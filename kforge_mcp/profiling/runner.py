@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -104,20 +105,28 @@ def spare(folder: Path, idle_s: float, worker: int, device: str) -> None:
     from kforge_mcp.core import problem, settings  # noqa: F401
     from kforge_mcp.profiling.spare import SPEC_FILE
 
-    deadline, checked = time.monotonic() + idle_s, time.monotonic()
+    deadline, next_check = time.monotonic() + idle_s, time.monotonic() + 1.0
     while not (folder / SPEC_FILE).exists():
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now >= next_check:  # once a second: is the worker still there?
+            next_check = now + 1.0
+            if not _alive(worker):
+                deadline = now
+        if now >= deadline:
+            shutil.rmtree(folder, ignore_errors=True)  # nobody will hand it a spec: leave nothing behind
             return
-        if time.monotonic() - checked > 1.0:
-            checked = time.monotonic()
-            try:
-                os.kill(worker, 0)  # no signal sent: only whether the worker still exists
-            except ProcessLookupError:
-                return
         time.sleep(0.005)
     spec_path = (folder / SPEC_FILE).read_text().strip()
     os.chdir(Path(spec_path).parent)  # the job's folder, as for a program launched for it
     main(spec_path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal sent: only whether the process still exists
+    except ProcessLookupError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -66,12 +67,14 @@ class SpareProgram:
         except subprocess.TimeoutExpired:
             self.close()
             raise
+        shutil.rmtree(self.folder, ignore_errors=True)
         return subprocess.CompletedProcess(command, self.proc.returncode, out, err)
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class Spares:
