@@ -6,15 +6,20 @@ on the CPU, as the program does under any profiler."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from kforge_mcp.core.problem import Source
 from kforge_mcp.core.process_env import child_environment
+from kforge_mcp.core.profile import ProfileReport
 from kforge_mcp.core.requests import ProfileRequest
 from kforge_mcp.core.settings import Settings
+from kforge_mcp.platforms.base import Profiler
 from kforge_mcp.profiling import capture, spare
 from kforge_mcp.profiling.spare import Spares
 
@@ -80,3 +85,30 @@ def test_a_spare_exits_when_its_worker_goes_or_nobody_takes_it(tmp_path, monkeyp
 
 def test_only_a_runners_command_gets_a_spare():
     assert spare.spare_command([sys.executable, "-c", "print(1)"], Path("/tmp")) is None
+
+
+class Plain(Profiler):
+    """A profiler that runs the program as it is: what ncu's capture does around it, less ncu (no GPU here)."""
+
+    name = title = "unitrace"  # a registered profiler's mode: its program runs the forwards plainly
+
+    def capture(self, run):
+        proc = run.run(run.runner(self.name, {}), run.timeout_s)
+        run.notes.append(f"program exit {proc.returncode}")
+        return None
+
+
+@pytest.mark.parametrize("spare_setting", ["on", "off"])
+def test_a_metrics_capture_leaves_a_spare_unless_told_not_to_and_says_where_its_time_went(tmp_path, spare_setting):
+    req = ProfileRequest(problem=Source(PROBLEM.read_text(), PROBLEM.name), target="triton", device="cpu")
+    settings = Settings.read({**os.environ, "KFORGE_PROFILE_SPARE": spare_setting})
+    report, spares = ProfileReport(), Spares()
+    try:
+        early = capture.EarlyCapture(report, req, tmp_path, Plain(), settings, spares)
+        early.thread.start()
+        early.finish(report)
+        assert "program exit 0" in report.notes
+        assert {"metrics_profiler_ready", "metrics_profiler_forward", "metrics_profiler_exit"} <= set(report.phases)
+        assert (spares.spare is not None) == (spare_setting == "on")
+    finally:
+        spares.close()

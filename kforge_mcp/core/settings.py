@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     gpu_warmup: str = Field(
         "on", description="a server warms torch.compile on its first GPU at start (the compiled baseline's fixed cost)"
     )
+    profile_spare: str = Field(
+        "on",
+        description="each metrics profile launches the next one's profiler program ahead: on or off (while it waits, "
+        "up to 10 minutes, it holds a context on the device)",
+    )
     worker_lane: str | None = Field(None, description="set by the pool: the worker's lane")
     worker_tmp: str | None = Field(None, description="set by the pool: the worker's temp dir")
     # the LLM providers' own variables (no KFORGE_ prefix); a worker's environment never holds them
@@ -125,6 +130,10 @@ class Settings(BaseSettings):
     @property
     def gpu_warmup_on(self) -> bool:
         return self.gpu_warmup.strip().lower() not in OFF
+
+    @property
+    def profile_spare_on(self) -> bool:
+        return self.profile_spare.strip().lower() not in OFF
 
     def sandbox_enabled(self, protection: str) -> bool:
         """Whether one sandbox protection (landlock, network, limits, cgroup) is on."""

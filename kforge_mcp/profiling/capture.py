@@ -272,7 +272,11 @@ class EarlyCapture:
                 },
                 settings,
             ),
-            run=lambda cmd, timeout: spares.run(cmd, workdir, child_environment(drop=("TRITON_INTERPRET",)), timeout),
+            run=lambda cmd, timeout: (
+                spares.run(cmd, workdir, child_environment(drop=("TRITON_INTERPRET",)), timeout)
+                if settings.profile_spare_on
+                else _run(cmd, workdir, timeout)
+            ),
             keep_raw=lambda name, text: keep_raw(report, name, text),
         )
         self.thread = threading.Thread(target=self._capture, name="kforge-metrics-capture", daemon=True)
