@@ -98,3 +98,11 @@ def test_without_the_kernels_ptx_the_rule_says_what_it_needs():
     assert "epilogue_logs" not in [r.rule for r in a.recommendations]
     why = next(n.reason for n in a.rules_not_run if n.rule == "epilogue_logs")
     assert "PTX" in why
+
+
+def test_a_memory_bound_kernel_is_not_told_to_save_instructions():
+    """Memory 60% busy or more sets the kernel's time: fewer instructions would not shorten it."""
+    report = _recorded("convtranspose2d-mish-polynomial-log-h100.json")
+    conv = next(k for k in report.kernels if k.name == "convt_mish_kernel")
+    conv.dram_throughput_pct = 85.0
+    assert "epilogue_logs" not in [r.rule for r in agent.analyze(report).recommendations]

@@ -52,6 +52,7 @@ PTX_LOGS = Need(
 class EpilogueThresholds:
     min_instruction_share: float = 0.1  # the logs' instructions under a tenth of the kernel's: not worth a rewrite
     max_instruction_share: float = 0.8  # a kernel keeps its loads, products and stores whatever its epilogue does
+    memory_bound_pct: float = 60.0  # memory this busy sets the kernel's time: fewer instructions do not shorten it
 
 
 EPILOGUE = EpilogueThresholds()
@@ -94,7 +95,8 @@ def _epilogue_logs(report: ProfileReport, t: EpilogueThresholds) -> list[Recomme
     for k, share in sorted(with_logs, key=lambda ks: -(ks[0].instructions or 0) * (ks[0].launches_per_forward or 1)):
         issued = (k.instructions or 0.0) * (k.launches_per_forward or 1.0)
         take = min(left, t.max_instruction_share * issued)
-        if take < t.min_instruction_share * issued or k.issue_active_pct is None:
+        memory = max(k.memory_throughput_pct or 0.0, k.dram_throughput_pct or 0.0)
+        if take < t.min_instruction_share * issued or k.issue_active_pct is None or memory >= t.memory_bound_pct:
             continue
         left -= take
         gain += share * k.issue_active_pct / 100 * take / issued
