@@ -4,7 +4,7 @@ program early and profiles its own timeline meanwhile: the two never share the d
 warm it up, then run the profiled forward(s) as that profiler wants them.
 
     python -m kforge_mcp.profiling.runner SPEC.json
-    python -m kforge_mcp.profiling.runner --spare FOLDER IDLE_S WORKER_PID DEVICE   (waits for a spec: profiling/spare.py)
+    python -m kforge_mcp.profiling.runner --spare FOLDER IDLE_S WORKER_PID DEVICE   (waits for a spec: spare.py)
 
 Runs submitted code: only ever started by a worker, in the job's folder, under its limits.
 """

@@ -1,9 +1,9 @@
 """A metrics profiler's program launched ahead of the profile that will use it. Under Nsight Compute the profiled
-program spent 5.4-8.1 s (an H100) from its launch to its model built, most of it the profiler's start and Python and
-torch importing under its injection, and the device's context, against 1.9-3.5 s for the forwards and the replays. A worker keeps one such
-program waiting, launched with the command the last capture used: the next capture whose command is the same but
-for its spec hands it the spec and reads its output as if it had launched it. A program idle for IDLE_S, or whose
-worker process is gone, exits by itself.
+program spent 5.4-8.6 s (an H100) from its launch to its model built, most of it the profiler's start, Python and
+torch importing under its injection, and the device's context, against 1.9-3.5 s for the forwards and the replays.
+A worker keeps one such program waiting, launched with the command the last capture used: the next capture whose
+command is the same but for its spec hands it the spec and reads its output as if it had launched it. A program
+idle for IDLE_S, or whose worker process is gone, exits by itself.
 """
 
 from __future__ import annotations
