@@ -26,10 +26,10 @@ from kforge_mcp.profiling.spare import Spares
 PROBLEM = Path(__file__).resolve().parents[1] / "examples" / "problems" / "fused_bias_gelu.py"
 
 
-def _command(workdir: Path) -> list[str]:
+def _command(workdir: Path, device: str = "cpu") -> list[str]:
     """The runner's command for one capture's spec in its own folder, as the metrics capture makes it."""
     workdir.mkdir(parents=True)
-    req = ProfileRequest(problem=Source(PROBLEM.read_text(), PROBLEM.name), target="triton", device="cpu")
+    req = ProfileRequest(problem=Source(PROBLEM.read_text(), PROBLEM.name), target="triton", device=device)
     extra = {"times_file": str(workdir / capture.TIMES_FILE)}
     return capture._runner(req, workdir, "unitrace", extra, Settings.read())
 
@@ -58,6 +58,8 @@ def test_a_spare_for_another_command_is_not_taken(tmp_path):
     try:
         spares.run(_command(tmp_path / "a"), tmp_path / "a", env, 120)
         waiting = spares.spare
+        assert waiting.stands_for(_command(tmp_path / "c"))
+        assert not waiting.stands_for(_command(tmp_path / "d", device="cuda:1"))  # its context is on another device
         other = _command(tmp_path / "b")
         other.insert(1, "-X")  # another interpreter option: not the command the spare was launched for
         other.insert(2, "utf8")

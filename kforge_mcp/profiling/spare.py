@@ -20,23 +20,32 @@ IDLE_S = 600.0  # a spare nobody took within this exits: the next capture launch
 SPEC_FILE = "spec"  # the worker writes the spec's path here: the spare's go to load it
 
 
+def runs_the_runner(command: list[str]) -> bool:
+    """A command that ends in the profiled program (profiling/runner.py) and its spec."""
+    return len(command) >= 3 and command[-3:-1] == ["-m", "kforge_mcp.profiling.runner"]
+
+
+def spec_device(command: list[str]) -> str:
+    """The device a runner's command profiles on, from its spec."""
+    try:
+        return str(json.loads(Path(command[-1]).read_text()).get("device", "cpu"))
+    except (OSError, ValueError):
+        return "cpu"
+
+
 def spare_command(command: list[str], folder: Path) -> list[str] | None:
     """The command of a spare for ``command`` (a runner's, its spec last): the spec replaced by ``--spare`` and what
     the spare prepares (the spec's device, whose context it makes while it waits)."""
-    if len(command) < 3 or command[-3:-1] != ["-m", "kforge_mcp.profiling.runner"]:
+    if not runs_the_runner(command):
         return None
-    try:
-        device = json.loads(Path(command[-1]).read_text()).get("device", "cpu")
-    except (OSError, ValueError):
-        device = "cpu"
-    return [*command[:-1], "--spare", str(folder), str(IDLE_S), str(os.getpid()), device]
+    return [*command[:-1], "--spare", str(folder), str(IDLE_S), str(os.getpid()), spec_device(command)]
 
 
 class SpareProgram:
     """One launched program waiting for its spec, and the command it stands for."""
 
     def __init__(self, command: list[str], env: dict[str, str]):
-        self.command = command
+        self.command, self.device = command, spec_device(command)
         self.folder = Path(tempfile.mkdtemp(prefix="kforge-spare-"))
         launch = spare_command(command, self.folder)
         if launch is None:
@@ -53,9 +62,9 @@ class SpareProgram:
         self.launched = time.monotonic()
 
     def stands_for(self, command: list[str]) -> bool:
-        """Still waiting, and launched for this command but its spec."""
+        """Still waiting, and launched for this command but its spec, on the device that spec names."""
         waiting = self.proc.poll() is None and time.monotonic() - self.launched < IDLE_S - 5
-        return waiting and self.command[:-1] == command[:-1]
+        return waiting and self.command[:-1] == command[:-1] and self.device == spec_device(command)
 
     def take(self, command: list[str], timeout: float) -> subprocess.CompletedProcess:
         """Hand the spare ``command``'s spec and wait for it as for a program launched with ``command``."""
@@ -97,7 +106,7 @@ class Spares:
 
     def leave(self, command: list[str], env: dict[str, str]) -> None:
         """A spare for the next capture with this command (none where it is not a runner's)."""
-        if len(command) >= 3 and command[-3:-1] == ["-m", "kforge_mcp.profiling.runner"]:
+        if runs_the_runner(command):
             self.spare = SpareProgram(command, env)
 
     def close(self) -> None:
