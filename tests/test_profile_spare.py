@@ -35,15 +35,15 @@ def _command(workdir: Path, device: str = "cpu") -> list[str]:
 
 
 def test_the_next_capture_takes_the_spare_the_last_one_left(tmp_path):
-    spares, env = Spares(), child_environment()
+    spares = Spares()
     try:
-        first = spares.run(_command(tmp_path / "a"), tmp_path / "a", env, 120)
+        first = capture._run(_command(tmp_path / "a"), tmp_path / "a", 120, spares)
         assert first.returncode == 0, first.stderr[-2000:]
         waiting = spares.spare
         assert waiting is not None and waiting.proc.poll() is None  # launched for the next capture, waiting
         time.sleep(3)  # its imports done meanwhile
         handed = time.time()
-        second = spares.run(_command(tmp_path / "b"), tmp_path / "b", env, 120)
+        second = capture._run(_command(tmp_path / "b"), tmp_path / "b", 120, spares)
         assert second.returncode == 0, second.stderr[-2000:]
         assert waiting.proc.returncode == 0 and spares.spare is not waiting  # the spare ran it; a new one waits
         assert not waiting.folder.exists()  # its folder went with it
@@ -54,16 +54,16 @@ def test_the_next_capture_takes_the_spare_the_last_one_left(tmp_path):
 
 
 def test_a_spare_for_another_command_is_not_taken(tmp_path):
-    spares, env = Spares(), child_environment()
+    spares = Spares()
     try:
-        spares.run(_command(tmp_path / "a"), tmp_path / "a", env, 120)
+        capture._run(_command(tmp_path / "a"), tmp_path / "a", 120, spares)
         waiting = spares.spare
         assert waiting.stands_for(_command(tmp_path / "c"))
         assert not waiting.stands_for(_command(tmp_path / "d", device="cuda:1"))  # its context is on another device
         other = _command(tmp_path / "b")
         other.insert(1, "-X")  # another interpreter option: not the command the spare was launched for
         other.insert(2, "utf8")
-        assert spares.run(other, tmp_path / "b", env, 120).returncode == 0
+        assert capture._run(other, tmp_path / "b", 120, spares).returncode == 0
         assert waiting.proc.returncode is not None and waiting.proc.returncode != 0  # closed, not handed the spec
     finally:
         spares.close()
@@ -86,7 +86,7 @@ def test_a_spare_exits_when_its_worker_goes_or_nobody_takes_it(tmp_path, monkeyp
 
 
 def test_only_a_runners_command_gets_a_spare():
-    assert spare.spare_command([sys.executable, "-c", "print(1)"], Path("/tmp")) is None
+    assert spare.spare_command([sys.executable, "-c", "print(1)"], Path("/tmp"), "cpu") is None
 
 
 class Plain(Profiler):

@@ -272,11 +272,7 @@ class EarlyCapture:
                 },
                 settings,
             ),
-            run=lambda cmd, timeout: (
-                spares.run(cmd, workdir, child_environment(drop=("TRITON_INTERPRET",)), timeout)
-                if settings.profile_spare_on
-                else _run(cmd, workdir, timeout)
-            ),
+            run=lambda cmd, timeout: _run(cmd, workdir, timeout, spares if settings.profile_spare_on else None),
             keep_raw=lambda name, text: keep_raw(report, name, text),
         )
         self.thread = threading.Thread(target=self._capture, name="kforge-metrics-capture", daemon=True)
@@ -383,9 +379,16 @@ def _runner_spec(req: ProfileRequest, workdir: Path, mode: str, extra: dict, set
     return path
 
 
-def _run(cmd: list[str], workdir: Path, timeout: float) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], workdir: Path, timeout: float, spares: Spares | None = None) -> subprocess.CompletedProcess:
+    """``cmd`` in the job's folder; with ``spares``, by the program launched ahead for it where one waits, and a
+    program left waiting for the next capture either way."""
     env = child_environment(drop=("TRITON_INTERPRET",))
-    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    try:
+        handed = spares.hand(cmd, timeout) if spares is not None else None
+        return handed or subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    finally:
+        if spares is not None:
+            spares.leave(cmd, env)
 
 
 def keep_raw(report: ProfileReport, name: str, text: str) -> None:

@@ -33,12 +33,12 @@ def spec_device(command: list[str]) -> str:
         return "cpu"
 
 
-def spare_command(command: list[str], folder: Path) -> list[str] | None:
+def spare_command(command: list[str], folder: Path, device: str) -> list[str] | None:
     """The command of a spare for ``command`` (a runner's, its spec last): the spec replaced by ``--spare`` and what
-    the spare prepares (the spec's device, whose context it makes while it waits)."""
+    the spare prepares (``device``, the spec's, whose context it makes while it waits)."""
     if not runs_the_runner(command):
         return None
-    return [*command[:-1], "--spare", str(folder), str(IDLE_S), str(os.getpid()), spec_device(command)]
+    return [*command[:-1], "--spare", str(folder), str(IDLE_S), str(os.getpid()), device]
 
 
 class SpareProgram:
@@ -47,7 +47,7 @@ class SpareProgram:
     def __init__(self, command: list[str], env: dict[str, str]):
         self.command, self.device = command, spec_device(command)
         self.folder = Path(tempfile.mkdtemp(prefix="kforge-spare-"))
-        launch = spare_command(command, self.folder)
+        launch = spare_command(command, self.folder, self.device)
         if launch is None:
             raise ValueError("not a runner's command")
         self.proc = subprocess.Popen(
@@ -87,22 +87,21 @@ class SpareProgram:
 
 
 class Spares:
-    """The worker's spare: ``run`` takes it where it stands for the command, else launches the command as before;
-    either way it leaves a spare for the next capture with the same command."""
+    """The worker's spare: ``hand`` gives a command to the spare where one stands for it, and ``leave`` launches
+    one for the next capture with the same command."""
 
     def __init__(self) -> None:
         self.spare: SpareProgram | None = None
 
-    def run(self, command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    def hand(self, command: list[str], timeout: float) -> subprocess.CompletedProcess | None:
+        """The spare's run of ``command`` where it stands for it; else None (and a spare for another command
+        closed): the caller launches the command itself."""
         spare, self.spare = self.spare, None
-        try:
-            if spare is not None and spare.stands_for(command):
-                return spare.take(command, timeout)
-            if spare is not None:
-                spare.close()
-            return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-        finally:
-            self.leave(command, env)
+        if spare is not None and spare.stands_for(command):
+            return spare.take(command, timeout)
+        if spare is not None:
+            spare.close()
+        return None
 
     def leave(self, command: list[str], env: dict[str, str]) -> None:
         """A spare for the next capture with this command (none where it is not a runner's)."""

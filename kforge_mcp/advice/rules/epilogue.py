@@ -94,9 +94,12 @@ def _epilogue_logs(report: ProfileReport, t: EpilogueThresholds) -> list[Recomme
     saved = sum(n * SAVED_PER_ELEMENT[op] for op, n in logs.items()) / v.warp_size  # warp instructions a forward
     left, gain, hits, evidence = saved, 0.0, [], []
     metric = v.polynomial_log_metric
-    with_logs = [(k, s) for k, s in hot_kernels(report) if k.metrics.get(metric, 0) > 0 and k.instructions]
-    for k, share in sorted(with_logs, key=lambda ks: -(ks[0].instructions or 0) * (ks[0].launches_per_forward or 1)):
-        issued = (k.instructions or 0.0) * (k.launches_per_forward or 1.0)
+    with_logs = [  # each kernel still inlining the polynomial, with its warp instructions a forward
+        (k, share, (k.instructions or 0.0) * (k.launches_per_forward or 1.0))
+        for k, share in hot_kernels(report)
+        if k.metrics.get(metric, 0) > 0 and k.instructions
+    ]
+    for k, share, issued in sorted(with_logs, key=lambda kse: -kse[2]):
         take = min(left, t.max_instruction_share * issued)
         memory = max(k.memory_throughput_pct or 0.0, k.dram_throughput_pct or 0.0)
         if take < t.min_instruction_share * issued or k.issue_active_pct is None or memory >= t.memory_bound_pct:

@@ -104,10 +104,12 @@ def _conv_recorder():
                 self.convs.append(convolution({**dict(zip(names, args, strict=False)), **(kwargs or {})}, out))
             name = func.overloadpacket.__name__.removesuffix("_")  # tanh_ as tanh
             weight = SPECIAL_FUNCTIONS.get(name, 0)
-            if name in LOG_OPS:
-                self.logs_by_op[name] = self.logs_by_op.get(name, 0.0) + sum(t.numel() for t in _tensors(out))
-            if weight and not (func.overloadpacket is aten.div and not isinstance(args[1], torch.Tensor)):
-                self.special_functions += weight * sum(t.numel() for t in _tensors(out))  # a scalar divisor: a mul
+            if weight or name in LOG_OPS:
+                elements = sum(t.numel() for t in _tensors(out))
+                if name in LOG_OPS:
+                    self.logs_by_op[name] = self.logs_by_op.get(name, 0.0) + elements
+                if weight and not (func.overloadpacket is aten.div and not isinstance(args[1], torch.Tensor)):
+                    self.special_functions += weight * elements  # a scalar divisor: a mul
             return out
 
     return Recorder()
