@@ -2,7 +2,9 @@
 Engine (its workers, as the server runs them) on a fresh home, then again on the same engine (warm: the worker,
 the Triton and autotune caches, the reference's roofline, the weight work and the measured compute paths kept).
 With --then, other candidates follow on the same warm engine (a new kernel, as an agent's next round brings); with
---gap, that many seconds pass between profiles, as an agent's turn between them.
+--gap, that many seconds pass between profiles, as an agent's turn between them; with --verify-first, the candidate
+is verified first, twice (the second's times come after the worker readied the profilers), as an agent does before
+it profiles.
 Each run prints the wall seconds the caller waited, the worker's own seconds and `report.phases` (build, warm_up,
 timeline, weight_work, roofline, metrics: the wait for ncu after the worker's own steps, proton; paths_wait: the
 engine's wait for the compute paths measured on the CPU meanwhile), and what ncu said.
@@ -43,6 +45,11 @@ def main() -> None:
     ap.add_argument(
         "--then", type=Path, nargs="*", default=[], help="other candidates, each profiled once on the warm engine after"
     )
+    ap.add_argument(
+        "--verify-first",
+        action="store_true",
+        help="verify the candidate on the fresh engine first, --gap seconds before its first profile (an agent's order)",
+    )
     args = ap.parse_args()
     from kforge_mcp.api import Engine
 
@@ -53,6 +60,19 @@ def main() -> None:
         started = time.perf_counter()
         engine.list_targets()  # the probe, as a client's first call makes it
         print(json.dumps({"list_targets_s": round(time.perf_counter() - started, 2)}), flush=True)
+        for again in range(2 if args.verify_first else 0):  # the second's times: after the profilers readied
+            started = time.perf_counter()
+            v = engine.verify(
+                str(args.problem.resolve()), str(args.candidate.resolve()), target=args.target, device=args.device
+            )
+            timing = v.timing
+            verified = {"verify": again, "wall_s": round(time.perf_counter() - started, 2), "verdict": v.verdict}
+            for name in ("candidate", "eager"):
+                stats = getattr(timing, name, None) if timing is not None else None
+                verified[f"{name}_ms"] = stats.median_ms if stats is not None else None
+            print(json.dumps(verified), flush=True)
+            runs.append(verified)
+            time.sleep(args.gap)
         candidates = [args.candidate] * args.runs + list(args.then)
         for i, candidate in enumerate(candidates):
             if i:

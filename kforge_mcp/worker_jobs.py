@@ -130,10 +130,17 @@ def handle_roofline(req: RooflineRequest, progress, workdir: Path, state: dict) 
 
 
 def handle_warm_up(req: WarmUpRequest, progress, workdir: Path, state: dict) -> dict:
-    """Before any problem is known: torch.compile's fixed cost paid on this device (baselines.warm_inductor)."""
+    """Before any problem is known: torch.compile's fixed cost paid on this device (baselines.warm_inductor); after
+    a verify: the metrics profiler's program launched for the first profile (profiling/ahead.py)."""
+    started = time.perf_counter()
+    if req.stage == "profilers":
+        from kforge_mcp.profiling.ahead import ready_profilers
+        from kforge_mcp.profiling.capture import ProfileCache
+
+        steps = ready_profilers(req.device, state["settings"], state.setdefault("profiles", ProfileCache()))
+        return {"seconds": round(time.perf_counter() - started, 2), "steps": steps}
     from kforge_mcp.judge.baselines import warm_inductor
 
-    started = time.perf_counter()
     warm_inductor(req.device, req.stage)
     return {"seconds": round(time.perf_counter() - started, 2)}
 

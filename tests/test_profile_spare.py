@@ -1,5 +1,6 @@
 """The metrics profiler's program launched ahead (profiling/spare.py): the runner waits in --spare mode, the next
-capture with the same command hands it its spec and reads its output, and a spare nobody takes goes away. Run here
+capture with the same command hands it its spec and reads its output, and a spare nobody takes goes away. A GPU
+verify launches the first profile's in its idle worker (profiling/ahead.py). Run here
 without a profiler around the runner (ncu needs a GPU): a spec in the unitrace profiler's mode runs the forwards plainly
 on the CPU, as the program does under any profiler."""
 
@@ -114,3 +115,59 @@ def test_a_metrics_capture_leaves_a_spare_unless_told_not_to_and_says_where_its_
         assert (spares.spare is not None) == (spare_setting == "on")
     finally:
         spares.close()
+
+
+def test_a_spare_launched_before_any_profile_is_taken_by_the_first(tmp_path):
+    """What a verify leaves (profiling/ahead.py): no spec yet, so the device is given; a second leave keeps it."""
+    spares, env = Spares(), child_environment()
+    try:
+        ahead = capture.runner_argv(Path("ahead-spec.json"))
+        spares.leave(ahead, env, "cpu")
+        waiting = spares.spare
+        assert waiting is not None and waiting.device == "cpu" and waiting.stands_for(_command(tmp_path / "c"))
+        spares.leave(ahead, env, "cpu")
+        assert spares.spare is waiting  # one waits already: not launched again
+        time.sleep(3)
+        first = capture._run(_command(tmp_path / "a"), tmp_path / "a", 120, spares)
+        assert first.returncode == 0, first.stderr[-2000:]
+        assert waiting.proc.returncode == 0 and not waiting.folder.exists()  # it ran the first capture
+    finally:
+        spares.close()
+
+
+def test_the_profilers_are_readied_in_a_worker_that_has_worked_only_when_asked_after_work(tmp_path):
+    """The pool runs the profilers' warm-up after a real job only with after_work; on the CPU no metrics profiler
+    runs, so the worker launches no spare."""
+    from kforge_mcp.core.requests import Done, ProbeRequest, WarmUpRequest
+    from kforge_mcp.runtime.pool import WorkerPool
+
+    pool = WorkerPool(tmp_path, settings=Settings.read())
+    ready = WarmUpRequest(device="cpu", stage="profilers")
+    try:
+        assert isinstance(pool.run("cpu", ProbeRequest(), 120), Done)
+        assert pool.run("cpu", ready, 120, warm_up=True) is None  # a server-start warm-up: not after real work
+        after = pool.run("cpu", ready, 120, warm_up=True, after_work=True)
+        assert isinstance(after, Done) and after.value["steps"] == {"spare": False}, after
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.parametrize("setting", ["on", "off"])
+def test_a_gpu_verify_asks_for_the_profilers_ahead_unless_told_not_to(setting):
+    import threading
+    from types import SimpleNamespace
+
+    from kforge_mcp.engine.verify import profilers_soon
+
+    asked, done = [], threading.Event()
+
+    def warm_up(lane, request, timeout_s, after_work=False):
+        asked.append((lane, request.stage, after_work))
+        done.set()
+
+    settings = Settings.read({**os.environ, "KFORGE_PROFILE_SPARE": setting})
+    parts = SimpleNamespace(settings=settings, executor=SimpleNamespace(warm_up=warm_up))
+    profilers_soon(parts, "cpu")  # the CPU's first profile has no CUPTI to start nor ncu to launch
+    profilers_soon(parts, "cuda:0")
+    done.wait(10 if setting == "on" else 1)
+    assert asked == ([("cuda:0", "profilers", True)] if setting == "on" else [])

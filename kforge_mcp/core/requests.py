@@ -98,11 +98,12 @@ class RooflineRequest(JobRequest):
 
 
 class WarmUpRequest(JobRequest):
-    """torch.compile's fixed cost paid on a device before any problem is known."""
+    """A fixed cost paid on a device ahead of the job that would pay it: torch.compile's before any problem is known
+    (stages imports, compile, all), or the metrics profiler's program launched after a verify (stage profilers: profiling/ahead.py)."""
 
     kind: ClassVar[str] = "warm_up"
     device: str
-    stage: Literal["imports", "compile", "all"] = "all"
+    stage: Literal["imports", "compile", "all", "profilers"] = "all"
 
 
 REQUESTS: dict[str, type[JobRequest]] = {

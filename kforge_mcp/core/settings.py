@@ -54,8 +54,8 @@ class Settings(BaseSettings):
     )
     profile_spare: str = Field(
         "on",
-        description="each metrics profile launches the next one's profiler program ahead: on or off (while it waits, "
-        "up to 10 minutes, it holds a context on the device)",
+        description="the next metrics profile's profiler program launched ahead, on or off: by a GPU verify and by "
+        "each metrics profile (while it waits, up to 10 minutes, it holds a context on the device)",
     )
     worker_lane: str | None = Field(None, description="set by the pool: the worker's lane")
     worker_tmp: str | None = Field(None, description="set by the pool: the worker's temp dir")

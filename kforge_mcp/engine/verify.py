@@ -3,12 +3,13 @@ its bound then taken again from the compute paths measured on the problem's inpu
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from concurrent.futures import Future
 
 from kforge_mcp.core.options import VerifyCall
-from kforge_mcp.core.requests import InternalFailure, VerifyRequest
+from kforge_mcp.core.requests import InternalFailure, VerifyRequest, WarmUpRequest
 from kforge_mcp.core.schemas import VerifyReport
 from kforge_mcp.engine.parts import EngineParts, Progress
 from kforge_mcp.engine.paths import ComputePaths
@@ -17,6 +18,8 @@ from kforge_mcp.judge.pipeline import head_start_one
 from kforge_mcp.judge.precision_paths import MeasuredPaths
 from kforge_mcp.runtime.pool import JobCancelled, WorkerFailure
 from kforge_mcp.targets import get_target
+
+PROFILERS_AHEAD_TIMEOUT_S = 120
 
 
 def verify(
@@ -52,11 +55,26 @@ def verify(
     if isinstance(report, InternalFailure):
         return VerifyReport(**error, errors=failure_errors(report), seconds=time.perf_counter() - started)
     report.node = reply.node  # where a cluster executor ran it
+    profilers_soon(parts, dev)
     if paths is not None and report.sol_ms is not None and report.timing is not None:
         waited = time.perf_counter()
         bound_from_paths(report, paths, parts.paths.verify_deadline(paths, started + call.timeout_s))
         report.phases["paths_wait"] = round(time.perf_counter() - waited, 4)
     return report
+
+
+def profilers_soon(parts: EngineParts, device: str) -> None:
+    """The first profile's metrics profiler program launched by the device's worker while it idles after this verify
+    (profiling/ahead.py): not while a job waits for that worker, nor on the CPU, nor with the setting off."""
+    if device == "cpu" or not parts.settings.profile_spare_on:
+        return
+    request = WarmUpRequest(device=device, stage="profilers")
+
+    def ready() -> None:
+        with contextlib.suppress(Exception):  # a head start only: the profile readies them itself otherwise
+            parts.executor.warm_up(device, request, PROFILERS_AHEAD_TIMEOUT_S, after_work=True)
+
+    threading.Thread(target=ready, daemon=True, name="kforge-profilers-ahead").start()
 
 
 def bound_from_paths(report: VerifyReport, paths: Future[MeasuredPaths], deadline: float) -> None:

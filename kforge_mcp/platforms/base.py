@@ -255,6 +255,11 @@ class Profiler:
         run.notes.append(f"{self.title} is not run by kforge here: analyze_profile reads its files")
         return None
 
+    def command(self, metrics: list[str] | None) -> list[str] | None:
+        """The profiler's own command line, the profiled program's to follow (``metrics`` None: the profiler's own
+        selection); None where kforge launches no program of its own for it."""
+        return None
+
     def merge(self, report: ProfileReport, captured: ProfileReport) -> None:
         """Put what the capture saw on the timeline's report (and say so in its source and notes)."""
 

@@ -360,7 +360,16 @@ def warmup_forwards(req: ProfileRequest) -> int:
 
 def _runner(req: ProfileRequest, workdir: Path, mode: str, extra: dict, settings: Settings) -> list[str]:
     """The profiled program's command line: the runner in ``mode`` (a profiler's name) with its spec."""
-    return [sys.executable, "-m", "kforge_mcp.profiling.runner", str(_runner_spec(req, workdir, mode, extra, settings))]
+    return runner_argv(_runner_spec(req, workdir, mode, extra, settings))
+
+
+def runner_argv(spec: Path) -> list[str]:
+    return [sys.executable, "-m", "kforge_mcp.profiling.runner", str(spec)]
+
+
+def profiled_environment() -> dict[str, str]:
+    """The profiled program's environment: the worker's, scrubbed (no interpreter switch: it runs on a device)."""
+    return child_environment(drop=("TRITON_INTERPRET",))
 
 
 def _runner_spec(req: ProfileRequest, workdir: Path, mode: str, extra: dict, settings: Settings) -> Path:
@@ -382,7 +391,7 @@ def _runner_spec(req: ProfileRequest, workdir: Path, mode: str, extra: dict, set
 def _run(cmd: list[str], workdir: Path, timeout: float, spares: Spares | None = None) -> subprocess.CompletedProcess:
     """``cmd`` in the job's folder; with ``spares``, by the program launched ahead for it where one waits, and a
     program left waiting for the next capture either way."""
-    env = child_environment(drop=("TRITON_INTERPRET",))
+    env = profiled_environment()
     try:
         handed = spares.hand(cmd, timeout) if spares is not None else None
         return handed or subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)

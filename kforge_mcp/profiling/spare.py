@@ -44,8 +44,8 @@ def spare_command(command: list[str], folder: Path, device: str) -> list[str] | 
 class SpareProgram:
     """One launched program waiting for its spec, and the command it stands for."""
 
-    def __init__(self, command: list[str], env: dict[str, str]):
-        self.command, self.device = command, spec_device(command)
+    def __init__(self, command: list[str], env: dict[str, str], device: str | None = None):
+        self.command, self.device = command, device or spec_device(command)
         self.folder = Path(tempfile.mkdtemp(prefix="kforge-spare-"))
         launch = spare_command(command, self.folder, self.device)
         if launch is None:
@@ -61,10 +61,10 @@ class SpareProgram:
         )
         self.launched = time.monotonic()
 
-    def stands_for(self, command: list[str]) -> bool:
-        """Still waiting, and launched for this command but its spec, on the device that spec names."""
+    def stands_for(self, command: list[str], device: str | None = None) -> bool:
+        """Still waiting, and launched for this command but its spec, on the device that spec names (or ``device``)."""
         waiting = self.proc.poll() is None and time.monotonic() - self.launched < IDLE_S - 5
-        return waiting and self.command[:-1] == command[:-1] and self.device == spec_device(command)
+        return waiting and self.command[:-1] == command[:-1] and self.device == (device or spec_device(command))
 
     def take(self, command: list[str], timeout: float) -> subprocess.CompletedProcess:
         """Hand the spare ``command``'s spec and wait for it as for a program launched with ``command``."""
@@ -103,10 +103,15 @@ class Spares:
             spare.close()
         return None
 
-    def leave(self, command: list[str], env: dict[str, str]) -> None:
-        """A spare for the next capture with this command (none where it is not a runner's)."""
-        if runs_the_runner(command):
-            self.spare = SpareProgram(command, env)
+    def leave(self, command: list[str], env: dict[str, str], device: str | None = None) -> None:
+        """A spare for the next capture with this command (none where it is not a runner's); ``device``: where its
+        spec is not written yet (a spare launched before any profile), the device it makes its context on."""
+        if not runs_the_runner(command):
+            return
+        if self.spare is not None and self.spare.stands_for(command, device):
+            return  # one waits for it already
+        self.close()
+        self.spare = SpareProgram(command, env, device)
 
     def close(self) -> None:
         if self.spare is not None:

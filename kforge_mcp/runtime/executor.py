@@ -46,8 +46,9 @@ class Executor(Protocol):
 
     def prewarm(self, lane: str) -> None: ...
 
-    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> Reply | None:
-        """A ``warm_up`` job run only while the lane is idle (pool.run's ``warm_up``); None when not run."""
+    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float, after_work: bool = False) -> Reply | None:
+        """A ``warm_up`` job run only while the lane is idle (pool.run's ``warm_up`` and ``after_work``); None when
+        not run."""
         ...
 
     def describe(self) -> dict:
@@ -109,8 +110,8 @@ class LocalExecutor:
     def prewarm(self, lane: str) -> None:
         self.pool.prewarm(lane)
 
-    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> Reply | None:
-        return self.pool.run(lane, request, timeout_s, warm_up=True)
+    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float, after_work: bool = False) -> Reply | None:
+        return self.pool.run(lane, request, timeout_s, warm_up=True, after_work=after_work)
 
     def describe(self) -> dict:
         return {"executor": self.name, "cpu_workers": self.cpu_workers, "nodes": []}

@@ -338,6 +338,7 @@ class WorkerPool:
         cancel: threading.Event | None = None,
         *,
         warm_up: bool,
+        after_work: bool = False,
     ) -> Reply | None: ...
     def run(
         self,
@@ -347,9 +348,11 @@ class WorkerPool:
         on_progress: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
         warm_up: bool = False,
+        after_work: bool = False,
     ) -> Reply | None:
         """The worker's reply. ``warm_up``: a job that only helps later ones, run only while the lane is idle
-        (no job waiting for it, none but warm-ups run on it yet); None when it was not run."""
+        (no job waiting for it, and none but warm-ups run on it yet unless ``after_work``); None when it was not
+        run."""
         # we must see our workers' exit status: something in this process (ray.init) may have set
         # SIGCHLD to ignored since the last job, and then a crash would read as "exit code 0"
         sandbox.default_sigchld()
@@ -359,7 +362,7 @@ class WorkerPool:
         with state.lock:
             with self._lanes_lock:
                 state.waiting -= 1
-                if warm_up and (state.waiting or state.worked):
+                if warm_up and (state.waiting or (state.worked and not after_work)):
                     return None
                 state.worked = state.worked or not warm_up
             if cancel is not None and cancel.is_set():

@@ -403,7 +403,7 @@ class RayExecutor:
     def prewarm(self, lane: str) -> None:
         pass  # actors start on the first job; a cluster's nodes may not even be there yet
 
-    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float) -> Reply | None:
+    def warm_up(self, lane: str, request: WarmUpRequest, timeout_s: float, after_work: bool = False) -> Reply | None:
         return None  # which actor serves a cluster's first job is not known: nothing to warm ahead
 
     def describe(self) -> dict:

@@ -53,10 +53,9 @@ class Ncu(Profiler):
         """ncu over the profiled program: the raw metrics the rules read (ncu_metrics.PROFILE_METRICS), no section,
         one raw CSV page; if this ncu rejects a name, the core metrics alone."""
         failure = ""
-        for metrics in (run.metrics or PROFILE_METRICS, CORE_METRICS):
-            command = ["ncu", "--csv", "--page", "raw", "--profile-from-start", "off", *ncu_args(metrics, ())]
+        for metrics in (run.metrics, CORE_METRICS):
             try:
-                proc = run.run(command + run.runner(self.name, {}), run.timeout_s)
+                proc = run.run(self.command(metrics) + run.runner(self.name, {}), run.timeout_s)
             except subprocess.TimeoutExpired:
                 run.notes.append(f"ncu did not finish within {run.timeout_s:.0f} s; metrics skipped")
                 return None
@@ -69,6 +68,17 @@ class Ncu(Profiler):
             return captured
         run.notes.append(failure)
         return None
+
+    def command(self, metrics: list[str] | None) -> list[str]:
+        return [
+            "ncu",
+            "--csv",
+            "--page",
+            "raw",
+            "--profile-from-start",
+            "off",
+            *ncu_args(metrics or PROFILE_METRICS, ()),
+        ]
 
     def merge(self, report: ProfileReport, captured: ProfileReport) -> None:
         """Put ncu's per-kernel metrics on the timeline's kernels: by exact name, then by launch order."""
