@@ -1,7 +1,7 @@
 """What a worker's first profile on a device would wait for, readied while the worker is idle after a verify: the
 metrics profiler's program, a spare for the default metrics command (spare.py). A verify leaves torch.profiler
-started in its worker already; the metrics profiler's program took 7.8 s from its launch to its model built in a
-first profile after a verify on an H100, and the profile waited for it (bench/results/profile-phases)."""
+started in its worker already; the metrics profiler's program took 6.6-7.8 s from its launch to its model built in
+a first profile after a verify on an H100, and the profile waited for it (bench/results/profile-phases)."""
 
 from __future__ import annotations
 
