@@ -99,12 +99,19 @@ def handle_baselines(req: BaselinesRequest, progress, workdir: Path, state: dict
 
 
 def handle_profile(req: ProfileRequest, progress, workdir: Path, state: dict) -> dict:
-    from kforge_mcp.profiling.capture import ProfileCache, run_profile
+    from kforge_mcp.profiling.capture import run_profile
 
     if "baselines" in state:
         state["baselines"].settled()  # no torch.compile of an earlier verify runs while this one profiles
-    report = run_profile(req, progress, workdir, state["settings"], state.setdefault("profiles", ProfileCache()))
+    report = run_profile(req, progress, workdir, state["settings"], profile_cache(state))
     return {**report.model_dump(), "raw": report.raw}  # raw is excluded from dumps: send it anyway
+
+
+def profile_cache(state: dict):
+    """What this worker keeps between profiles (capture.ProfileCache): the profiles' and the warm-up's one copy."""
+    from kforge_mcp.profiling.capture import ProfileCache
+
+    return state.setdefault("profiles", ProfileCache())
 
 
 def handle_roofline(req: RooflineRequest, progress, workdir: Path, state: dict) -> dict:
@@ -135,9 +142,8 @@ def handle_warm_up(req: WarmUpRequest, progress, workdir: Path, state: dict) -> 
     started = time.perf_counter()
     if req.stage == "profilers":
         from kforge_mcp.profiling.ahead import ready_profilers
-        from kforge_mcp.profiling.capture import ProfileCache
 
-        steps = ready_profilers(req.device, state["settings"], state.setdefault("profiles", ProfileCache()))
+        steps = ready_profilers(req.device, state["settings"], profile_cache(state))
         return {"seconds": round(time.perf_counter() - started, 2), "steps": steps}
     from kforge_mcp.judge.baselines import warm_inductor
 
