@@ -167,7 +167,7 @@ def test_a_gpu_verify_asks_for_the_profilers_ahead_unless_told_not_to(setting):
 
     settings = Settings.read({**os.environ, "KFORGE_PROFILE_SPARE": setting})
     parts = SimpleNamespace(settings=settings, executor=SimpleNamespace(warm_up=warm_up))
-    profilers_soon(parts, "cpu")  # the CPU's first profile has no CUPTI to start nor ncu to launch
+    profilers_soon(parts, "cpu")  # no metrics profiler runs on the CPU: nothing to launch ahead
     profilers_soon(parts, "cuda:0")
     done.wait(10 if setting == "on" else 1)
     assert asked == ([("cuda:0", "profilers", True)] if setting == "on" else [])
