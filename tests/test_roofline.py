@@ -252,3 +252,41 @@ def test_a_worker_computes_the_references_bound_once_and_each_verify_gets_its_ow
         )
         assert [f.model_dump() for f in report.findings] == [f.model_dump() for f in fresh.findings]
     assert first.fraction_of_sol == pytest.approx(0.5) and "takes the lever" in second.sol_path
+
+
+HUGE_INPUT = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(64, 64, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def get_inputs():
+    return [torch.rand(4096, 64, 256, 256)]  # 64 GiB: more than this box holds
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_counting_draws_no_input_value(tmp_path):
+    # a host draw of this input would need 64 GiB; the counts come from shapes alone
+    counts = count_problem(load(tmp_path, HUGE_INPUT))
+    assert counts.flops == pytest.approx(2 * 4096 * 64 * 254 * 254 * 64 * 9, rel=1e-3)
+    assert counts.convs[0].batch == 4096
+
+
+def test_counting_a_get_inputs_that_meta_cannot_run_draws_it_on_the_host(tmp_path):
+    text = HUGE_INPUT.replace(
+        "    return [torch.rand(4096, 64, 256, 256)]  # 64 GiB: more than this box holds",
+        "    import numpy as np\n    return [torch.from_numpy(np.random.rand(2, 64, 16, 16).astype('float32'))]",
+    )
+    assert count_problem(load(tmp_path, text)).flops == pytest.approx(2 * 2 * 64 * 14 * 14 * 64 * 9, rel=1e-3)

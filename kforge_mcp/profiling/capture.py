@@ -129,7 +129,7 @@ def run_profile(
             report.errors += [f"{d.file or ''}:{d.line or ''}: {d.message}" for d in e.diagnostics]
             report.seconds = time.perf_counter() - started
             return report
-        inputs = problem.make_inputs(INPUT_SEED, device)
+        inputs = problem.make_inputs(INPUT_SEED, device, on_device=True)
 
         activities = get_device(device).profiler_activities()
         with torch.no_grad():
@@ -172,7 +172,14 @@ def run_profile(
             )
         if module is not None:
             target.profile_details(report, module, device)
-            weight_work(report, cache, req, model, lambda: (inputs, problem.make_inputs(INPUT_SEED + 1, device)), phase)
+            weight_work(
+                report,
+                cache,
+                req,
+                model,
+                lambda: (inputs, problem.make_inputs(INPUT_SEED + 1, device, on_device=True)),
+                phase,
+            )
         with torch.no_grad(), phase("timeline"):
             platform.device_timeline(report, lambda: model(*inputs), iters)
 

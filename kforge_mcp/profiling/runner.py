@@ -43,7 +43,7 @@ def main(spec_path: str) -> None:
     else:
         seed_everything(0)
         model = problem.module.Model(*problem.init_inputs(device)).to(device)
-    inputs = problem.make_inputs(7, device)
+    inputs = problem.make_inputs(7, device, on_device=True)
     times.mark("ready")
     if spec.get("go_file") and wait_for_go(Path(spec["go_file"]), float(spec.get("go_timeout_s", 900))) != "go":
         return  # the profile ended before it needed this run
