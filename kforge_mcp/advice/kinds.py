@@ -178,6 +178,13 @@ def multi_term(path: str | None) -> bool:
     return path is not None and bool(re.search(r"\d+x[a-z]|[a-z]\d*x\d", path))
 
 
+def few_channels_per_tap(convs: list, mma_k: int | None) -> bool:
+    """Every convolution of the problem gives a tap fewer input channels (C_in / groups) than the smallest K of an
+    MMA step on the device (``mma_k``; 8 for TF32 on NVIDIA): a K loop by tap pads each tap to that K (3 channels in 8
+    or 16: most of each MMA is zeros), and one that packs taps into K gathers a different offset for every K index."""
+    return bool(convs and mma_k) and all(c.c_in // max(1, c.groups) < mma_k for c in convs)
+
+
 def is_gather_fed_conv(k: KernelProfile, v: Vocabulary, conv_problem: bool, t: KindThresholds = KINDS) -> bool:
     """A tensor-core kernel of a convolution problem whose MMAs wait on the operands it gathers itself (computed
     offsets, masked at the borders): a regime of its own (advice/rules/conv.py), not a GEMM to feed with TMA."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import (
     busiest_tensor_pipe,
+    few_channels_per_tap,
     is_fma_gemm,
     is_gather_fed_conv,
     is_latency_bound,
@@ -26,7 +27,7 @@ from kforge_mcp.advice.rules.base import (
     recommendation,
 )
 from kforge_mcp.advice.rules.compute import COMPUTE, ComputeThresholds, limiting_unit
-from kforge_mcp.advice.rules.fed import already_fed, fed_as_advised
+from kforge_mcp.advice.rules.fed import already_fed, fed_as_advised, few_channels
 from kforge_mcp.advice.rules.serialized import serialized
 from kforge_mcp.advice.rules.split import SPLIT_WITH_FEED, fed_by_copy, splits_in_loop
 from kforge_mcp.judge.roofline import compute_paths, fastest, lookup_peaks
@@ -362,13 +363,17 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
     hits, gain, evidence, paths, bases, shared = [], 0.0, [], set(), set(), []
     split_first = convs = False
     frac = r.fraction_of_sol if r is not None else None
-    arch, followed = device_arch(r.device) if r is not None else None, []
+    arch, followed, padded = device_arch(r.device) if r is not None else None, [], []
+    mma_k = min(lookup_peaks(r.device)[0].mma_k.values(), default=None) if r is not None else None
     for k, share in hot_kernels(report):
         if not _feeds(k, v, r, frac, t):
             continue
         conv = of_a_convolution(k, report)
         if conv and fed_as_advised(k, v, arch):
             followed.append(k)  # the change is made: set apart, not asked again
+            continue
+        if conv and r is not None and few_channels_per_tap(r.convs, mma_k):
+            padded.append(k)  # its pipe idles for padding and gathers: feeding does not pay
             continue
         split_first = split_first or splits_in_loop(k, v, r, bool(r and r.convs))
         pipe, busy = busiest_tensor_pipe(k, v)
@@ -396,6 +401,8 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
         paths.add(k.compute_path or "")
         evidence += _feed_evidence(k, pipe, busy, t)
     if not hits:
+        if padded and r is not None:
+            return [few_channels(padded, v, min(c.c_in // max(1, c.groups) for c in r.convs), mma_k or 0)]
         return [already_fed(followed, v)] if followed else []
     action = (FEED_CONV_WORDING if convs else FEED_WORDING).say(report.target) + (
         SPLIT_WITH_FEED if split_first else ""
