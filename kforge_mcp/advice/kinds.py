@@ -180,8 +180,8 @@ def multi_term(path: str | None) -> bool:
 
 def few_channels_per_tap(convs: list, mma_k: int | None) -> bool:
     """Every convolution of the problem gives a tap fewer input channels (C_in / groups) than the smallest K of an
-    MMA step on the device (``mma_k``; 8 for TF32 on NVIDIA): a K loop by tap pads each tap to that K (3 channels in 8
-    or 16: most of each MMA is zeros), and one that packs taps into K gathers a different offset for every K index."""
+    MMA step on the device (``mma_k``, the platform's table): a K loop by tap pads each tap to that K, and any form
+    gathers each input element again for every tap into products too thin for the tensor pipe to limit."""
     return bool(convs and mma_k) and all(c.c_in // max(1, c.groups) < mma_k for c in convs)
 
 

@@ -75,10 +75,12 @@ def already_fed(kernels: Sequence[KernelProfile], v: Vocabulary) -> Recommendati
 
 
 def few_channels(kernels: Sequence[KernelProfile], v: Vocabulary, c_in: int, mma_k: int) -> Recommendation:
-    """The feeding advice, set apart at no gain: a convolution whose taps each give fewer input channels than one
-    MMA step's K on the device (``mma_k``, its smallest). Its tensor pipe idles for padding and gathers, not for want of TMA or programs: on the H100 conv
-    trajectories (Conv3d with 3 input channels) a TMA persistent grid ran 14% slower and two accumulators with two
-    programs per SM 9% slower, where the pipe's idle share priced them at 10%."""
+    """The feeding advice, set apart at no gain: a convolution whose taps each give fewer input channels than the
+    smallest K of an MMA step on the device (``mma_k``). Its products are thin (K a tap's few channels, or a row's
+    taps packed together; N its output channels), so its time goes to gathering each input element once per tap and
+    to its epilogue, not to MMAs waiting on TMA: on the H100 conv trajectories (Conv3d with 3 input channels) a TMA
+    persistent grid ran 14% slower and two accumulators with two programs per SM 9% slower, where the pipe's idle
+    share priced them at 10%."""
     evidence = []
     for k in kernels:
         _, busy = busiest_tensor_pipe(k, v)
@@ -93,11 +95,12 @@ def few_channels(kernels: Sequence[KernelProfile], v: Vocabulary, c_in: int, mma
         title="Keep the tensor cores fed: not with so few input channels",
         evidence=evidence,
         action=f"{names} compute(s) a convolution whose taps give {c_in} input channel(s) each, fewer than any MMA "
-        f"step's K ({mma_k} on this device, more for narrower types): a K loop by tap pads every MMA mostly with zeros, and packing taps into K gathers a new offset "
-        "for every K index, so TMA, deeper pipelines and more programs per SM leave the tensor pipe as idle. What "
-        "can pay is doing less padded work: taps packed into K with their offsets computed once per program, or "
-        "the FMA path (tl.dot with input_precision='ieee', exact fp32) over the taps' real K. Uncertain: no rule "
-        "here prices them; time the change against this kernel before keeping it.",
+        f"step's K ({mma_k} on this device, more for narrower types): its products are thin, each input element is "
+        "gathered again for every tap, and TMA, deeper pipelines and more programs per SM leave the tensor pipe as "
+        "idle. What can pay is gathering less: a row's taps packed into one K step from a channels-last input "
+        "(contiguous, unmasked), an input tile loaded once and reused for its taps, or the FMA path (tl.dot with "
+        "input_precision='ieee', exact fp32) over the taps' real K, which pads nothing. Uncertain: no rule here "
+        "prices them; time the change against this kernel before keeping it.",
         expected_gain=0.0,
         gain_basis="not priced: on the H100 conv trajectories, feeding changes to such a kernel realized -14% and "
         "-9% where the tensor pipe's idle share promised 10%",
