@@ -295,16 +295,20 @@ def test_an_exact_fp32_convolution_passes_against_the_fp32_reference(engine):
 
 
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="needs Nsight Compute (ncu) on PATH")
-def test_a_second_metrics_profile_takes_the_profiler_launched_ahead(engine):
+def test_a_second_metrics_profile_takes_the_profiler_launched_ahead(tmp_path):
     """The first profile at depth 'metrics' launches ncu's program itself and leaves one waiting; the next, of
     another kernel, hands that one its spec: both carry ncu's metrics, and the second's program was ready sooner
-    (its Python, torch, the profiler's injection and the device's context already loaded)."""
-    reports = []
-    for name in ("triton_naive", "triton"):
-        reports.append(
-            engine.profile(problem("row_softmax"), example("row_softmax", name), target="triton", depth="metrics")
-        )
-        time.sleep(15)  # an agent's turn: the spare imports and makes its context meanwhile
+    (its Python, torch, the profiler's injection and the device's context already loaded). An engine of its own:
+    on the session's, a verify before it has launched the first profile's program already."""
+    engine, reports = Engine(home=tmp_path / "home"), []
+    try:
+        for name in ("triton_naive", "triton"):
+            reports.append(
+                engine.profile(problem("row_softmax"), example("row_softmax", name), target="triton", depth="metrics")
+            )
+            time.sleep(15)  # an agent's turn: the spare imports and makes its context meanwhile
+    finally:
+        engine.close()
     for r in reports:
         assert r.source == "torch.profiler+ncu" and any(k.issue_active_pct for k in r.device_kernels()), r.notes
     first, second = (r.phases["metrics_profiler_ready"] for r in reports)
