@@ -28,6 +28,7 @@ from kforge_mcp.advice.rules.compiled import (
 from kforge_mcp.advice.rules.compute import at_the_limit, issue_bound
 from kforge_mcp.advice.rules.conv import gather_fed_conv
 from kforge_mcp.advice.rules.epilogue import epilogue_logs
+from kforge_mcp.advice.rules.fed import feed_tensor_pipe
 from kforge_mcp.advice.rules.fusion import fuse_launches
 from kforge_mcp.advice.rules.launch import grid_too_small, latency_bound, ncu_own_rules
 from kforge_mcp.advice.rules.memory import atomic_contention, register_spills, shared_bank_conflicts, uncoalesced_access
@@ -35,7 +36,7 @@ from kforge_mcp.advice.rules.ranking import rank
 from kforge_mcp.advice.rules.serialized import mma_serialized
 from kforge_mcp.advice.rules.split import split_once
 from kforge_mcp.advice.rules.structure import adopt_taken_lever, reference_structure, weights_once
-from kforge_mcp.advice.rules.tensor_cores import feed_tensor_pipe, use_tensor_cores
+from kforge_mcp.advice.rules.tensor_cores import use_tensor_cores
 from kforge_mcp.advice.rules.timeline import device_idle_gaps, xve_idle, xve_stalled
 from kforge_mcp.profiling.report import ProfileReport, Recommendation, RuleNotRun
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.rules.base import COMPILED, FLOPS_ROOFLINE, Rule, ev, recommendation
 from kforge_mcp.advice.rules.compute import COMPUTE
+from kforge_mcp.advice.rules.fed import FEED_WORDING
 from kforge_mcp.advice.rules.launch import LATENCY_WORDING, LAUNCH
 from kforge_mcp.advice.rules.memory import MEMORY, SPILL_WORDING
 from kforge_mcp.advice.rules.tensor_cores import (
-    FEED_WORDING,
     best_path,
     efficiency_note,
     efficiency_range,

@@ -47,9 +47,22 @@ def _values(gm, inputs) -> tuple[dict, object]:
     return seen, out
 
 
+def _two_runs(problem, device: str) -> tuple[dict, object, dict, object]:
+    """Each node's fingerprints and the output, on two input sets drawn on the device (any two draws tell a
+    constant; a host draw of a 537 MB input took 0.7 s)."""
+    from kforge_mcp.core.problem import reference_model
+
+    model = reference_model(problem, device)  # as verify builds it (train mode, as KernelBench runs it)
+    inputs = problem.make_inputs(7, device, on_device=True)
+    gm, _ = trace(model, inputs)
+    first, out1 = _values(gm, inputs)
+    del inputs
+    second, out2 = _values(gm, problem.make_inputs(8, device, on_device=True))
+    return first, out1, second, out2
+
+
 def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[list[Lever], list[str]]:
     """Nodes that depend on the inputs yet do not change with them on two input sets, and the work only they need."""
-    from kforge_mcp.core.problem import reference_model
     from kforge_mcp.judge.guards import degenerate_findings
 
     cap = VALUE_CHECK_MAX_S.get(device)
@@ -61,13 +74,7 @@ def constant_levers(g: Graph, roof: Roofline, problem, device: str) -> tuple[lis
             f"constant outputs not checked: a forward ({roof.flops:.3g} FLOPs, {inter:.3g} bytes of intermediates) "
             f"is estimated at {estimate:.0f} s on {device}, too long to run twice here; a profile on the GPU checks them"
         ]
-    model = reference_model(problem, device)  # as verify builds it (train mode, as KernelBench runs it)
-    # two input sets drawn on the device (any two draws tell a constant; a host draw of a 537 MB input took 0.7 s)
-    inputs = problem.make_inputs(7, device, on_device=True)
-    gm, _ = trace(model, inputs)
-    first, out1 = _values(gm, inputs)
-    del inputs
-    second, out2 = _values(gm, problem.make_inputs(8, device, on_device=True))
+    first, out1, second, out2 = _two_runs(problem, device)
     finding = next(iter(degenerate_findings(out1, out2)), None)
     by_name = {n.name: n for n in g.nodes}
     frozen = {
