@@ -4,7 +4,7 @@ the Triton and autotune caches, the reference's roofline, the weight work and th
 With --then, other candidates follow on the same warm engine (a new kernel, as an agent's next round brings); with
 --gap, that many seconds pass between profiles, as an agent's turn between them; with --verify-first, the candidate
 is verified first, twice (the second's times come after the worker readied the profilers), as an agent does before
-it profiles.
+it profiles; with --serve-warm-up, what `kforge serve` does at its start runs first.
 Each run prints the wall seconds the caller waited, the worker's own seconds and `report.phases` (build, warm_up,
 timeline, weight_work, roofline, metrics: the wait for ncu after the worker's own steps, proton; paths_wait: the
 engine's wait for the compute paths measured on the CPU meanwhile), and what ncu said.
@@ -50,6 +50,12 @@ def main() -> None:
         action="store_true",
         help="verify the candidate on the fresh engine first, --gap seconds before its first profile (an agent's order)",
     )
+    ap.add_argument(
+        "--serve-warm-up",
+        action="store_true",
+        help="run what `kforge serve` runs at its start (cli/serve.py warm_up) first, --gap seconds before the first "
+        "call (a client connecting, an agent reading the problem)",
+    )
     args = ap.parse_args()
     from kforge_mcp.api import Engine
 
@@ -60,6 +66,14 @@ def main() -> None:
         started = time.perf_counter()
         engine.list_targets()  # the probe, as a client's first call makes it
         print(json.dumps({"list_targets_s": round(time.perf_counter() - started, 2)}), flush=True)
+        if args.serve_warm_up:
+            from kforge_mcp.cli.serve import warm_up
+
+            started = time.perf_counter()
+            warm_up(engine)
+            runs.append({"serve_warm_up_s": round(time.perf_counter() - started, 2)})
+            print(json.dumps(runs[-1]), flush=True)
+            time.sleep(args.gap)
         for again in range(2 if args.verify_first else 0):  # the second's times: after the profilers readied
             started = time.perf_counter()
             v = engine.verify(
