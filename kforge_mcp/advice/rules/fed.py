@@ -83,19 +83,16 @@ def already_fed(kernels: Sequence[KernelProfile], v: Vocabulary) -> Recommendati
             ev("tensor pipe busy", pct(busy), kernel=k.name),
         ]
     names = ", ".join(k.name for k in kernels)
-    return recommendation(
-        rule="feed_tensor_pipe",
+    return _set_apart(
+        kernels,
+        evidence,
         title="Keep the tensor cores fed: done already",
-        evidence=evidence,
         action=f"{names} already take their operands by TMA, run a persistent grid of two programs per SM that both "
         "stay resident, and keep their MMAs asynchronous: what this advice asks of a convolution. What still idles "
         "the tensor pipe (the epilogue, gathered operands, short K loops) no rule here prices: time a change of your "
         "own against this kernel before keeping it.",
-        expected_gain=0.0,
         gain_basis="the change is made (on the H100 conv trajectories, kernels that had made it were told the same "
         "thing step after step, priced 3-11%)",
-        kernels=[k.name for k in kernels],
-        change="feed the tensor pipe",
     )
 
 
@@ -115,10 +112,10 @@ def few_channels(kernels: Sequence[KernelProfile], v: Vocabulary, c_in: int, mma
             ev("tensor pipe busy", pct(busy), kernel=k.name),
         ]
     names = ", ".join(k.name for k in kernels)
-    return recommendation(
-        rule="feed_tensor_pipe",
+    return _set_apart(
+        kernels,
+        evidence,
         title="Keep the tensor cores fed: not with so few input channels",
-        evidence=evidence,
         action=f"{names} compute(s) a convolution whose taps give {c_in} input channel(s) each, fewer than any MMA "
         f"step's K ({mma_k} on this device, more for narrower types): its products are thin, each input element is "
         "gathered again for every tap, and TMA, deeper pipelines and more programs per SM leave the tensor pipe as "
@@ -126,9 +123,20 @@ def few_channels(kernels: Sequence[KernelProfile], v: Vocabulary, c_in: int, mma
         "(contiguous, unmasked), an input tile loaded once and reused for its taps, or the FMA path (tl.dot with "
         "input_precision='ieee', exact fp32) over the taps' real K, which pads nothing. Uncertain: no rule here "
         "prices them; time the change against this kernel before keeping it.",
-        expected_gain=0.0,
         gain_basis="not priced: on the H100 conv trajectories, feeding changes to such a kernel realized -14% and "
         "-9% where the tensor pipe's idle share promised 10%",
+    )
+
+
+def _set_apart(kernels: Sequence[KernelProfile], evidence: list, title: str, action: str, gain_basis: str):
+    """The feeding advice at no gain, not ranked: what the kernels do and why feeding is not asked of them."""
+    return recommendation(
+        rule="feed_tensor_pipe",
+        title=title,
+        evidence=evidence,
+        action=action,
+        expected_gain=0.0,
+        gain_basis=gain_basis,
         kernels=[k.name for k in kernels],
         change="feed the tensor pipe",
     )
