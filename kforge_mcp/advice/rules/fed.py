@@ -102,7 +102,8 @@ def few_channels(kernels: Sequence[KernelProfile], v: Vocabulary, c_in: int, mma
     taps packed together; N its output channels), so its time goes to gathering each input element once per tap and
     to its epilogue, not to MMAs waiting on TMA: on the H100 conv trajectories (Conv3d with 3 input channels) a TMA
     persistent grid ran 14% slower and two accumulators with two programs per SM 9% slower, where the pipe's idle
-    share priced them at 10%."""
+    share priced them at 10%; at two shapes the rule was not drawn from, the TMA persistent grid ran 8% faster (rows
+    of 62 voxels in 32-voxel boxes) and 90% slower (64 output channels in one tile)."""
     evidence = []
     for k in kernels:
         _, busy = busiest_tensor_pipe(k, v)
@@ -123,8 +124,9 @@ def few_channels(kernels: Sequence[KernelProfile], v: Vocabulary, c_in: int, mma
         "(contiguous, unmasked), an input tile loaded once and reused for its taps, or the FMA path (tl.dot with "
         "input_precision='ieee', exact fp32) over the taps' real K, which pads nothing. Uncertain: no rule here "
         "prices them; time the change against this kernel before keeping it.",
-        gain_basis="not priced: on the H100 conv trajectories, feeding changes to such a kernel realized -14% and "
-        "-9% where the tensor pipe's idle share promised 10%",
+        gain_basis="not priced: on an H100, feeding 23's Conv3d of 3 channels (TMA, a persistent grid, two programs "
+        "per SM) realized -14% and -9% at its published shape where the tensor pipe's idle share promised 10%, and "
+        "+8% and -90% at two other shapes (bench/feed_few_channels.py)",
     )
 
 
