@@ -178,11 +178,13 @@ def multi_term(path: str | None) -> bool:
     return path is not None and bool(re.search(r"\d+x[a-z]|[a-z]\d*x\d", path))
 
 
-def few_channels_per_tap(convs: list, mma_k: int | None) -> bool:
-    """Every convolution of the problem gives a tap fewer input channels (C_in / groups) than the smallest K of an
-    MMA step on the device (``mma_k``, the platform's table): a K loop by tap pads each tap to that K, and any form
-    gathers each input element again for every tap into products too thin for the tensor pipe to limit."""
-    return bool(convs and mma_k) and all(c.c_in // max(1, c.groups) < mma_k for c in convs)
+def few_channels_per_tap(convs: list, mma_k: int | None) -> int | None:
+    """The input channels a tap gives (C_in / groups, the largest over the problem's convolutions) where every
+    convolution gives fewer than the smallest K of an MMA step on the device (``mma_k``, the platform's table), else
+    None: a K loop by tap pads each tap to that K, and any form gathers each input element again for every tap into
+    products too thin for the tensor pipe to limit."""
+    widest = max((c.c_in // max(1, c.groups) for c in convs), default=None)
+    return widest if widest is not None and mma_k and widest < mma_k else None
 
 
 def is_gather_fed_conv(k: KernelProfile, v: Vocabulary, conv_problem: bool, t: KindThresholds = KINDS) -> bool:

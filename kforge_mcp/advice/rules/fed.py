@@ -262,7 +262,8 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
     split_first = convs = False
     frac = r.fraction_of_sol if r is not None else None
     arch, followed, padded = device_arch(r.device) if r is not None else None, [], []
-    mma_k = min(lookup_peaks(r.device)[0].mma_k.values(), default=None) if r is not None else None
+    mma_k = min(lookup_peaks(r.device)[0].mma_k.values(), default=None) if r is not None and r.convs else None
+    thin = few_channels_per_tap(r.convs, mma_k) if r is not None else None  # input channels a tap, too few for it
     for k, share in hot_kernels(report):
         if not _feeds(k, v, r, frac, t):
             continue
@@ -270,7 +271,7 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
         if conv and fed_as_advised(k, v, arch):
             followed.append(k)  # the change is made: set apart, not asked again
             continue
-        if conv and r is not None and few_channels_per_tap(r.convs, mma_k):
+        if conv and thin is not None:
             padded.append(k)  # its pipe idles for padding and gathers: feeding does not pay
             continue
         split_first = split_first or splits_in_loop(k, v, r, bool(r and r.convs))
@@ -299,8 +300,8 @@ def _feed_tensor_pipe(report: ProfileReport, t: ComputeThresholds) -> list[Recom
         paths.add(k.compute_path or "")
         evidence += _feed_evidence(k, pipe, busy, t)
     if not hits:
-        if padded and r is not None:
-            return [few_channels(padded, v, min(c.c_in // max(1, c.groups) for c in r.convs), mma_k or 0)]
+        if padded and thin is not None and mma_k is not None:
+            return [few_channels(padded, v, thin, mma_k)]
         return [already_fed(followed, v)] if followed else []
     action = _feed_action(report, convs, split_first, paths, shared)
     return [
