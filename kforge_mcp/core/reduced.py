@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from kforge_mcp.core.errors import InputError
 from kforge_mcp.core.problem import LoadedProblem, seed_everything
 
 SPATIAL_FLOOR = 8  # a carried or averaged size shrinks no lower: a kernel, a stride and a pool still see an interior
@@ -161,25 +160,12 @@ def _signature(values) -> list:
     return [(tuple(v.shape), str(v.dtype)) if isinstance(v, torch.Tensor) else repr(v) for v in values]
 
 
-def _meta_inputs(problem: LoadedProblem) -> list:
-    """get_inputs() on the meta device; where it insists on real tensors (numpy, an explicit device), on the CPU
-    and then moved there."""
-    import torch
-
-    try:
-        with torch.device("meta"):
-            values = problem.call("get_inputs")
-    except InputError:
-        values = problem.make_inputs(7, "cpu")
-    return [x.to("meta") if isinstance(x, torch.Tensor) else x for x in values]
-
-
 def _instance(problem: LoadedProblem) -> _Instance:
     """The problem built and run once on the meta device. Raises where it cannot be."""
     import torch
 
     init = problem.init_inputs("cpu")
-    inputs = _meta_inputs(problem)
+    inputs = problem.meta_inputs()
     with torch.device("meta"):
         seed_everything(0)
         model = problem.module.Model(*init)

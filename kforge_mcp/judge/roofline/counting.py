@@ -190,22 +190,7 @@ def meta_reference(problem) -> tuple:
     with torch.device("meta"):
         seed_everything(0)
         model = problem.module.Model(*init)
-    return model, meta_inputs(problem)
-
-
-def meta_inputs(problem) -> list:
-    """get_inputs() on the meta device: shapes and dtypes without drawing a value (a 537 MB input took 0.7 s to
-    draw on the host). A get_inputs() that cannot run there (numpy, values read back) is drawn on the host."""
-    import torch
-
-    from kforge_mcp.core.problem import seed_everything, to_device
-
-    try:
-        with torch.device("meta"):
-            seed_everything(7)
-            return to_device(problem.call("get_inputs"), "meta")
-    except Exception:  # noqa: BLE001  (the problem's own code can raise anything)
-        return to_device(problem.make_inputs(7, "cpu"), "meta")
+    return model, problem.meta_inputs()
 
 
 def count_problem(problem, device: str = "cpu") -> Counts:
