@@ -30,6 +30,16 @@ PROBLEM = ROOT / "bench/problems/gemm_multiply_leakyrelu_l2.py"
 CANDIDATE = ROOT / "bench/candidates/gemm_multiply_leakyrelu_l2/step1_bf16x3.py"
 
 
+def paths_measured(home: Path) -> list[dict]:
+    """The compute paths' measurements kept under ``home``: each one's own seconds in its worker (counting and
+    loading the problem not included), its peak memory, or its failure."""
+    kept = []
+    for path in sorted((home / "cache" / "precision_paths").rglob("*.json")):
+        m = json.loads(path.read_text())
+        kept.append({k: m.get(k) for k in ("seconds", "peak_rss_bytes", "failure") if m.get(k) is not None})
+    return kept
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--problem", type=Path, default=PROBLEM)
@@ -118,6 +128,7 @@ def main() -> None:
                     ),
                     2,
                 ),
+                "paths_measured": paths_measured(home),
                 "source": report.source,
                 "kernels": len(report.device_kernels()),
                 "errors": report.errors[:2],

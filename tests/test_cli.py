@@ -212,8 +212,9 @@ def test_verify_takes_precision_and_seed(env):
 
 
 def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other(monkeypatch):
-    """...and warms torch.compile there while that GPU is idle: its imports, then a tiny compile; none of it
-    once the lane is not idle (the executor says None), or with KFORGE_GPU_WARMUP=off."""
+    """...and warms torch.compile there while that GPU is idle: its imports, then a tiny compile, then the metrics
+    profiler's program (not with KFORGE_PROFILE_SPARE=off); beside them a CPU worker's paths measurement. None of
+    it on the GPU once its lane is not idle (the executor says None), and nothing with KFORGE_GPU_WARMUP=off."""
     from types import SimpleNamespace
 
     from kforge_mcp.cli.serve import warm_up
@@ -224,7 +225,10 @@ def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other(mo
         started: list[str] = []
         report = TargetsReport(targets=list(statuses), host={})
 
-        def warm(lane, payload, timeout_s):
+        def warm(lane, payload, timeout_s, after_work=False):
+            if lane == "compile":  # the probe's lane: a warm-up there runs after its work
+                paths.append(f"warm_up {payload.stage} on {lane} after work {after_work}")
+                return {"ok": True}
             if len([s for s in started if s.startswith("warm_up")]) >= idle_for:
                 return None
             started.append(f"warm_up {payload.stage} on {lane}")
@@ -234,17 +238,25 @@ def test_the_server_starts_the_first_gpus_worker_after_its_probe_and_no_other(mo
         engine = SimpleNamespace(list_targets=lambda: report, executor=executor, settings=Settings.read())
         return engine, started
 
+    paths: list[str] = []
     gpu = TargetStatus(name="cuda", available=True, devices=["cuda:1", "cuda:0"])
     cpu = TargetStatus(name="triton", available=True, devices=["cpu"])
     unavailable = TargetStatus(name="cute", available=False, devices=["cuda:0"], reason="no DSL")
-    imports, tiny = "warm_up imports on cuda:0", "warm_up compile on cuda:0"
-    cases = [((gpu, cpu), 2, ["cuda:0", imports, tiny]), ((cpu, unavailable), 2, [])]
+    imports, tiny, ncu = "warm_up imports on cuda:0", "warm_up compile on cuda:0", "warm_up profilers on cuda:0"
+    cases = [((gpu, cpu), 3, ["cuda:0", imports, tiny, ncu]), ((cpu, unavailable), 2, [])]
     cases += [((gpu,), 1, ["cuda:0", imports]), ((gpu,), 0, ["cuda:0"])]
     for statuses, idle_for, expected in cases:
+        paths.clear()
         engine, started = engine_with(*statuses, idle_for=idle_for)
         warm_up(engine)
         assert started == expected, idle_for
+        assert paths == (["warm_up paths on compile after work True"] if gpu in statuses else []), idle_for
+    monkeypatch.setenv("KFORGE_PROFILE_SPARE", "off")
+    engine, started = engine_with(gpu, idle_for=3)
+    warm_up(engine)
+    assert started == ["cuda:0", imports, tiny]
     monkeypatch.setenv("KFORGE_GPU_WARMUP", "off")
+    paths.clear()
     engine, started = engine_with(gpu)
     warm_up(engine)
-    assert started == ["cuda:0"]
+    assert started == ["cuda:0"] and paths == []

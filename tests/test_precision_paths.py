@@ -3,6 +3,7 @@ which paths pass a tolerance, the bound they give, its ranking of timings, and t
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -353,3 +354,25 @@ def test_outputs_within_atol_leave_every_path_to_its_rounding(tmp_path):
     r = from_measured(m, H200)
     assert r.path in ("3xtf32", "bf16x6") and not {p.path for p in r.paths if p.feasible} & {"fp8", "fp16", "bf16"}
     assert any("cannot tell one path from another" in n for n in r.notes)
+
+
+def test_the_paths_warm_up_measures_a_tiny_problem_and_leaves_the_worker_with_the_measurements_imports(tmp_path):
+    """A server's CPU worker pays the measurement's first imports before any problem is known (the flop counter's
+    first use imports torch's compiler: 5-6 s on a fresh GPU machine, which a first profile waited for)."""
+    import subprocess
+    import sys
+
+    code = """
+import json, sys, pathlib
+from kforge_mcp.core.requests import WarmUpRequest
+from kforge_mcp.core.settings import Settings
+from kforge_mcp.worker_jobs import handle_warm_up
+before = "torch._dynamo" in sys.modules
+reply = handle_warm_up(WarmUpRequest(device="cpu", stage="paths"), print, pathlib.Path(sys.argv[1]), {"settings": Settings.read()})
+print(json.dumps({"before": before, "after": "torch._dynamo" in sys.modules, "reply": reply}))
+"""
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["before"] is False and result["after"] is True, result
+    assert result["reply"]["seconds"] > 0

@@ -133,8 +133,10 @@ def quietly(fn):
 def warm_up(engine) -> None:
     """The probe, then the first GPU's worker started (it imports torch, seconds on a cold machine) and
     torch.compile's fixed cost paid there, its imports then a tiny compile, so a host's first verify pays
-    neither. Only while that GPU is idle: a verify sent at once pays the same cost itself, and a warm-up
-    ahead of it made that verify slower (bench/feedback_latency.py measures both)."""
+    neither; then the metrics profiler's program launched for the first profile. Beside them a CPU worker
+    measures a tiny problem's compute paths (their imports took 5-6 s on a fresh GPU machine), which a first
+    profile otherwise waits for. Only while each lane is idle: a verify sent at once pays the same cost itself,
+    and a warm-up ahead of it made that verify slower (bench/feedback_latency.py measures both)."""
     from kforge_mcp.core.requests import WarmUpRequest
 
     report = engine.list_targets()
@@ -142,10 +144,21 @@ def warm_up(engine) -> None:
     if not gpus:
         return
     engine.executor.prewarm(gpus[0])
-    if engine.settings.gpu_warmup_on:
-        for stage in ("imports", "compile"):
-            if engine.executor.warm_up(gpus[0], WarmUpRequest(device=gpus[0], stage=stage), timeout_s=300) is None:
-                return
+    if not engine.settings.gpu_warmup_on:
+        return
+    # after_work: the probe has run on that lane already; still only while no job waits for it
+    paths_request = WarmUpRequest(device="cpu", stage="paths")
+    paths = threading.Thread(
+        target=quietly(lambda: engine.executor.warm_up("compile", paths_request, 300, after_work=True)),
+        daemon=True,
+        name="kforge-paths-warm-up",
+    )
+    paths.start()
+    stages = ["imports", "compile"] + (["profilers"] if engine.settings.profile_spare_on else [])
+    for stage in stages:
+        if engine.executor.warm_up(gpus[0], WarmUpRequest(device=gpus[0], stage=stage), timeout_s=300) is None:
+            break
+    paths.join()
 
 
 def targets_line(engine, spinner: bool = True) -> Text:

@@ -99,11 +99,13 @@ class RooflineRequest(JobRequest):
 
 class WarmUpRequest(JobRequest):
     """A fixed cost paid on a device ahead of the job that would pay it: torch.compile's before any problem is known
-    (stages imports, compile, all), or the metrics profiler's program launched after a verify (stage profilers: profiling/ahead.py)."""
+    (stages imports, compile, all), the metrics profiler's program launched after a verify (stage profilers:
+    profiling/ahead.py), or on a CPU worker what measuring a problem's compute paths first imports and runs (stage
+    paths: a tiny problem measured)."""
 
     kind: ClassVar[str] = "warm_up"
     device: str
-    stage: Literal["imports", "compile", "all", "profilers"] = "all"
+    stage: Literal["imports", "compile", "all", "profilers", "paths"] = "all"
 
 
 REQUESTS: dict[str, type[JobRequest]] = {
