@@ -32,11 +32,11 @@ CANDIDATE = ROOT / "bench/candidates/gemm_multiply_leakyrelu_l2/step1_bf16x3.py"
 
 def paths_measured(home: Path) -> list[dict]:
     """The compute paths' measurements kept under ``home``: each one's own seconds in its worker (counting and
-    loading the problem not included), its peak memory, or its failure."""
+    loading the problem not included), where they went, its peak memory, or its failure."""
     kept = []
     for path in sorted((home / "cache" / "precision_paths").rglob("*.json")):
         m = json.loads(path.read_text())
-        kept.append({k: m.get(k) for k in ("seconds", "peak_rss_bytes", "failure") if m.get(k) is not None})
+        kept.append({k: m.get(k) for k in ("seconds", "phases", "peak_rss_bytes", "failure") if m.get(k) is not None})
     return kept
 
 

@@ -126,11 +126,15 @@ def handle_roofline(req: RooflineRequest, progress, workdir: Path, state: dict) 
 
         progress("measuring the compute paths on the problem's inputs")
         with PeakRSS() as rss:
-            m = measure_reference(problem, req, count_problem(problem, "cpu"))
+            started = time.perf_counter()
+            counts = count_problem(problem, "cpu")
+            counted_s = round(time.perf_counter() - started, 3)
+            m = measure_reference(problem, req, counts)
             roof = reference_levers(problem, "cpu", from_measured(m, None))
         m.levers = roof.levers
         m.notes += [n for n in roof.notes if n not in m.notes and ("not checked" in n or "levers" in n)]
         m.peak_rss_bytes = rss.peak
+        m.phases = {"count": counted_s, **m.phases}
         return m.model_dump()
     roof = reference_roofline(problem, "cpu", req.device_name, req.measured_ms, req.peaks, req.atol, req.rtol)
     return reference_levers(problem, "cpu", roof).model_dump()

@@ -174,7 +174,16 @@ def test_the_fraction_ranks_timings_and_never_exceeds_one(gemm):
 def test_the_second_call_reads_the_cache(gemm, engine):
     first, second = gemm
     assert second.cached and not first.cached and second.errors == first.errors
+    assert second.phases == first.phases  # where the measurement's seconds went, kept with it
     assert list((engine.home / "cache" / "precision_paths").rglob("*.json"))
+
+
+def test_the_measurement_says_where_its_seconds_went(gemm):
+    m, _ = gemm
+    assert list(m.phases)[:4] == ["count", "plan", "model", "reference"] and set(m.errors) <= set(m.phases)
+    assert all(s >= 0 for s in m.phases.values())
+    inside = sum(s for name, s in m.phases.items() if name != "count")  # counting comes before the measurement
+    assert m.seconds - 0.2 <= inside <= m.seconds + 0.01, (m.seconds, m.phases)
 
 
 def test_another_tolerance_is_measured_again(engine):

@@ -43,7 +43,8 @@ PATH_SPECS = {
 
 
 def round_to(x, fmt: str):
-    """x rounded to ``fmt`` and back to fp32."""
+    """x rounded to ``fmt`` and back to fp32, as a new tensor. Temporaries are updated in place: a weight's part is
+    a full-size tensor, and each fresh one costs its pages again (most of the time on a CPU)."""
     import torch
 
     x = x.float()
@@ -52,14 +53,19 @@ def round_to(x, fmt: str):
     if fmt == "fp16":
         return x.to(torch.float16).float()
     if fmt == "tf32":  # round to nearest (ties away) on the 10-bit mantissa, as cvt.rna.tf32.f32
-        return ((x.view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
+        return (x.view(torch.int32) + 0x1000).bitwise_and_(-0x2000).view(torch.float32)
     if fmt == "fp8":  # e4m3 (3-bit mantissa, subnormal step 2^-9, max 448) after a power-of-two scale
-        amax = float(x.abs().max()) if x.numel() else 0.0
+        if x.numel():
+            low, high = torch.aminmax(x)
+            amax = max(-float(low), float(high))
+        else:
+            amax = 0.0
         scale = 2.0 ** math.floor(math.log2(448.0 / amax)) if 0.0 < amax < float("inf") else 1.0
         y = x * scale
-        normal = ((y.view(torch.int32) + 0x80000) & -0x100000).view(torch.float32)  # torch's own cast is slow
-        sub = torch.round(y * 512.0) / 512.0
-        return torch.where(y.abs() < 2.0**-6, sub, normal).clamp(-448.0, 448.0) / scale
+        out = (y.view(torch.int32) + 0x80000).bitwise_and_(-0x100000).view(torch.float32)  # torch's own cast is slow
+        normal = y.abs_() >= 2.0**-6
+        sub = torch.mul(x, scale).add_(24576.0).sub_(24576.0)  # to a multiple of 2^-9, ties to even
+        return out.where(normal, sub).clamp_(-448.0, 448.0).div_(scale)
     raise ValueError(f"no rounding for {fmt}")
 
 
@@ -67,13 +73,18 @@ def split(x, fmt: str, parts: int, have: list | None = None) -> list:
     """x as ``parts`` summands in ``fmt`` (continuing ``have``, the first of them); fp64: x itself in fp64."""
     if fmt == "fp64":
         return [x.double()]
-    out, rest = list(have or []), x.float()
+    out, rest = list(have or []), None  # rest: what the parts so far leave of x, ours to update in place
+
+    def take(p) -> None:
+        nonlocal rest
+        rest = x.float() - p if rest is None else rest.sub_(p)
+
     for p in out:
-        rest = rest - p
+        take(p)
     while len(out) < parts:
-        p = round_to(rest, fmt)
-        out.append(p)
-        rest = rest - p
+        out.append(round_to(x if rest is None else rest, fmt))
+        if len(out) < parts:  # what the last part leaves is not needed
+            take(out[-1])
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,12 @@ class MeasuredPaths(BaseModel):
         None, description="the worker's peak resident memory while measuring (sampled every 20 ms)"
     )
     seconds: float = Field(0.0, description="the measurement's time in the worker")
+    phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="where the worker's seconds went: count (the reference's FLOPs and bytes, before the measurement's "
+        "seconds), plan (the reduced instance, on the meta device), model (the reference drawn), reference (its "
+        "outputs on each input set), then each path measured",
+    )
     cached: bool = Field(False, description="read from the cache under the home, not measured by this call")
     notes: list[str] = Field(default_factory=list)
 
@@ -124,6 +131,18 @@ def _run_path(model, cases: list, mode, judge, last_start: float) -> _PathRun:
     return run
 
 
+class Laps(dict[str, float]):
+    """Seconds from one mark to the next, by the name of what ended at each (from ``started``)."""
+
+    def __init__(self, started: float) -> None:
+        super().__init__()
+        self.last = started
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self[name], self.last = round(now - self.last, 3), now
+
+
 def measure_reference(
     problem, req: RooflineRequest, counts, seeds: tuple[int, ...] = SEEDS, budget_s: float = BUDGET_S
 ) -> MeasuredPaths:
@@ -140,7 +159,8 @@ def measure_reference(
     # fastest first: what a budget leaves unmeasured is what the bound needs least
     order = [p for p in reversed(paths_for(dtype)) if p in PATH_SPECS and not (p == dtype and p != "fp32")]
 
-    reduction, model = _reduced_reference(problem, judge, order, seeds)
+    phase = Laps(started)
+    reduction, model = _reduced_reference(problem, judge, order, seeds, phase)
     growth = sample_factor(reduction.outputs * len(seeds), reduction.reduced_outputs * len(seeds))
     deadline = started + budget_s
     mode_cls = _mode_class()
@@ -150,6 +170,7 @@ def measure_reference(
     products, emulated, skipped = 0, 0, set[str]()
     with reduction.applied(problem), torch.no_grad():
         cases, reference_s = _reference_cases(problem, model, judge, seeds)
+        phase("reference")
         cost = _plan_of(problem)
         splits = Splits([*model.parameters(), *model.buffers()])
         within = _within_atol(cases, judge)
@@ -160,6 +181,7 @@ def measure_reference(
             spec = PATH_SPECS[name]
             expect_s = reference_s * (cost.forward_s(name) / cost.forward_s() if cost else len(spec.terms))
             run = _run_path(model, cases, mode_cls(spec, splits), judge, deadline - expect_s)
+            phase(name)
             if _split_format(name) not in {_split_format(p) for p in order[i + 1 :]}:
                 splits.drop(_split_format(name))  # no later path rounds to it
             products, skipped = max(products, run.products), skipped | run.skipped
@@ -198,11 +220,14 @@ def measure_reference(
         not_emulated=sorted(skipped),
         seeds=list(seeds),
         seconds=round(time.perf_counter() - started, 3),
+        phases=phase,
         notes=notes,
     )
 
 
-def _reduced_reference(problem, judge, order: list[str], seeds: tuple[int, ...]):
+def _reduced_reference(
+    problem, judge, order: list[str], seeds: tuple[int, ...], phase: Callable[[str], None] = lambda name: None
+):
     """(reduction, the reference model on the CPU): the instance planned to measure ``order`` on ``seeds`` within
     PLAN_S and MEMORY_BYTES, with more samples where the reference mixes statistics over its batch."""
     from kforge_mcp.core.problem import reference_model
@@ -213,6 +238,7 @@ def _reduced_reference(problem, judge, order: list[str], seeds: tuple[int, ...])
         return cost.seconds(order, len(seeds)) <= PLAN_S and cost.intermediates <= MEMORY_BYTES
 
     reduction = reduce_problem(problem, fits)
+    phase("plan")
     with reduction.applied(problem):
         model = reference_model(problem, "cpu", 0, judge.dtype)
         mixes = reduction.batch_shrunk and samples_mix(model, judge.cast(problem.make_inputs(seeds[0], "cpu")))
@@ -220,6 +246,7 @@ def _reduced_reference(problem, judge, order: list[str], seeds: tuple[int, ...])
         reduction = reduce_problem(problem, fits, batch_mixes=True)
         with reduction.applied(problem):
             model = reference_model(problem, "cpu", 0, judge.dtype)
+    phase("model")
     return reduction, model
 
 
