@@ -214,6 +214,26 @@ def load(record: dict, label: str) -> str:
     return f"{min(loads):g}-{max(loads):g}" if loads else record.get(f"{label}_load", "?")
 
 
+def _summary(rows: list[dict]) -> str:
+    """The rows at a glance: how many answered, the slowest and the largest, and any failure."""
+    if len(rows) < 30:
+        return ""
+    answered = [r for r in rows if "failure" not in r]
+    failed = [r["problem"] for r in rows if "failure" in r]
+    walls = sorted(r["wall_s"] for r in answered)
+    peaks = sorted(r["peak_gib"] for r in answered)
+    text = (
+        f"{len(answered)} of {len(rows)} answered: wall {walls[0]:g}-{walls[-1]:g} s (median "
+        f"{walls[len(walls) // 2]:g}), peak {peaks[0]:g}-{peaks[-1]:g} GiB"
+        if answered
+        else f"0 of {len(rows)} answered"
+    )
+    over = [r["problem"] for r in answered if any("budget" in why for why in (r.get("unmeasured") or {}).values())]
+    if over:
+        text += f"; a path left unmeasured by the time budget: {', '.join(over)}"
+    return text + (f"; failed: {', '.join(failed)}." if failed else ".")
+
+
 def render(record: dict) -> str:
     lines = [
         "# Compute paths within a memory and time budget (CPU)",
@@ -231,6 +251,15 @@ def render(record: dict) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     before = {r["problem"]: r for r in record.get("before", [])}
+    if not before:  # one code measured: no before columns
+        lines[2] = lines[2].split(" Before: commit")[0] + (
+            f" Commit {record.get('after_commit', '?')}, at a load of {load(record, 'after')} (1-minute load average on "
+            "2 cores)."
+        )
+        lines[4:6] = ["| problem | wall s | peak GiB | path | reduced instance |", "| --- | --- | --- | --- | --- |"]
+    summary = _summary(record.get("after", []))
+    if summary:
+        lines[3:3] = ["", summary]
     for r in record.get("after", []):
         b = before.get(r["problem"], {})
 
@@ -242,7 +271,8 @@ def render(record: dict) -> str:
             )
             return f"{row.get('wall_s', '-')} | {row.get('peak_gib', '-')} | {path}"
 
-        lines.append(f"| {r['problem']} | {cell(b)} | {cell(r)} | {r.get('reduction') or '-'} |")
+        cells = f"{cell(b)} | {cell(r)}" if before else cell(r)
+        lines.append(f"| {r['problem']} | {cells} | {r.get('reduction') or '-'} |")
     lines += ["", "## Each path's error (after)", ""]
     names = ("fp8", "bf16", "fp16", "tf32", "bf16x2", "fp16x2", "bf16x3", "3xtf32", "bf16x6", "fp32")
     lines += ["| problem | " + " | ".join(names) + " | not measured |", "| --- " * (len(names) + 2) + "|"]

@@ -344,6 +344,42 @@ def test_paths_left_by_the_time_budget_are_judged_by_rounding_and_said_so(tmp_pa
     assert all("not measured within" in p.why for p in r.paths)
 
 
+WIDE_LINEAR = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16384, 16384)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x)).sum(dim=1)
+
+
+def get_inputs():
+    return [torch.rand(128, 16384)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_parameters_too_large_to_split_leave_every_path_to_its_rounding_without_drawing_them(engine):
+    """A 16384 x 16384 weight (1 GiB) would need about 9 GiB split for every path: the measurement says so, under
+    its memory cap, instead of a worker killed at the pool's 8 GiB (as KernelBench's 55, 56 and 59 were, 4 GiB)."""
+    m = engine.measured_paths(Source(text=WIDE_LINEAR, name="wide_linear.py"))
+    assert m.errors == {} and set(m.unmeasured) == set(paths_for("fp32")) and (m.atol, m.rtol) == (1e-4, 1e-4)
+    assert all(
+        "parameters hold 1 GiB" in why and "over the measurement's 4 GiB" in why for why in m.unmeasured.values()
+    )
+    assert m.peak_rss_bytes is not None and m.peak_rss_bytes < 2**30  # the weight was never drawn
+    r = from_measured(m, H200)
+    assert not r.paths_measured and r.path == "3xtf32" and "parameters hold 1 GiB" in r.path_reason
+
+
 def test_more_elements_give_a_larger_max_only_where_the_error_varies():
     assert sample_factor(1000, 1000) == 1.0 and sample_factor(1000, 2000) == 1.0
     assert 1 < sample_factor(10**6, 10**4) < sample_factor(10**8, 10**4) < 2

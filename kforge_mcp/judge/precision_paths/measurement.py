@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from pydantic import BaseModel, Field
 
@@ -27,6 +28,14 @@ SEEDS = (1, 2)  # input sets measured; the weights are drawn under seed 0
 
 
 BUDGET_S = 30.0  # measuring stops here (the paths left are reported unmeasured): a call answers within a minute
+
+
+# A measurement's worker stays under PEAK_BYTES. Its parameters cannot be reduced (they are the problem's), and each
+# format's parts of them are kept while later paths use them, beside an fp64 copy: the Level 2 GEMMs peaked at 8-9x
+# their parameters' fp32 bytes plus about 0.3 GiB (2.3 GiB for an 8192 x 8192 weight).
+PEAK_BYTES = 4 * 2**30
+PARAMETER_COPIES = 9
+BASE_BYTES = 3 * 2**28
 
 
 class MeasuredPaths(BaseModel):
@@ -160,6 +169,10 @@ def measure_reference(
     order = [p for p in reversed(paths_for(dtype)) if p in PATH_SPECS and not (p == dtype and p != "fp32")]
 
     phase = Laps(started)
+    too_large = _parameters_over_budget(problem, judge)
+    if too_large:
+        why = f"{too_large}: judged by rounding"
+        return _measured(counts, judge, started, unmeasured=dict.fromkeys(order, too_large), notes=[why], phases=phase)
     reduction, model = _reduced_reference(problem, judge, order, seeds, phase)
     growth = sample_factor(reduction.outputs * len(seeds), reduction.reduced_outputs * len(seeds))
     deadline = started + budget_s
@@ -199,29 +212,67 @@ def measure_reference(
         errors, scaled_by, unmeasured = {}, {}, {}
     notes = _notes_on_measure(reduction, growth if scaled_by else 1.0, within, list(unmeasured), budget_s)
     notes += _notes_on_work(emulated, products, skipped)
-    return MeasuredPaths(
-        flops=counts.flops,
-        bytes=counts.bytes,
-        out_bytes=counts.out_bytes,
-        dtype=dtype,
-        precision=judge.precision,
-        atol=judge.atol,
-        rtol=judge.rtol,
+    return _measured(
+        counts,
+        judge,
+        started,
         errors=errors,
         unmeasured=unmeasured,
         reduction=reduction,
         scaled_by=scaled_by,
         budget_s=budget_s,
         products=products,
+        not_emulated=sorted(skipped),
+        seeds=list(seeds),
+        phases=phase,
+        notes=notes,
+    )
+
+
+def _measured(counts, judge, started: float, **fields) -> MeasuredPaths:
+    """What a measurement found (``fields``) beside the problem's counts and the tolerance that judged it."""
+    return MeasuredPaths(
+        flops=counts.flops,
+        bytes=counts.bytes,
+        out_bytes=counts.out_bytes,
+        dtype=counts.dtype,
+        precision=judge.precision,
+        atol=judge.atol,
+        rtol=judge.rtol,
         flops_by_op=counts.flops_by_op,
         special_functions=counts.special_functions,
         logs_by_op=counts.logs_by_op,
         convs=list(counts.convs),
-        not_emulated=sorted(skipped),
-        seeds=list(seeds),
         seconds=round(time.perf_counter() - started, 3),
-        phases=phase,
-        notes=notes,
+        **fields,
+    )
+
+
+def _parameters_over_budget(problem, judge) -> str | None:
+    """Why the paths cannot be measured within PEAK_BYTES: the reference's parameters and buffers are too large
+    (counted on the meta device; the judge's tolerance settled on its output there). None where they fit, or where
+    the problem does not build on the meta device (the measurement's own caps then hold it)."""
+    import torch
+
+    from kforge_mcp.core.reduced import meta_instance
+    from kforge_mcp.judge.correctness import flatten_outputs
+
+    try:
+        built, inputs = meta_instance(problem)
+        model = cast("torch.nn.Module", built)  # the problem's Model
+        with torch.device("meta"), torch.no_grad():
+            first = next((t for t in flatten_outputs(model(*inputs)) if isinstance(t, torch.Tensor)), None)
+    except Exception:  # noqa: BLE001  (data-dependent code, an op without a meta kernel)
+        return None
+    if first is not None and (judge.atol is None or judge.rtol is None):
+        judge.settle(first.dtype)
+    elements = sum(t.numel() for t in [*model.parameters(), *model.buffers()] if t.is_floating_point())
+    need = BASE_BYTES + PARAMETER_COPIES * 4 * elements
+    if need <= PEAK_BYTES:
+        return None
+    return (
+        f"not measured: the reference's parameters hold {elements * 4 / 2**30:.3g} GiB in fp32, and splitting them "
+        f"for every path would take about {need / 2**30:.3g} GiB, over the measurement's {PEAK_BYTES / 2**30:g} GiB"
     )
 
 
