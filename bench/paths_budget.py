@@ -228,9 +228,14 @@ def _summary(rows: list[dict]) -> str:
         if answered
         else f"0 of {len(rows)} answered"
     )
-    over = [r["problem"] for r in answered if any("budget" in why for why in (r.get("unmeasured") or {}).values())]
-    if over:
-        text += f"; a path left unmeasured by the time budget: {', '.join(over)}"
+    for reason, marker in (
+        ("a path left unmeasured by the time budget", "budget"),
+        ("every path left to its rounding, its parameters too large to split within the memory cap", "parameters"),
+        ("every path left to its rounding, the outputs within atol of zero", "within atol"),
+    ):
+        left = [r["problem"] for r in answered if any(marker in why for why in (r.get("unmeasured") or {}).values())]
+        if left:
+            text += f"; {reason}: {', '.join(left)}"
     return text + (f"; failed: {', '.join(failed)}." if failed else ".")
 
 
@@ -289,7 +294,7 @@ def render(record: dict) -> str:
     ]
     for r in record.get("after", []):
         full = before.get(r["problem"], {}).get("errors")
-        if full:
+        if full and r.get("errors"):  # a problem measured by both codes
             checks.append((r["problem"], "main", {p: (full.get(p), r["errors"].get(p)) for p in VALIDATE_PATHS}))
     if checks:
         lines += [
