@@ -50,12 +50,15 @@ class Settings(BaseSettings):
         "side-by-side", description="a split build's kernels: nvcc's host and device steps 'side-by-side' or 'in-turn'"
     )
     gpu_warmup: str = Field(
-        "on", description="a server warms torch.compile on its first GPU at start (the compiled baseline's fixed cost)"
+        "on",
+        description="a server warms its first GPU at start (torch.compile's fixed cost, the first profile's "
+        "profiler program) and a CPU worker for the compute paths' measurement",
     )
     profile_spare: str = Field(
         "on",
-        description="the next metrics profile's profiler program launched ahead, on or off: by a GPU verify and by "
-        "each metrics profile (while it waits, up to 10 minutes, it holds a context on the device)",
+        description="the next metrics profile's profiler program launched ahead, on or off: by a server's warm-up, "
+        "by a GPU verify and by each metrics profile (while it waits, up to 10 minutes, it holds a context on the "
+        "device)",
     )
     worker_lane: str | None = Field(None, description="set by the pool: the worker's lane")
     worker_tmp: str | None = Field(None, description="set by the pool: the worker's temp dir")
