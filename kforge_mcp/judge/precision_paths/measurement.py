@@ -250,8 +250,9 @@ def _measured(counts, judge, started: float, **fields) -> MeasuredPaths:
 
 def _parameters_over_budget(problem, judge) -> str | None:
     """Why the paths cannot be measured within PEAK_BYTES: the reference's parameters and buffers are too large
-    (counted on the meta device; the judge's tolerance settled on its output there). None where they fit, or where
-    the problem does not build on the meta device (the measurement's own caps then hold it)."""
+    (counted on the meta device; the judge's tolerance then settled on its output there, as the measurement would
+    have settled it). None where they fit, or where the problem does not build on the meta device (the
+    measurement's own caps then hold it)."""
     import torch
 
     from kforge_mcp.core.reduced import meta_instance
@@ -259,26 +260,27 @@ def _parameters_over_budget(problem, judge) -> str | None:
 
     try:
         built, inputs = meta_instance(problem)
-        model = cast("torch.nn.Module", built)  # the problem's Model
-        with torch.device("meta"), torch.no_grad():
-            first = next((t for t in flatten_outputs(model(*inputs)) if isinstance(t, torch.Tensor)), None)
     except Exception:  # noqa: BLE001  (data-dependent code, an op without a meta kernel)
         return None
-    if first is not None and (judge.atol is None or judge.rtol is None):
-        judge.settle(first.dtype)
+    model = cast("torch.nn.Module", built)  # the problem's Model
     elements = sum(t.numel() for t in [*model.parameters(), *model.buffers()] if t.is_floating_point())
     need = BASE_BYTES + PARAMETER_COPIES * 4 * elements
     if need <= PEAK_BYTES:
         return None
+    if (
+        judge.atol is None or judge.rtol is None
+    ):  # its output settles the tolerance: one more meta forward, on refusal only
+        with torch.device("meta"), torch.no_grad():
+            first = next((t for t in flatten_outputs(model(*inputs)) if isinstance(t, torch.Tensor)), None)
+        if first is not None:
+            judge.settle(first.dtype)
     return (
         f"not measured: the reference's parameters hold {elements * 4 / 2**30:.3g} GiB in fp32, and splitting them "
         f"for every path would take about {need / 2**30:.3g} GiB, over the measurement's {PEAK_BYTES / 2**30:g} GiB"
     )
 
 
-def _reduced_reference(
-    problem, judge, order: list[str], seeds: tuple[int, ...], phase: Callable[[str], None] = lambda name: None
-):
+def _reduced_reference(problem, judge, order: list[str], seeds: tuple[int, ...], phase: Callable[[str], None]):
     """(reduction, the reference model on the CPU): the instance planned to measure ``order`` on ``seeds`` within
     PLAN_S and MEMORY_BYTES, with more samples where the reference mixes statistics over its batch."""
     from kforge_mcp.core.problem import reference_model
