@@ -267,9 +267,8 @@ def _parameters_over_budget(problem, judge) -> str | None:
     need = BASE_BYTES + PARAMETER_COPIES * 4 * elements
     if need <= PEAK_BYTES:
         return None
-    if (
-        judge.atol is None or judge.rtol is None
-    ):  # its output settles the tolerance: one more meta forward, on refusal only
+    # its output settles the tolerance: one more meta forward, on a refusal only
+    if judge.atol is None or judge.rtol is None:
         with torch.device("meta"), torch.no_grad():
             first = next((t for t in flatten_outputs(model(*inputs)) if isinstance(t, torch.Tensor)), None)
         if first is not None:
