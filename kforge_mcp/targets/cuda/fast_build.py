@@ -14,7 +14,8 @@ and links them with torch's flags, in two parts (split_link.py: the kernels apar
 Objects are cached by content, flags and toolchain versions under the extension cache
 (build_cache.py); one that fails its checksum is rebuilt. When the source
 cannot be split, or a unit fails in a way the stock build might not, the caller runs the stock
-build, so the verdict never depends on this path.
+build, so the verdict never depends on this path. A failed host unit is judged by nvcc's own front
+end over the stock source (front_end.py): where that fails too, its error is the stock build's.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ from kforge_mcp.targets.cuda.build_cache import (
     start_logged,
     write_whole,
 )
-from kforge_mcp.targets.cuda.build_plan import Plan, plan_build, toolchain_id
+from kforge_mcp.targets.cuda.build_plan import Plan, plan_build, toolchain_id, torch_versions
+from kforge_mcp.targets.cuda.front_end import FRONT_END, FrontEnd
 from kforge_mcp.targets.cuda.nvcc_steps import side_by_side, visible_kernel_flags
 from kforge_mcp.targets.cuda.preludes import (
     _EXTENSION_INCLUDE,
@@ -118,6 +120,9 @@ def build(
         return info
     versions = toolchain_id(plan)
     objects = ObjectCache(cache_root / "objects")
+    front_end = FrontEnd(plan, objects.root, (*versions, *torch_versions()))
+    if (known := front_end.known_failure()) is not None:
+        raise FastBuildError(FRONT_END, known)
     main_prelude, lean_main_cpp, main_header = bindings_unit(plan.main_cpp)
     preludes = {"main": main_prelude, "host": "host"}
     pchs = pchs_for(plan, cache_root, versions, [n for n in preludes.values() if n]) if use_pch else {}
@@ -267,6 +272,8 @@ def build(
 
     run(list(jobs))
     again = [u for u in full_jobs if lean[u] and any(f.unit == u for f in failures)]  # needed more than the lean header
+    if "host" in again:  # the candidate's error or the lean header's: nvcc's front end says which, beside the retry
+        front_end.start(work)
     if again:
         failures[:] = [f for f in failures if f.unit not in again]
         for unit in again:
@@ -274,6 +281,8 @@ def build(
             info.headers[unit] += " (the lean header was not enough)"
             take(unit, 900)
         finish()
+    if not any(f.unit == "host" for f in failures):  # the host unit compiled: nothing for the front end to say
+        front_end.stop()
     start_host_library()
     if units.templates and "host" in found:
         symbols = undefined_symbols(found["host"])
@@ -296,6 +305,9 @@ def build(
         if host_library is not None:  # let it finish into the cache: the next build needs it
             with contextlib.suppress(LinkError):
                 host_library.wait()
+        if failed.unit == "host" and (log := front_end.failure_log()) is not None:
+            failed = FastBuildError(FRONT_END, log)
+        front_end.stop()
         raise failed
     if not link:
         shutil.rmtree(work, ignore_errors=True)
@@ -409,12 +421,6 @@ def load_split(
     write_whole(so.with_name(so.name + ".build.json"), json.dumps(vars(info)).encode())
     seal(so)
     return load(), info
-
-
-def torch_versions() -> list:
-    import torch
-
-    return [torch.__version__, torch.version.cuda]
 
 
 def prewarm_pch(cache_root: Path) -> None:
