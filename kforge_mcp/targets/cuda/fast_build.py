@@ -11,11 +11,10 @@ and links them with torch's flags, in two parts (split_link.py: the kernels apar
 - ``device.o``, the kernels by nvcc without torch's headers (seconds), its host and device steps
   side by side, and after a kernel edit its host object kept with the new kernels in it (nvcc_steps.py).
 
-Objects are cached by content, flags and toolchain versions under the extension cache
-(build_cache.py); one that fails its checksum is rebuilt. When the source
-cannot be split, or a unit fails in a way the stock build might not, the caller runs the stock
-build, so the verdict never depends on this path. A failed host unit is judged by nvcc's own front
-end over the stock source (front_end.py): where that fails too, its error is the stock build's.
+Objects are cached by content, flags and toolchain versions under the extension cache (build_cache.py); one
+that fails its checksum is rebuilt. When the source cannot be split, or a unit fails in a way the stock build
+might not, the caller runs the stock build, so the verdict never depends on this path. A failed host unit is
+judged by nvcc's own front end over the stock source (front_end.py): the stock build's error where it fails.
 """
 
 from __future__ import annotations
@@ -46,6 +45,7 @@ from kforge_mcp.targets.cuda.build_cache import (
     sealed,
     start_detached,
     start_logged,
+    stop_logged,
     write_whole,
 )
 from kforge_mcp.targets.cuda.build_plan import Plan, plan_build, toolchain_id, torch_versions
@@ -192,8 +192,7 @@ def build(
     # launches say it first, the device unit compiles beside the host unit (a third compile at once: only where
     # a core is free for it). With the host object cached too, so that a kernel edit's device unit is the text
     # the first build's was, and its host object is the one kept then (nvcc_steps.py).
-    spare_core = (os.cpu_count() or 1) >= 4
-    likely = units.likely_instantiations() if spare_core else None
+    likely = units.likely_instantiations() if (os.cpu_count() or 1) >= 4 else None  # a core spare for it
     if not units.templates or likely:
         jobs["device"] = device_job(likely or [])
     found: dict[str, Path] = {}
@@ -240,6 +239,8 @@ def build(
     def finish() -> None:
         """Wait for the compiles started (each timed to its own end), keep their objects, release their locks."""
         while running:
+            if "host" in running and front_end.failed():  # nvcc's front end has said it: no need to retry
+                stop_logged(running["host"][0])
             for unit, (proc, t0, lock) in list(running.items()):
                 if proc.poll() is None:
                     continue

@@ -53,6 +53,10 @@ class FrontEnd:
         with open(work / "front-end.log", "wb") as out:
             self.proc = subprocess.Popen(script, cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
+    def failed(self) -> bool:
+        """Whether it has ended in failure (without waiting)."""
+        return self.proc is not None and self.proc.poll() not in (None, 0)
+
     def failure_log(self) -> str | None:
         """nvcc's output where the front end failed (kept); None where it passed or could not run."""
         if self.proc is None or self.work is None:
