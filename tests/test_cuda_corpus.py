@@ -19,7 +19,6 @@ import pytest
 
 from kforge_mcp.core.problem import Source
 from kforge_mcp.core.settings import Settings
-from kforge_mcp.core.source import SourceRuntimeError
 from kforge_mcp.targets.cuda.build import capture_builds
 from kforge_mcp.targets.cuda.split import split
 from kforge_mcp.targets.cuda.target import LOAD_INLINE_CUDA_PREFIX
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS_DIR = ROOT / "tests/cuda_sources"
 CORPUS = json.loads((CORPUS_DIR / "corpus.json").read_text())["sources"]
 IDS = [e["candidate"].removesuffix(".py") for e in CORPUS]
-# Each twin pays its split host unit twice and nvcc's front end (15 s and more on 2 cores): CI breaks two sources,
+# Each twin pays the stock build its split host unit falls back to (30 s and more on 2 cores): CI breaks two sources,
 # one with each kind of break (a KernelBench example with a wrong type, a template dispatch with an undeclared
 # name); KFORGE_TEST_ALL_TWINS=1 breaks every source.
 TWINS = IDS if os.environ.get("KFORGE_TEST_ALL_TWINS") else ["kernelbench_fuse_gelu", "dispatch_floating_vectorized"]
@@ -166,51 +165,17 @@ def test_the_same_text_under_another_name_shares_its_build(extension_cache, tmp_
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.parametrize("entry", [e for e in CORPUS if e["candidate"].removesuffix(".py") in TWINS], ids=TWINS)
-def test_compile_rejects_the_broken_twin_as_the_real_host_build_does(entry, extension_cache, tmp_path, monkeypatch):
+def test_compile_rejects_the_broken_twin_as_the_real_host_build_does(entry, extension_cache, tmp_path):
     from kforge_mcp.targets.cuda.target import CudaTarget
 
     if missing_toolkit_headers(entry):
         pytest.skip("this CUDA toolkit lacks the headers this source includes")
     kind, text, line = broken_twin(entry, CORPUS.index(entry))
     twin = Source(text=text, name=str(CORPUS_DIR / f"twin_{entry['candidate']}"))
-    # the split host unit fails, and nvcc's own front end over the stock source says it is the candidate's: the
-    # build fails with nvcc's error at the broken line, and no stock build runs
-    with pytest.raises(SourceRuntimeError) as failed:
-        real_build(twin, tmp_path / "build")
-    assert any(d.line == line and d.severity == "error" for d in failed.value.diagnostics), (kind, failed.value)
-    # the GPU worker's build after a CPU worker's prebuild that failed: nvcc's error is kept, nothing runs again
-    from kforge_mcp.targets.cuda.front_end import FrontEnd
-
-    def never(*_):
-        raise AssertionError("the front end ran again")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(FrontEnd, "start", never)
-        with pytest.raises(SourceRuntimeError) as again:
-            real_build(twin, tmp_path / "again")
-    assert [d.line for d in again.value.diagnostics] == [d.line for d in failed.value.diagnostics]
+    builds = real_build(twin, tmp_path / "build")
+    assert [b.path for b in builds] == ["stock"] and "the split host unit failed" in builds[0].fallback, kind
     (tmp_path / "compile").mkdir()
     report = CudaTarget(Settings.read()).compile(twin, "sm_90", None, tmp_path / "compile")
     errors = [d for d in report.diagnostics if d.severity == "error"]
     assert not report.ok and errors, kind
     assert any(d.line == line for d in errors), (kind, line, [(d.line, d.message) for d in errors])
-
-
-@needs_nvcc
-@pytest.mark.slow
-def test_a_host_unit_the_split_broke_still_goes_to_the_stock_build(extension_cache, tmp_path, monkeypatch):
-    """Where the split host unit fails and nvcc's front end passes the stock source, the split was at fault:
-    the stock build decides, never an error of the split's making."""
-    from kforge_mcp.targets.cuda import fast_build
-
-    real_split = fast_build.split
-
-    def broken_split(code):
-        units = real_split(code)
-        units.host += '\nstatic_assert(false, "a fault of the split");\n'
-        return units
-
-    monkeypatch.setattr(fast_build, "split", broken_split)
-    entry = next(e for e in CORPUS if e["candidate"] == "kernelbench_add.py")
-    builds = real_build(candidate(entry), tmp_path / "build")
-    assert [b.path for b in builds] == ["stock"] and "the split host unit failed" in builds[0].fallback

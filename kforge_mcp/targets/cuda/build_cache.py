@@ -126,13 +126,6 @@ def start_logged(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen:
         return subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
 
 
-def stop_logged(proc: subprocess.Popen) -> None:
-    """End a compile started by start_logged, and the compiler's own processes (a driver's cc1plus)."""
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run(["pkill", "-KILL", "-P", str(proc.pid)], timeout=10, check=False)
-    proc.kill()
-
-
 def start_detached(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     """A background process that outlives the worker that starts it, its output discarded."""
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -92,10 +92,3 @@ def _tool_version(cmd: tuple[str, ...]) -> str:
 def toolchain_id(plan: Plan) -> tuple[str, str]:
     """The C++ compiler's and nvcc's own version text (asked once per process), for cache keys."""
     return _tool_version(tuple(plan.cxx)), _tool_version(tuple(plan.nvcc))
-
-
-def torch_versions() -> list:
-    """torch's version and the CUDA it was built for, for cache keys."""
-    import torch
-
-    return [torch.__version__, torch.version.cuda]

@@ -11,10 +11,10 @@ and links them with torch's flags, in two parts (split_link.py: the kernels apar
 - ``device.o``, the kernels by nvcc without torch's headers (seconds), its host and device steps
   side by side, and after a kernel edit its host object kept with the new kernels in it (nvcc_steps.py).
 
-Objects are cached by content, flags and toolchain versions under the extension cache (build_cache.py); one
-that fails its checksum is rebuilt. When the source cannot be split, or a unit fails in a way the stock build
-might not, the caller runs the stock build, so the verdict never depends on this path. A failed host unit is
-judged by nvcc's own front end over the stock source (front_end.py): the stock build's error where it fails.
+Objects are cached by content, flags and toolchain versions under the extension cache
+(build_cache.py); one that fails its checksum is rebuilt. When the source
+cannot be split, or a unit fails in a way the stock build might not, the caller runs the stock
+build, so the verdict never depends on this path.
 """
 
 from __future__ import annotations
@@ -45,11 +45,9 @@ from kforge_mcp.targets.cuda.build_cache import (
     sealed,
     start_detached,
     start_logged,
-    stop_logged,
     write_whole,
 )
-from kforge_mcp.targets.cuda.build_plan import Plan, plan_build, toolchain_id, torch_versions
-from kforge_mcp.targets.cuda.front_end import FRONT_END, FrontEnd
+from kforge_mcp.targets.cuda.build_plan import Plan, plan_build, toolchain_id
 from kforge_mcp.targets.cuda.nvcc_steps import side_by_side, visible_kernel_flags
 from kforge_mcp.targets.cuda.preludes import (
     _EXTENSION_INCLUDE,
@@ -120,9 +118,6 @@ def build(
         return info
     versions = toolchain_id(plan)
     objects = ObjectCache(cache_root / "objects")
-    front_end = FrontEnd(plan, objects.root, (*versions, *torch_versions()))
-    if (known := front_end.known_failure()) is not None:
-        raise FastBuildError(FRONT_END, known)
     main_prelude, lean_main_cpp, main_header = bindings_unit(plan.main_cpp)
     preludes = {"main": main_prelude, "host": "host"}
     pchs = pchs_for(plan, cache_root, versions, [n for n in preludes.values() if n]) if use_pch else {}
@@ -192,7 +187,8 @@ def build(
     # launches say it first, the device unit compiles beside the host unit (a third compile at once: only where
     # a core is free for it). With the host object cached too, so that a kernel edit's device unit is the text
     # the first build's was, and its host object is the one kept then (nvcc_steps.py).
-    likely = units.likely_instantiations() if (os.cpu_count() or 1) >= 4 else None  # a core spare for it
+    spare_core = (os.cpu_count() or 1) >= 4
+    likely = units.likely_instantiations() if spare_core else None
     if not units.templates or likely:
         jobs["device"] = device_job(likely or [])
     found: dict[str, Path] = {}
@@ -239,8 +235,6 @@ def build(
     def finish() -> None:
         """Wait for the compiles started (each timed to its own end), keep their objects, release their locks."""
         while running:
-            if "host" in running and front_end.failed():  # nvcc's front end has said it: no need to retry
-                stop_logged(running["host"][0])
             for unit, (proc, t0, lock) in list(running.items()):
                 if proc.poll() is None:
                     continue
@@ -273,8 +267,6 @@ def build(
 
     run(list(jobs))
     again = [u for u in full_jobs if lean[u] and any(f.unit == u for f in failures)]  # needed more than the lean header
-    if "host" in again:  # the candidate's error or the lean header's: nvcc's front end says which, beside the retry
-        front_end.start(work)
     if again:
         failures[:] = [f for f in failures if f.unit not in again]
         for unit in again:
@@ -282,8 +274,6 @@ def build(
             info.headers[unit] += " (the lean header was not enough)"
             take(unit, 900)
         finish()
-    if not any(f.unit == "host" for f in failures):  # the host unit compiled: nothing for the front end to say
-        front_end.stop()
     start_host_library()
     if units.templates and "host" in found:
         symbols = undefined_symbols(found["host"])
@@ -306,9 +296,6 @@ def build(
         if host_library is not None:  # let it finish into the cache: the next build needs it
             with contextlib.suppress(LinkError):
                 host_library.wait()
-        if failed.unit == "host" and (log := front_end.failure_log()) is not None:
-            failed = FastBuildError(FRONT_END, log)
-        front_end.stop()
         raise failed
     if not link:
         shutil.rmtree(work, ignore_errors=True)
@@ -422,6 +409,12 @@ def load_split(
     write_whole(so.with_name(so.name + ".build.json"), json.dumps(vars(info)).encode())
     seal(so)
     return load(), info
+
+
+def torch_versions() -> list:
+    import torch
+
+    return [torch.__version__, torch.version.cuda]
 
 
 def prewarm_pch(cache_root: Path) -> None:

@@ -30,14 +30,8 @@ from kforge_mcp.targets.cuda.build import (
     extension_cache_dir,
     patched_load_inline,
 )
-from kforge_mcp.targets.cuda.build_plan import plan_build, torch_versions
-from kforge_mcp.targets.cuda.fast_build import (
-    FRONT_END,
-    BuildInfo,
-    FastBuildError,
-    check_host,
-    load_split,
-)
+from kforge_mcp.targets.cuda.build_plan import plan_build
+from kforge_mcp.targets.cuda.fast_build import BuildInfo, FastBuildError, check_host, load_split, torch_versions
 from kforge_mcp.targets.cuda.nvcc import build_errors
 from kforge_mcp.targets.cuda.preludes import candidate_errors
 from kforge_mcp.targets.cuda.split import CannotSplit
@@ -83,8 +77,7 @@ def split_build(
 ):
     """(module, info) from the split build; (None, info) sends the caller to the stock build. ``cpp_src`` and
     ``cuda_src`` carry SHARED_NAME in their #line directives (shared_names); ``file`` is the name given back in
-    compiler output. A device-unit error located in the candidate's own code is the candidate's, and so is a
-    failure of nvcc's front end over the stock source: raised at once."""
+    compiler output. A device-unit error located in the candidate's own code is the candidate's: raised at once."""
     info = BuildInfo(path="stock")
     if not settings.split_cuda_builds:
         info.fallback = "split builds are off"
@@ -113,7 +106,7 @@ def split_build(
         )
     except FastBuildError as e:
         e.output = own_name(e.output, file)
-        if e.unit == FRONT_END or (e.unit == "device" and candidate_errors(e.output, file)):
+        if e.unit == "device" and candidate_errors(e.output, file):
             raise
         first = next((ln for ln in e.output.splitlines() if "error" in ln), e.output.strip()[:300])
         info.fallback = f"the split {e.unit} unit failed: {first}"

@@ -155,32 +155,6 @@ def side_by_side(cmd: list[str], source: Path, objects: Path | None = None, salt
     return [bash, str(path)]
 
 
-def front_end_steps(cmd: list[str], source: Path) -> list[str] | None:
-    """A command (bash) that runs only the first two of ``cmd``'s nvcc steps: the host preprocessor and
-    cudafe++, which parses and checks the host code. nvcc runs them before anything else and stops where
-    they fail, so a failure here is nvcc's, in its words. None where nvcc's steps are not the seven known."""
-    bash = shutil.which("bash")
-    if bash is None:
-        return None
-    cwd = source.parent
-    keep = cwd / f"{source.stem}-front-end"
-    found = nvcc_steps(cmd, cwd, keep)
-    if found is None:
-        return None
-    env, steps, _ = found
-    keep.mkdir(exist_ok=True)
-    script = "\n".join(
-        [
-            *(f"export {name}={shlex.quote(value)}" for name, value in env.items()),
-            f"trap 'rm -rf {shlex.quote(keep.name)}' EXIT",
-            f"{steps[0]} && {steps[1]}",
-        ]
-    )
-    path = cwd / f"{source.stem}-front-end.sh"
-    path.write_text(script + "\n")
-    return [bash, str(path)]
-
-
 @functools.lru_cache(maxsize=4)
 def visible_kernel_flags(nvcc: tuple[str, ...]) -> tuple[str, ...]:
     """nvcc's flags that keep the kernels' host stubs and the device variables visible outside the library
