@@ -9,7 +9,8 @@ verdict, the wall time, the first error and whether it names the broken line.
     python bench/cuda_host_errors.py --out bench/results/cuda-host-errors/h100.json
     python bench/cuda_host_errors.py --only kernelbench_add dispatch_floating_half --out /tmp/some.json
 
-With ``PYTHONPATH=<another checkout>`` first, the product code of that checkout is the one timed (a before).
+With ``PYTHONPATH=<another checkout>`` first, the product code of that checkout is the one timed (a before); name
+its commit with ``--commit`` (a copied working tree may not know its own).
 """
 
 from __future__ import annotations
