@@ -262,3 +262,27 @@ def test_a_mean_over_depth_of_a_convolution_reduces_its_input_first(tmp_path):
 def test_a_nonlinearity_between_a_convolution_and_its_mean_keeps_the_convolution(tmp_path):
     _, by_kind = levers_of("conv2d_tanh_mean", tmp_path)
     assert "reduce_first" not in by_kind
+
+
+def test_the_parameters_a_normalization_removes_are_named_and_the_scale_is_not(tmp_path):
+    """ConvTranspose3d, a training-mode BatchNorm3d, then the spatial mean subtracted: the BatchNorm removes the
+    convolution's bias (a per-channel constant), and the mean subtraction removes the BatchNorm's shift; its scale
+    and the convolution's weight change the output."""
+    roof, by_kind = levers_of("conv_transpose3d_bn_subtract", tmp_path)
+    lever = by_kind["cancelled_parameters"]
+    assert lever.evidence["parameters"] == "conv_transpose.bias, batch_norm.bias"
+    assert lever.nodes == ["conv_transpose", "batch_norm"]
+    out = 4 * 32 * 15 * 31 * 31  # (8 - 1) * 2 - 2 + 3 = 15 deep, 31 high and wide: an add an element, twice
+    assert lever.flops_saved == 2 * out and lever.bytes_saved == 2 * 32 * F32
+    assert "in fp64" in lever.detail and "batch_norm.weight" not in lever.action
+
+
+def test_a_parameter_the_forward_never_reads_is_named(tmp_path):
+    _, by_kind = levers_of("linear_unread_bias", tmp_path)
+    lever = by_kind["cancelled_parameters"]
+    assert lever.evidence["parameters"] == "bias" and lever.nodes == [] and lever.flops_saved == 0
+
+
+def test_a_bias_a_nonlinearity_keeps_is_not_cancelled(tmp_path):
+    _, by_kind = levers_of("conv2d_tanh_mean", tmp_path)  # tanh before the mean: the bias changes the output
+    assert "cancelled_parameters" not in by_kind

@@ -37,11 +37,17 @@ SEARCH_STEPS = 10  # halvings of the interval of scale factors searched per grou
 Fits = Callable[[object, list], bool]  # (meta model, meta inputs) -> within the caller's budget
 
 
+# why a reduction is not within its budget: the full problem where no smaller instance builds, else the smallest tried
+NOT_BUILT = "no smaller instance builds"
+OVER_BUDGET = "still over the budget at the smallest sizes tried"
+
+
 class ReducedSize(BaseModel):
     name: str = Field(description="a module-level constant, or 'inputs size N' (narrowed wherever it occurs)")
     full: int
     reduced: int
     averaged: bool = Field(False, description="taken away downstream (a mean, sum, max or pool over it)")
+    batch: bool = Field(False, description="the batch: the first input's leading size")
 
 
 class Reduction(BaseModel):
@@ -282,9 +288,9 @@ def reduce_problem(problem: LoadedProblem, fits: Fits, batch_mixes: bool = False
             break
     last = _try(problem, *_split(sizes, values))
     if last is None:  # every value tried failed to build: the full problem, within the caps
-        return base.model_copy(update={"reason": "no smaller instance builds"})
+        return base.model_copy(update={"reason": NOT_BUILT})
     reduced = [
-        ReducedSize(name=s.name, full=s.value, reduced=values[s.name], averaged=not s.carried)
+        ReducedSize(name=s.name, full=s.value, reduced=values[s.name], averaged=not s.carried, batch=s.batch)
         for g in groups
         for s in g
         if values[s.name] != s.value
@@ -294,7 +300,7 @@ def reduce_problem(problem: LoadedProblem, fits: Fits, batch_mixes: bool = False
             "sizes": reduced,
             "reduced_inputs": last.input_shapes,
             "reduced_outputs": last.output_elements,
-            "reason": None if chosen is not None else "still over the budget at the smallest sizes tried",
+            "reason": None if chosen is not None else OVER_BUDGET,
         }
     )
 

@@ -320,7 +320,9 @@ class JobInfo(BaseModel):
 class Lever(BaseModel):
     """A change the reference's structure allows and a profile cannot see, priced in the roofline's terms."""
 
-    kind: Literal["fold_reduction", "reduce_first", "weight_once", "constant_output", "dead_work"]
+    kind: Literal[
+        "fold_reduction", "reduce_first", "weight_once", "constant_output", "dead_work", "cancelled_parameters"
+    ]
     title: str
     detail: str = Field("", description="what the graph shows and why the change is exact")
     action: str = Field("", description="the change to make in the kernel")

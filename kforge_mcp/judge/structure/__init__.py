@@ -15,6 +15,8 @@
   weight version (``param._version``), not per forward.
 - constant_output / dead_work: outputs, or intermediates, that do not change with the inputs (the
   check verify makes, guards.degenerate_findings), and the work that feeds only them.
+- cancelled_parameters: parameters that do not change the output (a bias before a normalization or a mean
+  subtraction that removes it, a parameter never read), found by moving each in turn on a small instance in fp64.
 
 FLOPs come from torch's FlopCounterMode per node (the roofline's counter) and bytes from the
 roofline's model (inputs, parameters and outputs once), so a lever's T_SOL after the change is
@@ -26,6 +28,7 @@ from __future__ import annotations
 from kforge_mcp.core.schemas import Roofline
 from kforge_mcp.judge.precision_paths import MeasuredPaths
 from kforge_mcp.judge.roofline import from_measured, lever_sol_ms, with_measured
+from kforge_mcp.judge.structure.cancelled import cancelled_levers
 from kforge_mcp.judge.structure.constants import constant_levers
 from kforge_mcp.judge.structure.folding import fold_levers, reduce_first_levers
 from kforge_mcp.judge.structure.graph import Graph, trace
@@ -90,4 +93,13 @@ def reference_levers(problem, device: str, roof: Roofline) -> Roofline:
         roof.notes += notes
     except Exception as e:  # noqa: BLE001
         roof.notes.append(f"constant outputs not checked: {type(e).__name__}: {e}"[:400])
+    # on the CPU worker that measures the paths (a GPU's profile carries its levers): where the output does not
+    # depend on the inputs at all, nothing more is said of its parameters
+    if device == "cpu" and not any(lv.kind == "constant_output" for lv in roof.levers):
+        try:
+            found, notes = cancelled_levers(g, roof, problem)
+            roof.levers += found
+            roof.notes += notes
+        except Exception as e:  # noqa: BLE001
+            roof.notes.append(f"cancelled parameters not checked: {type(e).__name__}: {e}"[:400])
     return roof
