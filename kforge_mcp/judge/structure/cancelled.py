@@ -89,7 +89,7 @@ def cancelled_levers(g: Graph, roof: Roofline, problem) -> tuple[list[Lever], li
 
     from kforge_mcp.core.problem import reference_model
     from kforge_mcp.core.reduced import NOT_BUILT, OVER_BUDGET, reduce_problem
-    from kforge_mcp.judge.precision_paths.cost import plan
+    from kforge_mcp.judge.precision_paths.cost import MEMORY_BYTES, plan
 
     elements = sum(p.numel() for p in g.gm.parameters() if p.is_floating_point())
     if elements > PARAMETERS_MAX:
@@ -99,8 +99,14 @@ def cancelled_levers(g: Graph, roof: Roofline, problem) -> tuple[list[Lever], li
     count = sum(1 for p in g.gm.parameters() if p.is_floating_point())
     budget, forward_s = CHECK_S, 0.0
 
-    def within(b: float):  # a forward per parameter and one more, in fp64 (half the fp32 rate)
-        return lambda model, inputs: 2 * plan(model, inputs).forward_s() * (1 + count) <= b
+    def within(b: float):
+        def fits(
+            model, inputs
+        ) -> bool:  # a forward per parameter and one more, in fp64 (half the rate, twice the bytes)
+            cost = plan(model, inputs)
+            return 2 * cost.forward_s() * (1 + count) <= b and 2 * cost.intermediates <= MEMORY_BYTES
+
+        return fits
 
     for _ in range(2):  # the plan's rates, then an instance as much smaller as the forward timed says
         reduction = reduce_problem(problem, within(budget), batch_floor=SMALLEST_BATCH)
