@@ -51,10 +51,8 @@ def _elements(g: Graph, n) -> float:
 
 
 def _own_parameters(g: Graph, n) -> set:
-    """The parameters node ``n`` reads itself: its module's, or those its get_attr inputs name."""
-    if n.op == "call_module":
-        return {f"{n.target}.{p}" for p, _ in g.gm.get_submodule(n.target).named_parameters()}
-    return {a.target for a in n.all_input_nodes if a.op == "get_attr"}
+    """The parameters node ``n`` reads itself (those whose users, Graph.param_users, it is among)."""
+    return {name for name, _ in g.gm.named_parameters() if n in g.param_users(name)}
 
 
 def _moved_parameters(model, inputs, before: list) -> tuple[dict[str, float], float]:
@@ -91,25 +89,21 @@ def cancelled_levers(g: Graph, roof: Roofline, problem) -> tuple[list[Lever], li
     from kforge_mcp.core.reduced import NOT_BUILT, OVER_BUDGET, reduce_problem
     from kforge_mcp.judge.precision_paths.cost import MEMORY_BYTES, plan
 
-    elements = sum(p.numel() for p in g.gm.parameters() if p.is_floating_point())
-    if elements > PARAMETERS_MAX:
+    sizes = [p.numel() for p in g.gm.parameters() if p.is_floating_point()]
+    if sum(sizes) > PARAMETERS_MAX:
         return [], [
-            f"cancelled parameters not checked: its parameters hold {elements:.3g} elements, over {PARAMETERS_MAX:.3g}"
+            f"cancelled parameters not checked: its parameters hold {sum(sizes):.3g} elements, over {PARAMETERS_MAX:.3g}"
         ]
-    count = sum(1 for p in g.gm.parameters() if p.is_floating_point())
+    count = len(sizes)
     budget, forward_s = CHECK_S, 0.0
 
-    def within(b: float):
-        def fits(
-            model, inputs
-        ) -> bool:  # a forward per parameter and one more, in fp64 (half the rate, twice the bytes)
-            cost = plan(model, inputs)
-            return 2 * cost.forward_s() * (1 + count) <= b and 2 * cost.intermediates <= MEMORY_BYTES
-
-        return fits
+    def fits(model, inputs) -> bool:
+        """A forward per parameter and one more within ``budget``, in fp64 (half the rate, twice the bytes)."""
+        cost = plan(model, inputs)
+        return 2 * cost.forward_s() * (1 + count) <= budget and 2 * cost.intermediates <= MEMORY_BYTES
 
     for _ in range(2):  # the plan's rates, then an instance as much smaller as the forward timed says
-        reduction = reduce_problem(problem, within(budget), batch_floor=SMALLEST_BATCH)
+        reduction = reduce_problem(problem, fits, batch_floor=SMALLEST_BATCH)
         if reduction.reason in (OVER_BUDGET, NOT_BUILT):
             return [], [f"cancelled parameters not checked: {reduction.reason}"]
         if any(s.reduced < min(SMALLEST_BATCH if s.batch else SMALLEST, s.full) for s in reduction.sizes):
