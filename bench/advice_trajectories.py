@@ -236,7 +236,9 @@ def run(step: int, out: Path, problems: list[str], deadline_s: float = DEADLINE_
                 records.append(rec)
                 records.sort(key=lambda r: order.index(r["problem"]) if r["problem"] in order else len(order))
                 payload = {"device": device_label(), "step": step, "records": records}  # kept if a later one hangs
-                path.write_text(json.dumps(payload, indent=1, default=str))
+                path.write_text(
+                    json.dumps(payload, separators=(",", ":"), default=str) + "\n"
+                )  # compact: bench/ has a size limit
                 top = rec["profile"]["advice"][0] if rec["profile"]["advice"] else {}
                 print(
                     f"{name} {cand.name}: {v.verdict} {rec['verify']['candidate_ms']} ms, speedup {v.speedup} over "
@@ -292,7 +294,7 @@ def reread(step_file: Path) -> Path:
     finally:
         engine.close()
     target = step_file.parent / f"reread-{step_file.name}"
-    target.write_text(json.dumps(out, indent=1) + "\n")
+    target.write_text(json.dumps(out, separators=(",", ":")) + "\n")
     return target
 
 

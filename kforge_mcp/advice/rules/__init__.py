@@ -1,7 +1,7 @@
 """The rules the agent runs, listed here in one place (each module holds the rules of one concern):
 
 memory: coalescing, bank conflicts, spills, atomics. compute: at the limit, issue-bound. epilogue: an
-epilogue's logs computed by a polynomial. tensor_cores: tensor cores, feeding the tensor pipe. conv: a
+epilogue's logs computed by a polynomial. tile_sums: a tile's sums reduced across threads every tile. tensor_cores: tensor cores, feeding the tensor pipe. conv: a
 convolution's tensor-core kernel waiting on its own gathers.
 fusion: fused launches and epilogues. launch: latency-bound kernels, grid size, ncu's own rules.
 structure: levers of the reference's FX graph, work on weights alone. timeline: device idle gaps and
@@ -37,6 +37,7 @@ from kforge_mcp.advice.rules.serialized import mma_serialized
 from kforge_mcp.advice.rules.split import split_once
 from kforge_mcp.advice.rules.structure import adopt_taken_lever, reference_structure, weights_once
 from kforge_mcp.advice.rules.tensor_cores import use_tensor_cores
+from kforge_mcp.advice.rules.tile_sums import tile_sums
 from kforge_mcp.advice.rules.timeline import device_idle_gaps, xve_idle, xve_stalled
 from kforge_mcp.profiling.report import ProfileReport, Recommendation, RuleNotRun
 
@@ -50,6 +51,7 @@ RULES: tuple[Rule[Any], ...] = (
     feed_tensor_pipe,
     gather_fed_conv,
     split_once,
+    tile_sums,
     mma_serialized,
     issue_bound,
     epilogue_logs,
@@ -131,6 +133,7 @@ __all__ = [
     "shared_bank_conflicts",
     "shares",
     "split_once",
+    "tile_sums",
     "uncoalesced_access",
     "use_tensor_cores",
     "weights_once",
