@@ -116,6 +116,10 @@ NOTES = {
         "its issue slots 60% busy, and the advice priced mish without a log at 22%. The seventh step computes it with "
         "one exp and one division an element: 1.17G instructions, 22% faster. Nothing is ranked after it; the other "
         "problems' epilogues take no log.",
+        "- Read again once the rules knew a tile's sums reduced across threads (`tile_sums`), 23's sixth step and 38's "
+        "ninth have that as their top advice: their kernels sum every tile over its rows and add the sums with "
+        "atomics, after K loops of 9-24 steps. The steps that follow it, and 38's next one, ran on an H200 beside "
+        "these six problems' last steps there (conv-h200.md).",
         WEIGHTS_ONCE_NOTE,
         TIMES_NOTE,
         "",
