@@ -9,7 +9,9 @@ Drawn from three H200 pairs (bench/results/tile-sums/h200.md), each kernel again
 registers: Conv3d_GroupNorm_Mean (81 multiply-adds an output pixel) 0.693 -> 0.567 ms and
 ConvTranspose3d_AvgPool_Clamp_Softmax (108: 32 channels x 27 taps / 8 stride phases) 2.728 -> 2.052 ms faster;
 ConvTranspose3d_ReLU_GroupNorm (1728) 2.009 -> 2.120 ms slower, its epilogue a small part of a tile's 162 MMAs. The
-limit on that depth is where those pairs part.
+limit on that depth is where those pairs part. The accumulators take registers: a kernel must have room for them
+(at shapes the rule was not drawn from, 23's kernel with 64 output channels, already at 255 registers, lost 18%; on
+a 16 x 64 x 64 volume it gained 20% for 18% expected: bench/results/tile-sums/h200-held-out.md).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class TileSumsThresholds:
     # (the H100 conv trajectories' persistent kernels: 160-265 a program; one add a run would be 2-4)
     short_k: int = 256  # an output pixel's multiply-adds (depth) up to this: the epilogue weighs on each tile
     warps_per_scheduler: float = 16.0  # an NVIDIA SM's 64 resident warps over its 4 schedulers (sm_80, sm_90)
+    max_registers: int = 191  # room for the sums: a [128, 64] fp32 accumulator over 4 warps takes 64 registers a
+    # thread of the 255 (23 and 38 went from 162 and 173 to 228 and 245; a kernel already at 255 and spilling lost 18%)
 
 
 TILE_SUMS = TileSumsThresholds()
@@ -83,6 +87,8 @@ def _tile_sums(report: ProfileReport, t: TileSumsThresholds) -> list[Recommendat
         programs = k.blocks
         if not is_tensor_gemm(k) or not programs or (k.atomic_instructions or 0) / programs <= t.atomics_per_program:
             continue
+        if k.registers is None or k.registers > t.max_registers or k.spills or k.local_sectors:
+            continue  # no room for the accumulators: they would spill
         barriers = barrier_share(k, t)
         if barriers is None:
             continue
@@ -90,6 +96,7 @@ def _tile_sums(report: ProfileReport, t: TileSumsThresholds) -> list[Recommendat
         hits.append(k.name)
         evidence += [
             ev("atomic instructions a program", round((k.atomic_instructions or 0) / programs, 1), "a few", k.name),
+            ev("registers a thread", k.registers, f"<= {t.max_registers}: room for the sums", k.name),
             ev("warp cycles waiting at barriers", pct(100 * barriers), "", k.name),
         ]
     if not hits:
