@@ -19,9 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import is_tensor_gemm
 from kforge_mcp.advice.rules.base import ATOMICS, DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, pct, recommendation
 from kforge_mcp.core.schemas import Convolution
+from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommendation
 
 
@@ -64,11 +66,11 @@ def depth(c: Convolution) -> float:
     return c.c_in / c.groups * taps
 
 
-def barrier_share(k: KernelProfile, t: TileSumsThresholds) -> float | None:
+def barrier_share(k: KernelProfile, v: Vocabulary, t: TileSumsThresholds) -> float | None:
     """The share of a warp's cycles spent waiting at barriers: its barrier stall cycles per issued instruction over
     its cycles per issued instruction (warps a scheduler holds over the scheduler's issue rate); None where the
     profile does not say."""
-    stall = next((s.cycles_per_issue for s in k.top_stalls if s.reason == "barrier"), None)
+    stall = next((s.cycles_per_issue for s in k.top_stalls if s.reason in v.barrier_stalls), None)
     if stall is None or not k.achieved_occupancy_pct or not k.issue_active_pct:
         return None
     cycles_per_issue = (k.achieved_occupancy_pct / 100 * t.warps_per_scheduler) / (k.issue_active_pct / 100)
@@ -82,6 +84,7 @@ def _tile_sums(report: ProfileReport, t: TileSumsThresholds) -> list[Recommendat
     k_conv = round(max(depth(c) for c in r.convs))
     if not 0 < k_conv <= t.short_k:
         return []
+    v = vocabulary.of(report)
     hits, gain, evidence = [], 0.0, []
     for k, share in hot_kernels(report):
         programs = k.blocks
@@ -89,7 +92,7 @@ def _tile_sums(report: ProfileReport, t: TileSumsThresholds) -> list[Recommendat
             continue
         if k.registers is None or k.registers > t.max_registers or k.spills or k.local_sectors:
             continue  # no room for the accumulators: they would spill
-        barriers = barrier_share(k, t)
+        barriers = barrier_share(k, v, t)
         if barriers is None:
             continue
         gain += share * barriers
@@ -118,4 +121,5 @@ def _tile_sums(report: ProfileReport, t: TileSumsThresholds) -> list[Recommendat
     ]
 
 
-tile_sums = Rule("tile_sums", _tile_sums, TILE_SUMS, (DEVICE_KERNELS, ATOMICS))
+# NVIDIA only: the cycles per issue take an NVIDIA SM's warps per scheduler
+tile_sums = Rule("tile_sums", _tile_sums, TILE_SUMS, (DEVICE_KERNELS, ATOMICS), vendors=frozenset({"nvidia"}))
