@@ -329,9 +329,11 @@ def report(folder: Path) -> int:
             by_problem.setdefault(rec["problem"], []).append(rec)
     which = problem_set(by_problem)
     command = "run --step N" if which == DEFAULT_SET else f"run --set {which} --step N"
+    intro = folder / "intro.md"  # what the folder's steps are, where they are not a whole trajectory
     lines = [
         f"# Advice trajectories ({device})",
         "",
+        *([intro.read_text().strip(), ""] if intro.is_file() else []),
         f"`python bench/advice_trajectories.py {command}` on the GPU, one call per step; each step's candidate "
         "changes only what the previous step's top recommendation asked for (its docstring quotes it). "
         "Speedup: over the faster of eager and torch.compile, both timed in interleaved rounds with the candidate.",
