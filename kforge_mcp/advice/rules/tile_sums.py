@@ -6,12 +6,12 @@ across the tiles a program walks (an elementwise add a tile), give each program 
 the sums belong to (the sample, the channel tile) seldom changes, and reduce and add them once a run.
 
 Drawn from three H200 pairs (bench/results/tile-sums/h200.md), each kernel against itself with the sums kept in
-registers: Conv3d_GroupNorm_Mean (81 multiply-adds an output pixel) 0.693 -> 0.567 ms and
-ConvTranspose3d_AvgPool_Clamp_Softmax (108: 32 channels x 27 taps / 8 stride phases) 2.728 -> 2.052 ms faster;
-ConvTranspose3d_ReLU_GroupNorm (1728) 2.009 -> 2.120 ms slower, its epilogue a small part of a tile's 162 MMAs. The
+registers: Conv3d_GroupNorm_Mean (81 multiply-adds an output pixel) 0.695 -> 0.574 ms and
+ConvTranspose3d_AvgPool_Clamp_Softmax (108: 32 channels x 27 taps / 8 stride phases) 2.719 -> 2.058 ms faster;
+ConvTranspose3d_ReLU_GroupNorm (1728) 2.025 -> 2.146 ms slower, its epilogue a small part of a tile's 162 MMAs. The
 limit on that depth is where those pairs part. The accumulators take registers: a kernel must have room for them
-(at shapes the rule was not drawn from, 23's kernel with 64 output channels, already at 255 registers, lost 18%; on
-a 16 x 64 x 64 volume it gained 20% for 18% expected: bench/results/tile-sums/h200-held-out.md).
+(at shapes the rule was not drawn from, 23's kernel with 64 output channels, at 250 registers, lost 18-22%; on a
+16 x 64 x 64 volume, at 122, it gained 20.6% for 17% expected: bench/results/tile-sums/h200-held-out.md).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class TileSumsThresholds:
     short_k: int = 256  # an output pixel's multiply-adds (depth) up to this: the epilogue weighs on each tile
     warps_per_scheduler: float = 16.0  # an NVIDIA SM's 64 resident warps over its 4 schedulers (sm_80, sm_90)
     max_registers: int = 191  # room for the sums: a [128, 64] fp32 accumulator over 4 warps takes 64 registers a
-    # thread of the 255 (23 and 38 went from 162 and 173 to 228 and 245; a kernel already at 255 and spilling lost 18%)
+    # thread of the 255 (23 and 38 went from 162 and 173 to 228 and 245; a kernel at 250 lost 18-22%)
 
 
 TILE_SUMS = TileSumsThresholds()
