@@ -17,22 +17,18 @@ from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, Wording, ev, hot_
 from kforge_mcp.advice.rules.tensor_cores import efficiency_range
 from kforge_mcp.core.schemas import Convolution
 from kforge_mcp.judge.roofline import input_pass_bytes
-from kforge_mcp.judge.roofline.conv import stride_phases
+from kforge_mcp.judge.roofline.conv import output_phases, taps_met
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
 
 def _parity(c: Convolution) -> str:
     """What a K loop over every tap wastes on a strided transposed convolution, from the taps each output parity
-    class meets (judge/roofline/conv.py's stride_phases)."""
+    class meets (judge/roofline/conv.py's output_phases)."""
     if not c.transposed or all(s == 1 for s in c.stride):
         return ""
-    per_dim = [
-        stride_phases(o, k, s, p, d) for o, k, s, p, d in zip(c.out_spatial, c.kernel, c.stride, c.padding, c.dilation)
-    ]
-    pixels = prod(c.out_spatial)
-    met = prod(sum(n * taps for n, taps in dim) for dim in per_dim) / pixels  # taps an output pixel meets, on average
+    met = taps_met(c)  # taps an output pixel meets, on average
     taps = prod(c.kernel)
-    classes = prod(len(dim) for dim in per_dim)
+    classes = prod(len(dim) for dim in output_phases(c))
     return (
         f" The stride {'x'.join(map(str, c.stride))} transposed convolution gives an output pixel {met:.2g} of its "
         f"{taps} taps on average: a K loop over all {taps} for every output pixel multiplies {1 - met / taps:.0%} "

@@ -17,12 +17,12 @@ limit on that depth is where those pairs part. The accumulators take registers: 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
 
 from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import is_tensor_gemm
 from kforge_mcp.advice.rules.base import ATOMICS, DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, pct, recommendation
 from kforge_mcp.core.schemas import Convolution
+from kforge_mcp.judge.roofline.conv import taps_met
 from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommendation
 
@@ -61,9 +61,8 @@ TILE_SUMS_WORDING = Wording(
 
 def depth(c: Convolution) -> float:
     """Multiply-adds an output pixel takes, its K loop's length whatever GEMM form the bound priced: input channels
-    (a group's) x the taps it meets (a strided transposed convolution meets 1 / stride of them on average)."""
-    taps = prod(c.kernel) / (prod(c.stride) if c.transposed else 1)
-    return c.c_in / c.groups * taps
+    (a group's) x the taps it meets."""
+    return c.c_in / c.groups * taps_met(c)
 
 
 def barrier_share(k: KernelProfile, v: Vocabulary, t: TileSumsThresholds) -> float | None:

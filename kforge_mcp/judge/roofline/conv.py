@@ -37,6 +37,21 @@ def stride_phases(extent: int, k: int, s: int, p: int, d: int) -> list[tuple[int
     return out
 
 
+def output_phases(c: Convolution) -> list[list[tuple[int, int]]]:
+    """stride_phases of each dim over a convolution's outputs: for a transposed one, its output parity classes."""
+    return [
+        stride_phases(o, k, s, p, d) for o, k, s, p, d in zip(c.out_spatial, c.kernel, c.stride, c.padding, c.dilation)
+    ]
+
+
+def taps_met(c: Convolution) -> float:
+    """Taps an output pixel meets on average: all of them for a direct convolution, for a transposed one those of
+    its residue mod the stride along each dim."""
+    if not c.transposed:
+        return float(math.prod(c.kernel))
+    return math.prod(sum(n * taps for n, taps in dim) for dim in output_phases(c)) / math.prod(c.out_spatial)
+
+
 def input_pass_bytes(c: Convolution, dtype: str) -> float:
     """Bytes of one pass over a convolution's input that reads it once and writes it once (a channels-last
     re-layout, or its split into the parts of a multi-term path: the same bytes)."""
