@@ -127,6 +127,11 @@ NOTES = {
 }
 
 
+def compact(record: dict) -> str:
+    """A record as one line of JSON: bench/ has a size limit."""
+    return json.dumps(record, separators=(",", ":"), default=str) + "\n"
+
+
 def step_files(problem: str, step: int) -> list[Path]:
     return sorted((ROOT / "bench" / "candidates" / problem).glob(f"step{step}_*.py"))
 
@@ -240,9 +245,7 @@ def run(step: int, out: Path, problems: list[str], deadline_s: float = DEADLINE_
                 records.append(rec)
                 records.sort(key=lambda r: order.index(r["problem"]) if r["problem"] in order else len(order))
                 payload = {"device": device_label(), "step": step, "records": records}  # kept if a later one hangs
-                path.write_text(
-                    json.dumps(payload, separators=(",", ":"), default=str) + "\n"
-                )  # compact: bench/ has a size limit
+                path.write_text(compact(payload))
                 top = rec["profile"]["advice"][0] if rec["profile"]["advice"] else {}
                 print(
                     f"{name} {cand.name}: {v.verdict} {rec['verify']['candidate_ms']} ms, speedup {v.speedup} over "
@@ -298,7 +301,7 @@ def reread(step_file: Path) -> Path:
     finally:
         engine.close()
     target = step_file.parent / f"reread-{step_file.name}"
-    target.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    target.write_text(compact(out))
     return target
 
 
