@@ -376,10 +376,12 @@ def test_a_short_convolution_that_adds_its_sums_every_tile_keeps_them_in_registe
     """#23's sixth step as an H200 profiled it: a persistent 3xtf32 conv of 81 multiply-adds an output pixel whose
     epilogue sums every tile over its rows and adds the sums with atomics (160 atomic instructions a program), its
     warps 19% of their cycles at barriers, 162 registers a thread. The advice keeps the sums in registers over a run
-    of tiles, priced at that barrier share (the next step realized 20% there)."""
+    of tiles, priced at that barrier share (the next step realized 20% there). Moving the conv off the tensor cores
+    (direct_conv) ranks above it: it takes the tile sums' share too."""
     a = agent.analyze(_recorded("conv3d-groupnorm-sums-every-tile-h200.json"))
-    top = a.recommendations[0]
-    assert top.rule == "tile_sums" and top.kernels == ["conv3d_stats_kernel"]
+    assert [r.rule for r in a.recommendations[:2]] == ["direct_conv", "tile_sums"]
+    top = a.recommendations[1]
+    assert top.kernels == ["conv3d_stats_kernel"]
     found = {e.metric: e.value for e in top.evidence}
     assert found["atomic instructions a program"] == pytest.approx(160.0)
     assert found["warp cycles waiting at barriers"] == "19.4%" and found["registers a thread"] == 162
@@ -405,3 +407,47 @@ def test_a_deep_convolution_a_full_register_file_or_one_add_a_run_is_not_told_to
     conv = next(k for k in once.kernels if k.name == "conv3d_stats_kernel")
     conv.atomic_instructions = 2.0 * conv.blocks
     assert "tile_sums" not in rules(once)
+
+
+def test_a_small_convolution_on_the_tensor_cores_is_told_to_run_directly_on_the_fma_units():
+    """#23's seventh step as an H200 profiled it: a persistent 3xtf32 conv of 81 multiply-adds an output pixel into
+    24 channels at 0.547 ms, 11% of 3xTF32's peak. A direct FMA conv of its 9.85 GFLOP at 40% of the FMA peak would
+    take 0.368 ms: the advice moves it off the tensor cores (the next step realized 33%), and the tensor cores' own
+    advice on the FMA kernel that followed (0.358 ms) prices the tensor cores at what this conv reached on them, so
+    it does not send it back."""
+    a = agent.analyze(_recorded("conv3d-groupnorm-sums-in-registers-h200.json"))
+    top = a.recommendations[0]
+    assert top.rule == "direct_conv" and top.kernels == ["conv3d_stats_kernel"]
+    found = {e.metric: e.value for e in top.evidence}
+    assert found["multiply-adds an output pixel takes (C_in x taps met)"] == 81
+    assert found["output channels a group"] == 24 and found["direct FMA estimate"] == "0.3677 ms"
+    assert 0.25 < top.expected_gain < 0.32 and "tl.static_range" in top.action
+    after = agent.analyze(_recorded("conv3d-groupnorm-fma-direct-h200.json"))
+    advised = [r.rule for r in after.recommendations]
+    assert "direct_conv" not in advised and "use_tensor_cores" not in advised
+    back = next(r for r in after.no_gain if r.rule == "use_tensor_cores")
+    assert "11% of its path's peak" in back.gain_basis
+
+
+def test_a_deep_or_wide_convolution_stays_on_the_tensor_cores():
+    """The same kernel with 64 input channels (1728 multiply-adds a pixel) or 64 output channels (on an H200, 23's
+    problem with 64 output channels: the rule does not fire, bench/results/direct-conv/h200-held-out.md): no
+    direct_conv. With 64 input channels the FLOPs grow too: a direct FMA conv would take longer than the kernel."""
+
+    def rules(report) -> list[str]:
+        a = agent.analyze(report)
+        return [r.rule for r in a.recommendations + a.no_gain]
+
+    deep = _recorded("conv3d-groupnorm-sums-in-registers-h200.json")
+    for c in deep.roofline.convs:
+        c.c_in = 64
+    assert "direct_conv" not in rules(deep)
+    wide = _recorded("conv3d-groupnorm-sums-in-registers-h200.json")
+    for c in wide.roofline.convs:
+        c.c_out = 64
+    assert "direct_conv" not in rules(wide)
+    slow_fma = _recorded("conv3d-groupnorm-sums-in-registers-h200.json")
+    slow_fma.roofline.measured_ms = 0.3
+    for k in slow_fma.kernels:
+        k.device_ms *= 0.3 / 0.5755
+    assert "direct_conv" not in rules(slow_fma)

@@ -2,7 +2,7 @@
 
 memory: coalescing, bank conflicts, spills, atomics. compute: at the limit, issue-bound. epilogue: an
 epilogue's logs computed by a polynomial. tile_sums: a tile's sums reduced across threads every tile.
-tensor_cores: tensor cores, feeding the tensor pipe. conv: a convolution's tensor-core kernel waiting on its own
+tensor_cores: tensor cores, feeding the tensor pipe. direct_conv: a small convolution off the tensor cores. conv: a convolution's tensor-core kernel waiting on its own
 gathers.
 fusion: fused launches and epilogues. launch: latency-bound kernels, grid size, ncu's own rules.
 structure: levers of the reference's FX graph, work on weights alone. timeline: device idle gaps and
@@ -28,6 +28,7 @@ from kforge_mcp.advice.rules.compiled import (
 )
 from kforge_mcp.advice.rules.compute import at_the_limit, issue_bound
 from kforge_mcp.advice.rules.conv import gather_fed_conv
+from kforge_mcp.advice.rules.direct_conv import direct_conv
 from kforge_mcp.advice.rules.epilogue import epilogue_logs
 from kforge_mcp.advice.rules.fed import feed_tensor_pipe
 from kforge_mcp.advice.rules.fusion import fuse_launches
@@ -49,6 +50,7 @@ RULES: tuple[Rule[Any], ...] = (
     atomic_contention,
     at_the_limit,
     use_tensor_cores,
+    direct_conv,
     feed_tensor_pipe,
     gather_fed_conv,
     split_once,
@@ -116,6 +118,7 @@ __all__ = [
     "compiled_spills",
     "compiled_tensor_cores",
     "device_idle_gaps",
+    "direct_conv",
     "epilogue_logs",
     "feed_tensor_pipe",
     "fuse_launches",

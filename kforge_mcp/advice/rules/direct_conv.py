@@ -1,0 +1,118 @@
+"""A small convolution on the tensor cores: when an output pixel takes few multiply-adds (input channels x taps) into
+few output channels, an implicit GEMM pays more to shape its operands for the MMAs (gathered tiles padded to the MMA's
+K and N, the fp32 split, shared-memory staging) than the MMAs save. The same convolution done directly on the FMA
+units in exact fp32, each thread holding a few output pixels x every output channel, reads the input as it lies and
+needs no split.
+
+Drawn from Conv3d_GroupNorm_Mean on an H200 (81 multiply-adds a pixel into 24 channels,
+bench/results/direct-conv/h200.md): its best 3xTF32 kernel, after seven steps of advice, ran at 11% of 3xTF32's peak
+(0.553 ms against 0.062 ms), and a first direct FMA kernel at 40% of the FMA peak (0.371 ms against 0.147 ms). Those
+two fractions price the rule and the tensor cores' advice for these convolutions (tensor_cores.py), so that neither
+sends a kernel back where the other took it from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kforge_mcp.advice.kinds import is_tensor_gemm
+from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, recommendation
+from kforge_mcp.core.schemas import Convolution
+from kforge_mcp.judge.roofline import lookup_peaks
+from kforge_mcp.judge.roofline.conv import taps_met
+from kforge_mcp.profiling.report import ProfileReport, Recommendation
+
+
+@dataclass(frozen=True)
+class DirectConvThresholds:
+    max_depth: int = 128  # an output pixel's multiply-adds (C_in / groups x taps met) up to this
+    max_channels: int = 32  # output channels a group up to this: one MMA N tile or less
+    fma_efficiency: float = 0.40  # a first direct FMA convolution's fraction of the FMA peak (measured: 40%)
+    tensor_efficiency: float = 0.11  # the best tensor-core kernel's fraction of its path's peak (measured: 11%)
+
+
+DIRECT_CONV = DirectConvThresholds()
+
+
+def is_small_conv(c: Convolution, t: DirectConvThresholds = DIRECT_CONV) -> bool:
+    """Few multiply-adds a pixel into few output channels: the MMAs' operand shaping outweighs what they save."""
+    return c.c_in / c.groups * taps_met(c) <= t.max_depth and c.c_out / c.groups <= t.max_channels
+
+
+def small_convs(report: ProfileReport, t: DirectConvThresholds = DIRECT_CONV) -> list[Convolution]:
+    """The problem's convolutions, when all of them are small; none otherwise."""
+    r = report.roofline
+    convs = list(r.convs) if r is not None and r.convs else []
+    return convs if convs and all(is_small_conv(c, t) for c in convs) else []
+
+
+DIRECT_WORDING = Wording(
+    "The convolution is small ({depth} multiply-adds an output pixel into {channels} output channels) and its "
+    "tensor-core kernel spends more shaping operands for the MMAs than the MMAs save. Compute it directly on the FMA "
+    "units in exact fp32: each thread holds a few output pixels x every output channel in registers; per tap, load "
+    "the input at the pixels' offsets plus the tap's constant offset (the input as it lies, no re-layout) and the "
+    "tap's weights of every channel (laid out [taps, channels] once per weight version), and accumulate their "
+    "outer product. Loop over the taps with only the innermost axis unrolled (unrolling every tap overflows the "
+    "instruction cache), and size the block so the accumulators stay under ~170 registers. Keep the fused epilogue.",
+    {
+        "triton": "The convolution is small ({depth} multiply-adds an output pixel into {channels} output channels) "
+        "and its tensor-core kernel spends more shaping operands for tl.dot than the MMAs save. Compute it directly "
+        "on the FMA units in exact fp32: acc = tl.zeros((CHANNELS, BLOCK_P), tl.float32) for BLOCK_P output pixels "
+        "of one sample; per tap, xv = tl.load(x + pixel_offsets + tap_offset, mask=...) (the input as it lies, no "
+        "re-layout) and w = tl.load(w_taps + tap * CHANNELS + tl.arange(0, CHANNELS)) (the weight laid out [taps, "
+        "channels] once per weight version), acc += w[:, None] * xv[None, :]. Loop over (channel, kd, kh) with "
+        "range() and unroll only kw with tl.static_range (unrolling every tap overflows the instruction cache); "
+        "BLOCK_P = 128 with num_warps=1 (4 pixels x every channel a thread, under ~170 registers). Keep the fused "
+        "epilogue (tl.sum of acc and acc * acc for a norm's statistics).",
+    },
+)
+
+
+def _direct_conv(report: ProfileReport, t: DirectConvThresholds) -> list[Recommendation]:
+    convs = small_convs(report, t)
+    r = report.roofline
+    if not convs or r is None:
+        return []
+    peaks, _ = lookup_peaks(r.device or report.device_name or report.device)
+    fma = peaks.flops.get("fp32")
+    total_ms = r.measured_ms or report.device_ms_per_forward or 0.0
+    conv_flops = sum(c.flops for c in convs)
+    tensor = [(k, share) for k, share in hot_kernels(report) if is_tensor_gemm(k)]
+    if not fma or total_ms <= 0 or not tensor:
+        return []
+    direct_ms = conv_flops / (fma * t.fma_efficiency) * 1e3
+    tensor_share = sum(share for _, share in tensor)
+    now_ms = tensor_share * total_ms
+    gain = tensor_share * (1 - direct_ms / now_ms)
+    if gain <= 0:
+        return []
+    c = max(convs, key=lambda c: c.flops)
+    depth = round(c.c_in / c.groups * taps_met(c))
+    channels = c.c_out // c.groups
+    return [
+        recommendation(
+            rule="direct_conv",
+            title="Compute the small convolution directly on the FMA units",
+            evidence=[
+                ev("multiply-adds an output pixel takes (C_in x taps met)", depth, f"<= {t.max_depth}"),
+                ev("output channels a group", channels, f"<= {t.max_channels}"),
+                ev("tensor-core kernels' time", f"{now_ms:.4g} ms", "", ", ".join(k.name for k, _ in tensor)),
+                ev(
+                    "direct FMA estimate",
+                    f"{direct_ms:.4g} ms",
+                    f"{conv_flops / 1e9:.4g} GFLOP at {t.fma_efficiency:.0%}"
+                    f" of the FMA peak ({fma / 1e12:.4g} TFLOP/s)",
+                ),
+            ],
+            action=DIRECT_WORDING.say(report.target).format(depth=depth, channels=channels),
+            expected_gain=gain,
+            gain_basis=f"share x (1 - conv FLOPs / (FMA peak x {t.fma_efficiency:g}) / the tensor-core kernels' "
+            f"time): a first direct FMA convolution reached {t.fma_efficiency:.0%} of the FMA peak (Conv3d_GroupNorm_"
+            "Mean on an H200, the instance this rule was drawn from)",
+            kernels=[k.name for k, _ in tensor],
+            change="direct convolution on the FMA units",
+        )
+    ]
+
+
+direct_conv = Rule("direct_conv", _direct_conv, DIRECT_CONV, (DEVICE_KERNELS,))
