@@ -1,5 +1,5 @@
 """ConvTranspose3d, ReLU and GroupNorm as step 6 of this problem's trajectory, with the GroupNorm sums kept in
-registers across a run of tiles (bench/tile_sums_ab.py's third pair, not a trajectory step): a program walks a
+registers across a run of tiles (bench/rule_ab.py's third pair, not a trajectory step): a program walks a
 contiguous run of tiles, ordered by channel tile, then sample, then rows, so that the (sample, channel tile) its sums
 belong to seldom changes; each tile adds its ReLU outputs and their squares to two [128, 64] accumulators, which are
 summed over their rows and added to the buffer with atomics only when that key changes and after the loop."""
