@@ -25,6 +25,7 @@ from kforge_mcp.advice.rules.base import (
 )
 from kforge_mcp.advice.rules.compute import COMPUTE, ComputeThresholds
 from kforge_mcp.advice.rules.direct_conv import DIRECT_CONV, small_convs
+from kforge_mcp.core.schemas import ComputePath
 from kforge_mcp.judge.roofline import compute_paths, fastest, lookup_peaks
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
@@ -187,17 +188,26 @@ def efficiency_note(path: str, low: float, high: float, at_high: float) -> str:
 
 
 SMALL_CONV_NOTE = (
-    "A small convolution's tensor-core kernel reaches about {eff:.0%} of its path's peak (measured: the best 3xTF32 "
-    "kernel of Conv3d_GroupNorm_Mean, 81 multiply-adds a pixel into 24 channels, after seven steps on an H200)"
+    "A small convolution's tensor-core kernel is priced at {eff:.0%} of 3xTF32's peak whatever its path: the best "
+    "3xTF32 kernel of Conv3d_GroupNorm_Mean (81 multiply-adds a pixel into 24 channels) reached that after seven "
+    "steps on an H200, its time going to shaping the operands (gathers padded to the MMA's K and N, staging) more than "
+    "to the MMAs, which a faster path does not shorten"
 )
 
 
-def _efficiencies(report: ProfileReport, path: str, t: ComputeThresholds) -> tuple[tuple[float, float], bool]:
-    """The range of the path's peak a first kernel reaches, and whether the problem's convolutions are small: their
-    tensor-core kernels reach a fraction of their own (direct_conv.py)."""
-    if small_convs(report):
-        return (DIRECT_CONV.tensor_efficiency, DIRECT_CONV.tensor_efficiency), True
-    return efficiency_range(path, t), False
+def _pricing(
+    report: ProfileReport, best: ComputePath, t: ComputeThresholds
+) -> tuple[tuple[float, float], float, str, bool]:
+    """The range of a rate's fraction a first kernel reaches, the rate (a path's peak), its name, and whether the
+    problem's convolutions are small: their tensor-core kernels are priced at a fraction of 3xTF32's peak on any
+    path, as measured (direct_conv.py)."""
+    if not small_convs(report):
+        return efficiency_range(best.path, t), best.peak_flops, best.path, False
+    r = report.roofline
+    peaks, _ = lookup_peaks((r.device if r else None) or report.device_name or report.device)
+    split = next((p.peak_flops for p in compute_paths(peaks, "fp32", None, None) if p.path == "3xtf32"), None)
+    rate, name = (split, "3xtf32") if split and split < best.peak_flops else (best.peak_flops, best.path)
+    return (DIRECT_CONV.tensor_efficiency, DIRECT_CONV.tensor_efficiency), rate, name, True
 
 
 def _use_tensor_cores(report: ProfileReport, t: ComputeThresholds) -> list[Recommendation]:
@@ -211,7 +221,7 @@ def _use_tensor_cores(report: ProfileReport, t: ComputeThresholds) -> list[Recom
     total_ms = (r.measured_ms if r is not None and r.measured_ms else None) or report.device_ms_per_forward or 0.0
     gemms = [(k, share) for k, share in hot_kernels(report) if is_fma_gemm(k)]
     gemm_share = sum(share for _, share in gemms)
-    effs, small = _efficiencies(report, best.path, t)
+    effs, rate, rate_name, small = _pricing(report, best, t)
     for k, share in gemms:
         hits.append(k.name)
         if r is not None and r.flops > 0 and total_ms > 0 and not is_latency_bound(k, v):
@@ -221,11 +231,10 @@ def _use_tensor_cores(report: ProfileReport, t: ComputeThresholds) -> list[Recom
             used = min(1.0, k.blocks / sms) if k.blocks and sms else 1.0  # all SMs where either is unknown
             k_ms = share * total_ms
             low_g, high_g = (
-                share * max(0.0, 1 - r.flops * (share / gemm_share) / (best.peak_flops * eff * used) * 1e3 / k_ms)
-                for eff in effs
+                share * max(0.0, 1 - r.flops * (share / gemm_share) / (rate * eff * used) * 1e3 / k_ms) for eff in effs
             )
             gain, high = gain + low_g, high + high_g
-            bases.add(f"1 - FLOPs / ({best.path} peak x {effs[0]:g}) / measured time")
+            bases.add(f"1 - FLOPs / ({rate_name} peak x {effs[0]:g}) / measured time")
             continue
         if k.fma_pipe_pct is not None:  # only the time the FMA pipe is busy shrinks (a latency-bound kernel waits)
             math_share, how = min(k.fma_pipe_pct / 100, 1.0), "FMA pipe busy fraction"
