@@ -84,7 +84,7 @@ def main() -> None:
             results["problems"][name] = entry
     finally:
         engine.close()
-    (out / f"{device_label()}.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / f"{device_label()}.json").write_text(json.dumps(results, separators=(",", ":"), default=str))
     (out / f"{device_label()}.md").write_text(markdown(results))
     print((out / f"{device_label()}.md").read_text())
 

@@ -14,7 +14,9 @@ Mean's best tensor-core kernel against a direct convolution on the FMA units.
 --held-out: the rule at shapes it was not drawn from. Conv3d_GroupNorm_Mean's pair on two other instances of the
 problem, a 16 x 64 x 64 volume (81 multiply-adds an output pixel into 16 channels, as published but wider) and 64
 output channels: `kforge verify` of both kernels (their times), and `kforge profile --depth metrics --advise` of the
-first, whose advice says whether the rule fires and what it expects.
+first, whose advice says whether the rule fires and what it expects. For direct_conv also a problem the rule was not
+drawn from (Conv3d_Min_Softmax): the direct kernel's time by `kforge verify` against the rule's estimate of it, and
+its profile (FILE's stem + -PROBLEM-profile.json) with the advice on it.
 """
 
 from __future__ import annotations
@@ -148,6 +150,47 @@ def held_out(problem: str, rule: str) -> str:
     return "\n".join(lines)
 
 
+# problems a rule's change was written for without the rule being drawn from them: the candidate with the change, timed
+# by kforge verify against the time the rule's estimate gives it
+PRICED = {"direct_conv": {"conv3d_min_softmax_l2": "direct_fma.py"}}
+
+
+def priced(problem: str, candidate: str, out: Path) -> str:
+    """kforge verify and profile of a direct FMA convolution on a problem the rule was not drawn from, against the
+    rule's estimate for it: the convolutions' FLOPs at the rule's fraction of the device's FMA peak."""
+    from kforge_mcp.advice.rules.direct_conv import DIRECT_CONV
+    from kforge_mcp.judge.roofline import lookup_peaks
+
+    path = str(ROOT / "bench" / "problems" / f"{problem}.py")
+    kernel = str(CANDIDATES / problem / candidate)
+    verified = kforge("verify", path, kernel)
+    profiled = kforge("profile", path, kernel, "--depth", "metrics", "--advise")
+    # the profile itself, so that its advice can be read again as the rules change
+    out.with_name(f"{out.stem}-{problem}-profile.json").write_text(
+        json.dumps(profiled["profile"], separators=(",", ":"))
+    )
+    roof = profiled["profile"]["roofline"]
+    flops = sum(c["flops"] for c in roof["convs"])
+    fma = lookup_peaks(roof["device"])[0].flops["fp32"]
+    estimate = flops / (fma * DIRECT_CONV.fma_efficiency) * 1e3
+    ms = ((verified.get("timing") or {}).get("candidate") or {}).get("median_ms")
+    top = profiled["analysis"]["recommendations"]
+    lines = [f"## {problem}", "", "| kernel | verdict | ms | speedup | the rule's estimate | of the FMA peak |"]
+    lines.append("| --- | --- | --- | --- | --- | --- |")
+    speedup = f"{verified['speedup']:.3f}x" if verified.get("speedup") else "-"
+    reached = f"{flops / (fma * ms * 1e-3):.0%}" if ms else "-"
+    lines.append(
+        f"| {candidate} | {verified['verdict']} | {ms if ms is None else round(ms, 4)} | {speedup} | {estimate:.4f} ms | {reached} |"
+    )
+    said = f"{top[0]['rule']} ({top[0]['priority']}, {top[0]['expected_gain']:.0%})" if top else "none"
+    lines += [
+        "",
+        f"{flops / 1e9:.4g} GFLOP of convolution; FMA peak {fma / 1e12:.4g} TFLOP/s; top advice on it: {said}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -168,6 +211,8 @@ def main() -> None:
         )
         head += "times and speedups over the faster of eager and torch.compile), kforge profile --depth metrics --advise of the first.\n\n"
         body = "\n".join(held_out(problem, rule) for problem in HELD_OUT)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        body += "".join("\n" + priced(problem, name, args.out) for problem, name in PRICED.get(rule, {}).items())
     else:
         head += f"`python bench/rule_ab.py --rule {rule} --out FILE`; do_bench medians of two rounds each, A and B in turn.\n\n"
         settings = [dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in s.split(",")) for s in args.setting]
