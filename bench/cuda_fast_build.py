@@ -369,7 +369,7 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        args.out.write_text(json.dumps(result, separators=(",", ":")) + "\n")
         args.out.with_suffix(".md").write_text(text)
 
 

@@ -15,7 +15,7 @@ Mean's best tensor-core kernel against a direct convolution on the FMA units.
 problem, a 16 x 64 x 64 volume (81 multiply-adds an output pixel into 16 channels, as published but wider) and 64
 output channels: `kforge verify` of both kernels (their times), and `kforge profile --depth metrics --advise` of the
 first, whose advice says whether the rule fires and what it expects. For direct_conv also a problem the rule was not
-drawn from (Conv3d_Min_Softmax): the direct kernel's time by `kforge verify` against the rule's estimate of it, and
+drawn from (Conv3d_Min_Softmax, Conv3d_Scaling_Tanh_Multiply_Sigmoid): the direct kernel's time by `kforge verify` against the rule's estimate of it, and
 its profile (FILE's stem + -PROBLEM-profile.json) with the advice on it.
 """
 
@@ -152,7 +152,12 @@ def held_out(problem: str, rule: str) -> str:
 
 # problems a rule's change was written for without the rule being drawn from them: the candidate with the change, timed
 # by kforge verify against the time the rule's estimate gives it
-PRICED = {"direct_conv": {"conv3d_min_softmax_l2": "direct_fma.py"}}
+PRICED = {
+    "direct_conv": {
+        "conv3d_min_softmax_l2": "direct_fma.py",
+        "conv3d_scaling_tanh_multiply_sigmoid_l2": "direct_fma.py",
+    }
+}
 
 
 def priced(problem: str, candidate: str, out: Path) -> str:

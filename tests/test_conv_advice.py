@@ -454,8 +454,8 @@ def test_a_deep_or_wide_convolution_stays_on_the_tensor_cores():
 
 
 def test_a_small_convolution_is_priced_on_the_tensor_cores_at_the_rate_measured_whatever_its_path():
-    """24_Conv3d_Min_Softmax's direct FMA kernel on an H200 (0.351 ms, 41% of the FMA peak): fp16 passes the problem,
-    and 11% of fp16's peak would put a tensor-core kernel at 0.09 ms (use_tensor_cores said 74%). The one small-conv
+    """24_Conv3d_Min_Softmax's direct FMA kernel on an H200 (0.347 ms profiled, 41% of the FMA peak): fp16 passes the
+    problem, and 11% of fp16's peak would put a tensor-core kernel at 0.09 ms (use_tensor_cores said 74%). The one small-conv
     tensor-core kernel measured ran at 11% of 3xTF32's peak, its time in shaping operands: priced at that rate, the
     tensor cores promise nothing over this kernel."""
     report = _recorded("conv3d-min-softmax-fma-direct-h200.json")
