@@ -464,3 +464,14 @@ def test_a_small_convolution_is_priced_on_the_tensor_cores_at_the_rate_measured_
     assert "use_tensor_cores" not in [r.rule for r in a.recommendations]
     back = next(r for r in a.no_gain if r.rule == "use_tensor_cores")
     assert "3xtf32 peak x 0.11" in back.gain_basis
+
+
+def test_a_small_convolution_on_the_fma_units_far_from_a_direct_ones_rate_is_told_to_compute_it_directly():
+    """#23's plain fp32 kernel as an H100 profiled it (its conv 2.227 ms on the FMA units, 7% of their peak): a direct
+    convolution of its 9.85 GFLOP at 40% of the FMA peak takes 0.368 ms, the tensor cores at the rate a small
+    convolution reached on them 0.54 ms. The advice goes to the direct kernel first, the implicit GEMM after it."""
+    a = agent.analyze(_recorded("conv3d-groupnorm-fp32-h100.json"))
+    assert [r.rule for r in a.recommendations[:2]] == ["direct_conv", "use_tensor_cores"]
+    top = a.recommendations[0]
+    assert top.kernels == ["conv3d_kernel"] and "at 7% of their peak" in top.action
+    assert 0.55 < top.expected_gain < 0.7 and top.expected_gain > a.recommendations[1].expected_gain
