@@ -318,7 +318,7 @@ def main() -> None:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{device_label()}.json").write_text(json.dumps(result, indent=1, default=str))
+    (out / f"{device_label()}.json").write_text(json.dumps(result, separators=(",", ":"), default=str))
     (out / f"{device_label()}.md").write_text(summarize(result))
     print(summarize(result))
 

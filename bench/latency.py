@@ -305,7 +305,7 @@ async def main() -> None:
     res["machine"]["loadavg_end"] = os.getloadavg()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "cpu.json").write_text(json.dumps(res, indent=1))
+    (out / "cpu.json").write_text(json.dumps(res, separators=(",", ":")))
     (out / "cpu.md").write_text(markdown(res))
     print(markdown(res))
 

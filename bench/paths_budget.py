@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             ).stdout.strip()
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    args.out.write_text(json.dumps(record, separators=(",", ":"), default=str) + "\n")
     args.out.with_suffix(".md").write_text(render(record))
     return 0
 

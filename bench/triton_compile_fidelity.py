@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, message in errors.items():
         print(f"error: {name}: {message}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=repr))
+    args.out.write_text(json.dumps(result, separators=(",", ":"), default=repr))
     return 0
 
 
