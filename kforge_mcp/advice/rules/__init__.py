@@ -2,8 +2,8 @@
 
 memory: coalescing, bank conflicts, spills, atomics. compute: at the limit, issue-bound. epilogue: an
 epilogue's logs computed by a polynomial. tile_sums: a tile's sums reduced across threads every tile.
-tensor_cores: tensor cores, feeding the tensor pipe. direct_conv: a small convolution off the tensor cores. conv: a convolution's tensor-core kernel waiting on its own
-gathers.
+tensor_cores: tensor cores, feeding the tensor pipe. direct_conv: a small convolution off the tensor cores. conv: a
+convolution's tensor-core kernel waiting on its own gathers.
 fusion: fused launches and epilogues. launch: latency-bound kernels, grid size, ncu's own rules.
 structure: levers of the reference's FX graph, work on weights alone. timeline: device idle gaps and
 Intel XVE counters. compiled: the candidate compiled for an NVIDIA arch where no GPU ran it.

@@ -23,7 +23,7 @@ from kforge_mcp.advice.kinds import is_fma_gemm, is_tensor_gemm
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, recommendation
 from kforge_mcp.core.schemas import Convolution
 from kforge_mcp.judge.roofline import lookup_peaks
-from kforge_mcp.judge.roofline.conv import taps_met
+from kforge_mcp.judge.roofline.conv import depth
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
 
@@ -41,7 +41,7 @@ DIRECT_CONV = DirectConvThresholds()
 
 def is_small_conv(c: Convolution, t: DirectConvThresholds = DIRECT_CONV) -> bool:
     """Few multiply-adds a pixel into few output channels: the MMAs' operand shaping outweighs what they save."""
-    return c.c_in / c.groups * taps_met(c) <= t.max_depth and c.c_out / c.groups <= t.max_channels
+    return depth(c) <= t.max_depth and c.c_out / c.groups <= t.max_channels
 
 
 def small_convs(report: ProfileReport, t: DirectConvThresholds = DIRECT_CONV) -> list[Convolution]:
@@ -52,19 +52,20 @@ def small_convs(report: ProfileReport, t: DirectConvThresholds = DIRECT_CONV) ->
 
 
 DIRECT_WORDING = Wording(
-    "{situation} Compute it directly on the FMA units in exact fp32: each thread holds a few output pixels x every output channel in registers; per tap, load "
-    "the input at the pixels' offsets plus the tap's constant offset (the input as it lies, no re-layout) and the "
-    "tap's weights of every channel (laid out [taps, channels] once per weight version), and accumulate their "
-    "outer product. Loop over the taps with only the innermost axis unrolled (unrolling every tap overflows the "
-    "instruction cache), and size the block so the accumulators stay under ~170 registers. Keep the fused epilogue.",
+    "{situation} Compute it directly on the FMA units in exact fp32: each thread holds a few output pixels x every "
+    "output channel in registers; per tap, load the input at the pixels' offsets plus the tap's constant offset (the "
+    "input as it lies, no re-layout) and the tap's weights of every channel (laid out [taps, channels] once per "
+    "weight version), and accumulate their outer product. Loop over the taps with only the innermost axis unrolled "
+    "(unrolling every tap overflows the instruction cache), and size the block so the accumulators stay under ~170 "
+    "registers. Keep the fused epilogue.",
     {
-        "triton": "{situation} Compute it directly on the FMA units in exact fp32: acc = tl.zeros((CHANNELS, BLOCK_P), tl.float32) for BLOCK_P output pixels "
-        "of one sample; per tap, xv = tl.load(x + pixel_offsets + tap_offset, mask=...) (the input as it lies, no "
-        "re-layout) and w = tl.load(w_taps + tap * CHANNELS + tl.arange(0, CHANNELS)) (the weight laid out [taps, "
-        "channels] once per weight version), acc += w[:, None] * xv[None, :]. Loop over (channel, kd, kh) with "
-        "range() and unroll only kw with tl.static_range (unrolling every tap overflows the instruction cache); "
-        "BLOCK_P = 128 with num_warps=1 (4 pixels x every channel a thread, under ~170 registers). Keep the fused "
-        "epilogue (tl.sum of acc and acc * acc for a norm's statistics).",
+        "triton": "{situation} Compute it directly on the FMA units in exact fp32: acc = tl.zeros((CHANNELS, BLOCK_P), "
+        "tl.float32) for BLOCK_P output pixels of one sample; per tap, xv = tl.load(x + pixel_offsets + tap_offset, "
+        "mask=...) (the input as it lies, no re-layout) and w = tl.load(w_taps + tap * CHANNELS + tl.arange(0, "
+        "CHANNELS)) (the weight laid out [taps, channels] once per weight version), acc += w[:, None] * xv[None, :]. "
+        "Loop over (channel, kd, kh) with range() and unroll only kw with tl.static_range (unrolling every tap "
+        "overflows the instruction cache); BLOCK_P = 128 with num_warps=1 (4 pixels x every channel a thread, under "
+        "~170 registers). Keep the fused epilogue (tl.sum of acc and acc * acc for a norm's statistics).",
     },
 )
 
@@ -74,8 +75,7 @@ def _direct_conv(report: ProfileReport, t: DirectConvThresholds) -> list[Recomme
     r = report.roofline
     if not convs or r is None:
         return []
-    peaks, _ = lookup_peaks(r.device or report.device_name or report.device)
-    fma = peaks.flops.get("fp32")
+    fma = lookup_peaks(r.device)[0].flops.get("fp32")
     total_ms = r.measured_ms or report.device_ms_per_forward or 0.0
     conv_flops = sum(c.flops for c in convs)
     # its kernels on the tensor cores, or on the FMA units short of what a direct convolution reaches
@@ -83,20 +83,23 @@ def _direct_conv(report: ProfileReport, t: DirectConvThresholds) -> list[Recomme
     if not fma or total_ms <= 0 or not kernels:
         return []
     direct_ms = conv_flops / (fma * t.fma_efficiency) * 1e3
-    share = sum(share for _, share in kernels)
-    now_ms = share * total_ms
-    gain = share * (1 - direct_ms / now_ms)
+    conv_share = sum(share for _, share in kernels)
+    now_ms = conv_share * total_ms
+    gain = conv_share * (1 - direct_ms / now_ms)
     if gain <= 0:
         return []
     c = max(convs, key=lambda c: c.flops)
-    depth = round(c.c_in / c.groups * taps_met(c))
+    madds = round(depth(c))
     channels = c.c_out // c.groups
-    small = f"The convolution is small ({depth} multiply-adds an output pixel into {channels} output channels)"
+    small = f"The convolution is small ({madds} multiply-adds an output pixel into {channels} output channels)"
     reached = conv_flops / (fma * now_ms * 1e-3)
     if any(is_tensor_gemm(k) for k, _ in kernels):
         situation = f"{small} and its tensor-core kernel spends more shaping operands for the MMAs than they save."
     elif reached < t.fma_kernel_fraction:
-        situation = f"{small} and runs on the FMA units at {reached:.0%} of their peak, where a direct one reaches 40%."
+        situation = (
+            f"{small} and runs on the FMA units at {reached:.0%} of their peak, where a direct one reaches "
+            f"{t.fma_efficiency:.0%}."
+        )
     else:
         return []  # a direct kernel already, near its rate
     return [
@@ -104,7 +107,7 @@ def _direct_conv(report: ProfileReport, t: DirectConvThresholds) -> list[Recomme
             rule="direct_conv",
             title="Compute the small convolution directly on the FMA units",
             evidence=[
-                ev("multiply-adds an output pixel takes (C_in x taps met)", depth, f"<= {t.max_depth}"),
+                ev("multiply-adds an output pixel takes (C_in x taps met)", madds, f"<= {t.max_depth}"),
                 ev("output channels a group", channels, f"<= {t.max_channels}"),
                 ev("the convolution's kernels' time", f"{now_ms:.4g} ms", "", ", ".join(k.name for k, _ in kernels)),
                 ev(

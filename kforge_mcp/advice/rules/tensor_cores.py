@@ -201,10 +201,10 @@ def _pricing(
     """The range of a rate's fraction a first kernel reaches, the rate (a path's peak), its name, and whether the
     problem's convolutions are small: their tensor-core kernels are priced at a fraction of 3xTF32's peak on any
     path, as measured (direct_conv.py)."""
-    if not small_convs(report):
-        return efficiency_range(best.path, t), best.peak_flops, best.path, False
     r = report.roofline
-    peaks, _ = lookup_peaks((r.device if r else None) or report.device_name or report.device)
+    if r is None or not small_convs(report):
+        return efficiency_range(best.path, t), best.peak_flops, best.path, False
+    peaks, _ = lookup_peaks(r.device)
     split = next((p.peak_flops for p in compute_paths(peaks, "fp32", None, None) if p.path == "3xtf32"), None)
     rate, name = (split, "3xtf32") if split and split < best.peak_flops else (best.peak_flops, best.path)
     return (DIRECT_CONV.tensor_efficiency, DIRECT_CONV.tensor_efficiency), rate, name, True

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import is_tensor_gemm
 from kforge_mcp.advice.rules.base import ATOMICS, DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, pct, recommendation
-from kforge_mcp.core.schemas import Convolution
-from kforge_mcp.judge.roofline.conv import taps_met
+from kforge_mcp.judge.roofline.conv import depth
 from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommendation
 
@@ -57,12 +56,6 @@ TILE_SUMS_WORDING = Wording(
         "range(first, min(first + per_prog, tiles))), ordered so that key changes seldom.",
     },
 )
-
-
-def depth(c: Convolution) -> float:
-    """Multiply-adds an output pixel takes, its K loop's length whatever GEMM form the bound priced: input channels
-    (a group's) x the taps it meets."""
-    return c.c_in / c.groups * taps_met(c)
 
 
 def barrier_share(k: KernelProfile, v: Vocabulary, t: TileSumsThresholds) -> float | None:

@@ -52,6 +52,12 @@ def taps_met(c: Convolution) -> float:
     return math.prod(sum(n * taps for n, taps in dim) for dim in output_phases(c)) / math.prod(c.out_spatial)
 
 
+def depth(c: Convolution) -> float:
+    """Multiply-adds an output pixel takes, its K loop's length whatever GEMM form the bound priced: input channels
+    (a group's) x the taps it meets."""
+    return c.c_in / c.groups * taps_met(c)
+
+
 def input_pass_bytes(c: Convolution, dtype: str) -> float:
     """Bytes of one pass over a convolution's input that reads it once and writes it once (a channels-last
     re-layout, or its split into the parts of a multi-term path: the same bytes)."""
