@@ -14,9 +14,9 @@ Mean's best tensor-core kernel against a direct convolution on the FMA units.
 --held-out: the rule at shapes it was not drawn from. Conv3d_GroupNorm_Mean's pair on two other instances of the
 problem, a 16 x 64 x 64 volume (81 multiply-adds an output pixel into 16 channels, as published but wider) and 64
 output channels: `kforge verify` of both kernels (their times), and `kforge profile --depth metrics --advise` of the
-first, whose advice says whether the rule fires and what it expects. For direct_conv also a problem the rule was not
-drawn from (Conv3d_Min_Softmax, Conv3d_Scaling_Tanh_Multiply_Sigmoid): the direct kernel's time by `kforge verify` against the rule's estimate of it, and
-its profile (FILE's stem + -PROBLEM-profile.json) with the advice on it.
+first, whose advice says whether the rule fires and what it expects. For direct_conv also problems the rule was not
+drawn from (Conv3d_Min_Softmax, Conv3d_Scaling_Tanh_Multiply_Sigmoid): the direct kernel's time by `kforge verify`
+against the rule's estimate of it, and its profile (FILE's stem + -PROBLEM-profile.json) with the advice on it.
 """
 
 from __future__ import annotations
@@ -79,11 +79,12 @@ def pair(problem: str, names: tuple[str, str], change: str, settings: list[dict[
         m = load(CANDIDATES / problem / name).ModelNew(*p.get_init_inputs()).cuda()
         m.load_state_dict(ref.state_dict(), strict=False)
         models[name] = m
-    rows = []
-    for name, m in models.items():
+
+    def error(m) -> float:
         with torch.no_grad():
-            err = (m(*inputs).double() - want).abs().max().item() / want.abs().max().item()
-        rows.append((name, err))
+            return (m(*inputs).double() - want).abs().max().item() / want.abs().max().item()
+
+    rows = [(name, error(m)) for name, m in models.items()]
     times: dict[str, list[float]] = {n: [] for n in models}
     for _ in range(ROUNDS):
         for name, m in models.items():
@@ -95,8 +96,7 @@ def pair(problem: str, names: tuple[str, str], change: str, settings: list[dict[
             setattr(module, key, value)
         m = models[names[1]]
         label = f"{names[1]} with {', '.join(f'{k} = {v}' for k, v in setting.items())}"
-        with torch.no_grad():
-            rows.append((label, (m(*inputs).double() - want).abs().max().item() / want.abs().max().item()))
+        rows.append((label, error(m)))
         times[label] = [triton.testing.do_bench(lambda m=m: m(*inputs)) for _ in range(ROUNDS)]
         for key, value in saved.items():
             setattr(module, key, value)
@@ -122,6 +122,12 @@ def kforge(*args: str) -> dict:
     return json.loads(out.stdout)
 
 
+def verified(t: dict) -> tuple[float | None, str]:
+    """A `kforge verify` report's candidate median in ms and its speedup as printed."""
+    ms = ((t.get("timing") or {}).get("candidate") or {}).get("median_ms")
+    return ms, f"{t['speedup']:.3f}x" if t.get("speedup") else "-"
+
+
 def held_out(problem: str, rule: str) -> str:
     names = PAIRS[rule]["conv3d_groupnorm_mean_l2"]
     path = str(ROOT / "bench" / "problems" / f"{problem}.py")
@@ -133,11 +139,10 @@ def held_out(problem: str, rule: str) -> str:
     said = {r["rule"]: r for r in advised["recommendations"] + advised.get("no_gain", [])}
     fired = said.get(rule)
     top = advised["recommendations"][0]["rule"] if advised["recommendations"] else "none"
-    ms = [((t.get("timing") or {}).get("candidate") or {}).get("median_ms") for t in times]
-    a, b = ms
+    results = [verified(t) for t in times]
+    a, b = (m for m, _ in results)
     lines = [f"## {problem}", "", "| step | verdict | ms | speedup |", "| --- | --- | --- | --- |"]
-    for name, t, m in zip(names, times, ms):
-        speedup = f"{t['speedup']:.3f}x" if t.get("speedup") else "-"
+    for name, t, (m, speedup) in zip(names, times, results):
         lines.append(f"| {name} | {t['verdict']} | {m if m is None else round(m, 4)} | {speedup} |")
     said_so = f"fires, expects {fired['expected_gain']:.0%}" if fired else "does not fire"
     said_so += f"; its kernel: {conv.get('registers')} registers a thread, {conv.get('spills')} bytes spilled"
@@ -168,7 +173,7 @@ def priced(problem: str, candidate: str, out: Path) -> str:
 
     path = str(ROOT / "bench" / "problems" / f"{problem}.py")
     kernel = str(CANDIDATES / problem / candidate)
-    verified = kforge("verify", path, kernel)
+    report = kforge("verify", path, kernel)
     profiled = kforge("profile", path, kernel, "--depth", "metrics", "--advise")
     # the profile itself, so that its advice can be read again as the rules change
     out.with_name(f"{out.stem}-{problem}-profile.json").write_text(
@@ -178,15 +183,13 @@ def priced(problem: str, candidate: str, out: Path) -> str:
     flops = sum(c["flops"] for c in roof["convs"])
     fma = lookup_peaks(roof["device"])[0].flops["fp32"]
     estimate = flops / (fma * DIRECT_CONV.fma_efficiency) * 1e3
-    ms = ((verified.get("timing") or {}).get("candidate") or {}).get("median_ms")
+    ms, speedup = verified(report)
     top = profiled["analysis"]["recommendations"]
     lines = [f"## {problem}", "", "| kernel | verdict | ms | speedup | the rule's estimate | of the FMA peak |"]
     lines.append("| --- | --- | --- | --- | --- | --- |")
-    speedup = f"{verified['speedup']:.3f}x" if verified.get("speedup") else "-"
     reached = f"{flops / (fma * ms * 1e-3):.0%}" if ms else "-"
-    lines.append(
-        f"| {candidate} | {verified['verdict']} | {ms if ms is None else round(ms, 4)} | {speedup} | {estimate:.4f} ms | {reached} |"
-    )
+    shown = ms if ms is None else round(ms, 4)
+    lines.append(f"| {candidate} | {report['verdict']} | {shown} | {speedup} | {estimate:.4f} ms | {reached} |")
     said = f"{top[0]['rule']} ({top[0]['priority']}, {top[0]['expected_gain']:.0%})" if top else "none"
     lines += [
         "",
@@ -209,20 +212,24 @@ def main() -> None:
     )
     args = ap.parse_args()
     rule = args.rule
-    head = f"# `{rule}`: {CHANGE[rule]} ({torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__})\n\n"
+    versions = f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
+    head = f"# `{rule}`: {CHANGE[rule]} ({versions})\n\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)  # the held-out profiles are written beside it as they come
     if args.held_out:
         head += (
             f"`python bench/rule_ab.py --rule {rule} --held-out --out FILE`: kforge verify of both kernels (verify's "
+            "times and speedups over the faster of eager and torch.compile), kforge profile --depth metrics --advise "
+            "of the first.\n\n"
         )
-        head += "times and speedups over the faster of eager and torch.compile), kforge profile --depth metrics --advise of the first.\n\n"
         body = "\n".join(held_out(problem, rule) for problem in HELD_OUT)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         body += "".join("\n" + priced(problem, name, args.out) for problem, name in PRICED.get(rule, {}).items())
     else:
-        head += f"`python bench/rule_ab.py --rule {rule} --out FILE`; do_bench medians of two rounds each, A and B in turn.\n\n"
+        head += (
+            f"`python bench/rule_ab.py --rule {rule} --out FILE`; do_bench medians of two rounds each, A and B in "
+            "turn.\n\n"
+        )
         settings = [dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in s.split(",")) for s in args.setting]
         body = "\n".join(pair(problem, names, CHANGE[rule], settings) for problem, names in PAIRS[rule].items())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(head + body)
     print(head + body)
 
