@@ -290,3 +290,43 @@ def test_counting_a_get_inputs_that_meta_cannot_run_draws_it_on_the_host(tmp_pat
         "    import numpy as np\n    return [torch.from_numpy(np.random.rand(2, 64, 16, 16).astype('float32'))]",
     )
     assert count_problem(load(tmp_path, text)).flops == pytest.approx(2 * 2 * 64 * 14 * 14 * 64 * 9, rel=1e-3)
+
+
+DIES = """
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        sys.stderr.write("the reference gave up: no such device\\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+
+def get_inputs():
+    return [torch.rand(4, 4)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_worker_that_dies_measuring_the_paths_says_why(tmp_path):
+    """The measurement's failure carries the end of the dead worker's stderr, not only its exit code."""
+    from kforge_mcp.api import Engine
+    from kforge_mcp.core.errors import KforgeError
+
+    problem = tmp_path / "dies.py"
+    problem.write_text(DIES)
+    engine = Engine(home=tmp_path / "home")
+    try:
+        with pytest.raises(KforgeError) as e:
+            engine.roofline(str(problem), device_name=H200, atol=1e-4, rtol=1e-4)
+    finally:
+        engine.close()
+    assert "died during roofline" in str(e.value) and "the reference gave up: no such device" in str(e.value)

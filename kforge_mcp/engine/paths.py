@@ -14,7 +14,7 @@ from pathlib import Path
 from kforge_mcp.core.errors import KforgeError
 from kforge_mcp.core.requests import InternalFailure, RooflineRequest
 from kforge_mcp.core.source import Source
-from kforge_mcp.engine.replies import report_of
+from kforge_mcp.engine.replies import failure_errors, report_of
 from kforge_mcp.judge.precision_paths import MeasuredPaths, code_digest
 from kforge_mcp.runtime.cache import CompileCache
 from kforge_mcp.runtime.executor import Executor
@@ -52,8 +52,8 @@ class ComputePaths:
         request = RooflineRequest(problem=problem, measure_paths=True, precision=precision, atol=atol, rtol=rtol)
         try:
             m = report_of(self.executor.run("compile", request, timeout_s), MeasuredPaths)
-        except WorkerFailure as e:
-            m = InternalFailure(message=f"the worker failed: {e.message}")
+        except WorkerFailure as e:  # with the end of its stderr: a crash's message alone does not say why
+            m = InternalFailure(message="the worker failed: " + "\n".join(failure_errors(e)))
         if isinstance(m, InternalFailure):  # kept too: a retry would pay for the same failure again
             failure = f"measuring the compute paths failed: {m.message}"
             self.cache.put(key, {"failure": failure})
