@@ -429,6 +429,28 @@ def test_a_small_convolution_on_the_tensor_cores_is_told_to_run_directly_on_the_
     assert "11% of 3xTF32's peak whatever its path" in back.gain_basis
 
 
+def test_a_direct_convolutions_shifted_tap_windows_are_not_told_to_coalesce():
+    """23's and 24's direct FMA convs on an H200: their loads use 23 of a sector's 32 bytes at 2.6 sectors a
+    request, each warp one run of consecutive voxels that its tap shifts off a sector boundary. The lanes are in
+    order already: the step that put them on 32 consecutive voxels gained -4% where uncoalesced_access promised
+    20%. The same useful bytes at 16 sectors a request (a gather) still count as waste."""
+    from kforge_mcp.advice.rules.memory import wasted_fraction
+
+    def rules(report) -> list[str]:
+        a = agent.analyze(report)
+        return [r.rule for r in a.recommendations + a.no_gain]
+
+    for name in ("conv3d-groupnorm-fma-direct-h200.json", "conv3d-min-softmax-fma-direct-h200.json"):
+        report = _recorded(name)
+        conv = max(report.device_kernels(), key=lambda k: k.device_ms)
+        assert conv.global_load_bytes_per_sector < 24 and conv.global_load_sectors_per_request < 3
+        assert wasted_fraction(conv, NVIDIA) < 0.2 and "uncoalesced_access" not in rules(report)
+    gather = _recorded("conv3d-groupnorm-fma-direct-h200.json")
+    conv = max(gather.device_kernels(), key=lambda k: k.device_ms)
+    conv.global_load_sectors_per_request = 16.0
+    assert wasted_fraction(conv, NVIDIA) > 0.2 and "uncoalesced_access" in rules(gather)
+
+
 def test_a_deep_or_wide_convolution_stays_on_the_tensor_cores():
     """The same kernel with 64 input channels (1728 multiply-adds a pixel) or 64 output channels (on an H200, 23's
     problem with 64 output channels: the rule does not fire, bench/results/direct-conv/h200-held-out.md): no
