@@ -143,6 +143,11 @@ def table(cal: Calibration, skipped: dict[str, str], env: dict) -> str:
 
 
 def trajectory_pairs(folder: Path) -> list[Pair]:
+    with unpacked(folder) as records:  # a finished record's steps may be packed
+        return steps_as_pairs(records)
+
+
+def steps_as_pairs(folder: Path) -> list[Pair]:
     """Each step of a recorded trajectory (bench/advice_trajectories.py) and the next as a pair: the step's GPU
     profile with its problem's roofline as verify makes it here, the rule the next step followed (the re-read
     advice where the rules changed after the run), and both steps' verify medians."""
@@ -211,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     cal = calibrate(pairs, data["env"]["device"])
     text = table(cal, skipped, data["env"])
     for folder in args.trajectories:
-        device = json.loads(next(folder.glob("step*.json")).read_text())["device"]
+        with unpacked(folder) as records:
+            device = json.loads(next(records.glob("step*.json")).read_text())["device"]
         text = (
             f"With the consecutive steps of the trajectories in {folder} as pairs "
             f"(profiled and timed on the {device}; the rule each next step followed, its gain as the rules price "

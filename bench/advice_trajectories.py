@@ -7,8 +7,9 @@ Each step is verified as a user would (kforge's verify: fresh inputs, the L2 flu
 timed in interleaved rounds, the bound from the compute paths measured on the problem) and profiled with
 Nsight Compute (depth metrics), and the agent's advice on that profile is recorded.
 
-Two sets of problems: `gemm` (four GEMM + tail problems, the default) and `conv` (six convolution problems, records
-under bench/results/advice-trajectories/conv-<gpu>/). On the GPU, one step of every problem of a set per call (the
+Three sets of problems: `gemm` (four GEMM + tail problems, the default), `conv` (six convolution problems, records
+under bench/results/advice-trajectories/conv-<gpu>/) and `small-conv` (four problems with small convolutions, held out
+from the rules: small-conv-<gpu>/). On the GPU, one step of every problem of a set per call (the
 next step is written from what it says):
 
     PYTHONPATH=$PWD python bench/advice_trajectories.py run [--set conv] --step N --out OUT
@@ -19,7 +20,10 @@ says which are left; a later call with --problems and the same OUT (its step fil
 Where the rules changed after a step's GPU run, the advice the next step follows is that step's profiles read again
 here, offline (written beside the record, which stays as the GPU wrote it; the report shows it as re-read):
 
-    python bench/advice_trajectories.py reread bench/results/advice-trajectories/conv-h100/step1.json
+    python bench/advice_trajectories.py reread bench/results/advice-trajectories/conv-h200/step7.json
+
+A finished record's steps are kept packed (`python bench/packed_captures.py pack|unpack DIR`): report and the
+calibration read them either way; reread and run want them unpacked.
 
 Then, here, the record and its checks (fractions <= 1, never null, rising as kernels get faster; the last
 step's geomean speedup over the faster of eager and torch.compile):
@@ -40,6 +44,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "bench" / "problems"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from packed_captures import unpacked  # noqa: E402  (a finished record's steps may be packed)
 
 SETS = {
     "gemm": (
@@ -55,6 +62,14 @@ SETS = {
         "convtranspose2d_mish_add_hardtanh_scaling_l2",
         "convtranspose3d_relu_groupnorm_l2",
         "convtranspose3d_avgpool_clamp_softmax_multiply_l2",
+    ),
+    # held out: four more Level 2 problems whose convolutions are small (at most 128 multiply-adds an output pixel
+    # into at most 32 channels), none of them read while any rule was written
+    "small-conv": (
+        "conv2d_add_scale_sigmoid_groupnorm_l2",
+        "conv3d_softmax_maxpool_maxpool_l2",
+        "conv3d_multiply_instancenorm_clamp_multiply_max_l2",
+        "convtranspose3d_scaling_avgpool_biasadd_scaling_l2",
     ),
 }
 DEFAULT_SET = "gemm"
@@ -121,6 +136,14 @@ NOTES = {
         "atomics, after K loops of 9-24 steps. The steps that follow it, and 38's next one, ran on an H200 beside "
         "these six problems' last steps there (conv-h200.md).",
         WEIGHTS_ONCE_NOTE,
+        TIMES_NOTE,
+        "",
+    ],
+    "small-conv": [
+        "Reading these numbers:",
+        "",
+        "- Every verdict is kforge's fp32 check at atol = rtol = 1e-4 on fresh inputs; bench/conv_step_check.py "
+        "--set small-conv checks the same kernels on a CPU at reduced shapes with constant parameters redrawn.",
         TIMES_NOTE,
         "",
     ],
@@ -322,6 +345,12 @@ def advice_followed(folder: Path, rec: dict) -> tuple[list[dict], bool]:
 
 
 def report(folder: Path) -> int:
+    """The record's markdown beside its folder (``folder``.md), from its steps loose or packed."""
+    with unpacked(folder) as records:
+        return write_report(records, folder.parent / f"{folder.name}.md")
+
+
+def write_report(folder: Path, target: Path) -> int:
     steps = sorted(folder.glob("step*.json"), key=lambda p: int(p.stem[4:]))
     by_problem: dict[str, list[dict]] = {}
     device = ""
@@ -412,7 +441,7 @@ def report(folder: Path) -> int:
     )
     lines.append(f"Best step of each problem, geomean: {fmt(geomean([b for b in bests if b]), 'x')}")
     lines.append(f"fractions checked on every problem: {all(problems_ok)}")
-    (folder.parent / f"{folder.name}.md").write_text("\n".join(lines) + "\n")
+    target.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if all(problems_ok) else 1
 

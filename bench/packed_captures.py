@@ -1,6 +1,6 @@
 """Raw profiler captures kept packed: a capture folder holds its small records (``*.meta.json``,
 ``pairs.json``, logs) as they are and the raw files (Nsight Compute reports and CSV pages, torch
-traces) in one ``raw.tar.xz`` beside them, about 30 times smaller.
+traces, a finished advice trajectory's step records) in one ``raw.tar.xz`` beside them, about 30 times smaller.
 
     python bench/packed_captures.py pack DIR     # move DIR's raw files into DIR/raw.tar.xz
     python bench/packed_captures.py unpack DIR   # the other way round
@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ARCHIVE = "raw.tar.xz"
-RAW = ("*.ncu-rep", "*.csv", "*.torch-trace.json")
+RAW = ("*.ncu-rep", "*.csv", "*.torch-trace.json", "step*.json", "reread-step*.json")  # the last two: a finished
+# trajectory's records (bench/advice_trajectories.py), read by its report and the calibration
 
 
 def raw_files(folder: Path) -> list[Path]:
