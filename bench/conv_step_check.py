@@ -1,4 +1,4 @@
-"""The convolution trajectories' kernels, checked on a CPU: each problem of `--set conv` (bench/advice_trajectories.py)
+"""The convolution trajectories' kernels, checked on a CPU: each problem of a convolution set (bench/advice_trajectories.py)
 with its size constants scaled down (batch 2, spatial sizes about a quarter, channels and kernel sizes as published),
 its step's candidate run through Triton's interpreter against the reference with TF32 off, at fp32 atol = rtol = 1e-4,
 on two seeds (weights and inputs drawn as verify draws them: kforge's build_models and make_inputs). tl.dot runs as
@@ -11,7 +11,7 @@ same in both models (with ones and zeros, 23_Conv3d_GroupNorm_Mean returns the m
 convolution computes); and the largest error must also stay within 1e-4 of the largest output (38's softmax outputs,
 about 1e-5, sit below atol itself, where zeros would pass).
 
-    python bench/conv_step_check.py [--step 0] [--problems NAME ...]
+    python bench/conv_step_check.py [--set conv|small-conv] [--step 0] [--problems NAME ...]
 
 Prints, per problem and seed, the verdict, the worst error as a fraction of the tolerance (max |a - b| /
 (atol + rtol |b|)) and of the largest output, and the seconds the candidate took in the interpreter; exits 1 when any
@@ -44,6 +44,10 @@ SMALL = {
     "convtranspose2d_mish_add_hardtanh_scaling_l2": {"batch_size": 2, "height": 32, "width": 32},
     "convtranspose3d_relu_groupnorm_l2": {"batch_size": 2, "D": 8, "H": 8, "W": 8},
     "convtranspose3d_avgpool_clamp_softmax_multiply_l2": {"batch_size": 2, "depth": 8, "height": 16, "width": 16},
+    "conv2d_add_scale_sigmoid_groupnorm_l2": {"batch_size": 2, "height": 32, "width": 32},
+    "conv3d_softmax_maxpool_maxpool_l2": {"batch_size": 2, "depth": 8, "height": 12, "width": 12},
+    "conv3d_multiply_instancenorm_clamp_multiply_max_l2": {"batch_size": 2, "depth": 6, "height": 8, "width": 8},
+    "convtranspose3d_scaling_avgpool_biasadd_scaling_l2": {"batch_size": 2, "depth": 4, "height": 8, "width": 8},
 }
 
 
@@ -117,13 +121,14 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--step", type=int, default=0)
-    ap.add_argument("--problems", nargs="*", default=list(SETS["conv"]))
+    ap.add_argument("--set", choices=[n for n in SETS if n != "gemm"], default="conv")
+    ap.add_argument("--problems", nargs="*", help="default: every problem of the set")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # the exact fp32 reference verify judges against
     torch.backends.cudnn.allow_tf32 = False
     ok = True
     with tempfile.TemporaryDirectory(prefix="conv-step-check-") as tmp:
-        for name in args.problems:
+        for name in args.problems or SETS[args.set]:
             files = step_files(name, args.step)
             if not files:
                 print(f"{name}: no step{args.step}_*.py")

@@ -1,0 +1,40 @@
+"""KernelBench Level 2 21_Conv2d_Add_Scale_Sigmoid_GroupNorm, as published: a 3x3 convolution from 8 to 32 channels on
+256 x 256 images (batch 128), a per-channel bias and scale, sigmoid and GroupNorm (8 groups), in fp32 (judged at
+1e-4). 38.1 GFLOP of convolution per forward."""
+
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """
+    Model that performs a convolution, adds a bias term, scales, applies sigmoid, and performs group normalization.
+    """
+    def __init__(self, in_channels, out_channels, kernel_size, num_groups, bias_shape, scale_shape):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.bias = nn.Parameter(torch.randn(bias_shape)) 
+        self.scale = nn.Parameter(torch.randn(scale_shape))
+        self.group_norm = nn.GroupNorm(num_groups, out_channels)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = x + self.bias
+        x = x * self.scale
+        x = torch.sigmoid(x)
+        x = self.group_norm(x)
+        return x
+
+batch_size = 128
+in_channels = 8
+out_channels = 32
+height = width = 256
+kernel_size = 3
+num_groups = 8
+bias_shape = (out_channels, 1, 1)
+scale_shape = (out_channels, 1, 1)
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, num_groups, bias_shape, scale_shape]
