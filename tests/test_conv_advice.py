@@ -451,6 +451,25 @@ def test_a_direct_convolutions_shifted_tap_windows_are_not_told_to_coalesce():
     assert wasted_fraction(conv, NVIDIA) > 0.2 and "uncoalesced_access" in rules(gather)
 
 
+def test_the_direct_convolutions_tap_loops_follow_the_convolution():
+    """A 2d convolution loops over (channel, kh); a strided transposed one is told to take its outputs a phase at a
+    time, each with only the taps that meet it (a plain loop over every tap masks most of them away)."""
+    report = _recorded("conv3d-groupnorm-sums-in-registers-h200.json")
+
+    def action(**changes) -> str:
+        r = report.model_copy(deep=True)
+        for c in r.roofline.convs:
+            for name, value in changes.items():
+                setattr(c, name, value)
+        return next(x for x in agent.analyze(r).recommendations if x.rule == "direct_conv").action
+
+    plain = action()
+    assert "Loop over (channel, kd, kh)" in plain and "phase" not in plain
+    assert "Loop over (channel, kh) with range() and unroll only kw" in action(kernel=[3, 3])
+    transposed = action(transposed=True, stride=[2, 2, 2])
+    assert "transposed with stride 2" in transposed and "(p + padding) // stride - t" in transposed
+
+
 def test_a_deep_or_wide_convolution_stays_on_the_tensor_cores():
     """The same kernel with 64 input channels (1728 multiply-adds a pixel) or 64 output channels (on an H200, 23's
     problem with 64 output channels: the rule does not fire, bench/results/direct-conv/h200-held-out.md): no

@@ -55,19 +55,36 @@ DIRECT_WORDING = Wording(
     "{situation} Compute it directly on the FMA units in exact fp32: each thread holds a few output pixels x every "
     "output channel in registers; per tap, load the input at the pixels' offsets plus the tap's constant offset (the "
     "input as it lies, no re-layout) and the tap's weights of every channel (laid out [taps, channels] once per "
-    "weight version), and accumulate their outer product. Loop over the taps with only the innermost axis unrolled "
+    "weight version), and accumulate their outer product.{phases} Loop over the taps with only the innermost axis unrolled "
     "(unrolling every tap overflows the instruction cache), and size the block so the accumulators stay under ~170 "
     "registers. Keep the fused epilogue.",
     {
         "triton": "{situation} Compute it directly on the FMA units in exact fp32: acc = tl.zeros((CHANNELS, BLOCK_P), "
         "tl.float32) for BLOCK_P output pixels of one sample; per tap, xv = tl.load(x + pixel_offsets + tap_offset, "
         "mask=...) (the input as it lies, no re-layout) and w = tl.load(w_taps + tap * CHANNELS + tl.arange(0, "
-        "CHANNELS)) (the weight laid out [taps, channels] once per weight version), acc += w[:, None] * xv[None, :]. "
-        "Loop over (channel, kd, kh) with range() and unroll only kw with tl.static_range (unrolling every tap "
+        "CHANNELS)) (the weight laid out [taps, channels] once per weight version), acc += w[:, None] * xv[None, :].{phases} "
+        "Loop over {loop} with range() and unroll only {inner} with tl.static_range (unrolling every tap "
         "overflows the instruction cache); BLOCK_P = 128 with num_warps=1 (4 pixels x every channel a thread, under "
         "~170 registers). Keep the fused epilogue (tl.sum of acc and acc * acc for a norm's statistics).",
     },
 )
+
+
+def tap_loops(c: Convolution) -> dict[str, str]:
+    """The wording's tap loops for this convolution: the axes looped over and the one unrolled, and for a strided
+    transposed convolution its output phases, each meeting only its own taps."""
+    axes = ["kd", "kh", "kw"][3 - len(c.kernel) :]
+    loop = "(channel, " + ", ".join(axes[:-1]) + ")" if len(axes) > 1 else "the channels"
+    phases = ""
+    if c.transposed and any(s > 1 for s in c.stride):
+        s = c.stride[0] if len(set(c.stride)) == 1 else "x".join(map(str, c.stride))
+        phases = (
+            f" It is transposed with stride {s}: take the outputs one phase at a time (o = stride j + p along each "
+            "axis, p < stride), and give each phase only the taps that meet it (k = r + stride t with r = (p + "
+            "padding) mod stride, reading input j + (p + padding) // stride - t), so that no tap is loaded to be "
+            "masked away."
+        )
+    return {"loop": loop, "inner": axes[-1], "phases": phases}
 
 
 def _direct_conv(report: ProfileReport, t: DirectConvThresholds) -> list[Recommendation]:
@@ -117,7 +134,7 @@ def _direct_conv(report: ProfileReport, t: DirectConvThresholds) -> list[Recomme
                     f" of the FMA peak ({fma / 1e12:.4g} TFLOP/s)",
                 ),
             ],
-            action=DIRECT_WORDING.say(report.target).format(situation=situation),
+            action=DIRECT_WORDING.say(report.target).format(situation=situation, **tap_loops(c)),
             expected_gain=gain,
             gain_basis=f"share x (1 - conv FLOPs / (FMA peak x {t.fma_efficiency:g}) / the convolution's kernels' "
             f"time): a first direct FMA convolution reached {t.fma_efficiency:.0%} of the FMA peak (Conv3d_GroupNorm_"
