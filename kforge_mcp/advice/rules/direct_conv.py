@@ -57,7 +57,7 @@ DIRECT_WORDING = Wording(
     "input as it lies, no re-layout) and the tap's weights of every channel (laid out [taps, channels] once per "
     "weight version), and accumulate their outer product.{phases} Loop over the taps with only the innermost axis unrolled "
     "(unrolling every tap overflows the instruction cache), and size the block so the accumulators stay under ~170 "
-    "registers. Keep the fused epilogue.",
+    "registers. Keep what the kernel does with the accumulators after the taps (its epilogue) as it is.",
     {
         "triton": "{situation} Compute it directly on the FMA units in exact fp32: acc = tl.zeros((CHANNELS, BLOCK_P), "
         "tl.float32) for BLOCK_P output pixels of one sample; per tap, xv = tl.load(x + pixel_offsets + tap_offset, "
@@ -65,7 +65,7 @@ DIRECT_WORDING = Wording(
         "CHANNELS)) (the weight laid out [taps, channels] once per weight version), acc += w[:, None] * xv[None, :].{phases} "
         "Loop over {loop} with range() and unroll only {inner} with tl.static_range (unrolling every tap "
         "overflows the instruction cache); BLOCK_P = 128 with num_warps=1 (4 pixels x every channel a thread, under "
-        "~170 registers). Keep the fused epilogue (tl.sum of acc and acc * acc for a norm's statistics).",
+        "~170 registers). Keep what the kernel does with acc after the taps (its epilogue) as it is.",
     },
 )
 
