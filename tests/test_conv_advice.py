@@ -470,6 +470,21 @@ def test_the_direct_convolutions_tap_loops_follow_the_convolution():
     assert "transposed with stride 2" in transposed and "(p + padding) // stride - t" in transposed
 
 
+def test_a_direct_convolution_slow_for_its_stores_is_not_told_to_go_direct_again():
+    """50_ConvTranspose3d_Scaling_AvgPool_BiasAdd_Scaling on an H200, held out from the rule: its plain fp32 kernel
+    (tl.dot on the FMA units, 2.4 shared-memory wavefronts a warp's multiply-add) is told to go direct; the direct
+    kernel that followed (a phase a program, 0.2 wavefronts, 2% of the FMA peak) is slow for its stores, 6 useful
+    bytes a sector as each phase writes every other output: the stores are the advice, not direct_conv again."""
+    gemm = agent.analyze(_recorded("convtranspose3d-scaling-avgpool-gemm-fma-h200.json"))
+    assert (
+        gemm.recommendations[0].rule == "direct_conv" and "transposed with stride 2" in gemm.recommendations[0].action
+    )
+    direct = agent.analyze(_recorded("convtranspose3d-scaling-avgpool-direct-phases-h200.json"))
+    rules = [r.rule for r in direct.recommendations]
+    assert "direct_conv" not in rules + [r.rule for r in direct.no_gain]
+    assert rules[0] == "uncoalesced_access" and direct.recommendations[0].expected_gain > 0.5
+
+
 def test_a_deep_or_wide_convolution_stays_on_the_tensor_cores():
     """The same kernel with 64 input channels (1728 multiply-adds a pixel) or 64 output channels (on an H200, 23's
     problem with 64 output channels: the rule does not fire, bench/results/direct-conv/h200-held-out.md): no

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kforge_mcp.advice import vocabulary
 from kforge_mcp.advice.kinds import is_fma_gemm, is_tensor_gemm
 from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, Wording, ev, hot_kernels, recommendation
 from kforge_mcp.core.schemas import Convolution
@@ -34,6 +35,9 @@ class DirectConvThresholds:
     fma_efficiency: float = 0.40  # a first direct FMA convolution's fraction of the FMA peak (measured: 40%)
     tensor_efficiency: float = 0.11  # the best tensor-core kernel's fraction of its path's peak (measured: 11%)
     fma_kernel_fraction: float = 0.20  # an FMA kernel under this fraction of the FMA peak is not a direct one yet
+    staged_wavefronts: float = 0.5  # ... when it reads its operands from shared memory: this many wavefronts a warp's
+    # multiply-add (tl.dot on the FMA units, an implicit GEMM: 2.4-20 on an H200) against a direct kernel's few
+    # (0-0.2: weights broadcast through shared memory at most); a direct one is slow for other reasons
 
 
 DIRECT_CONV = DirectConvThresholds()
@@ -68,6 +72,16 @@ DIRECT_WORDING = Wording(
         "~170 registers). Keep what the kernel does with acc after the taps (its epilogue) as it is.",
     },
 )
+
+
+def stages_operands(kernels: list, conv_flops: float, v, t: DirectConvThresholds = DIRECT_CONV) -> bool:
+    """The FMA kernels read their operands from shared memory as an implicit GEMM's tl.dot does (unknown: taken as
+    so); a direct convolution reads its input and weights from global memory into registers."""
+    wavefronts = [k.shared_wavefronts for k, _ in kernels]
+    if any(w is None for w in wavefronts) or not v.warp_size or conv_flops <= 0:
+        return True
+    warp_madds = conv_flops / 2 / v.warp_size
+    return sum(wavefronts) / warp_madds >= t.staged_wavefronts
 
 
 def tap_loops(c: Convolution) -> dict[str, str]:
@@ -112,13 +126,13 @@ def _direct_conv(report: ProfileReport, t: DirectConvThresholds) -> list[Recomme
     reached = conv_flops / (fma * now_ms * 1e-3)
     if any(is_tensor_gemm(k) for k, _ in kernels):
         situation = f"{small} and its tensor-core kernel spends more shaping operands for the MMAs than they save."
-    elif reached < t.fma_kernel_fraction:
+    elif reached < t.fma_kernel_fraction and stages_operands(kernels, conv_flops, vocabulary.of(report), t):
         situation = (
             f"{small} and runs on the FMA units at {reached:.0%} of their peak, where a direct one reaches "
             f"{t.fma_efficiency:.0%}."
         )
     else:
-        return []  # a direct kernel already, near its rate
+        return []  # a direct kernel already: near its rate, or slow for another reason that other rules name
     return [
         recommendation(
             rule="direct_conv",
