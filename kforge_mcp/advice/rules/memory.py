@@ -192,6 +192,13 @@ def _uncoalesced_access(report: ProfileReport, t: MemoryThresholds) -> list[Reco
                 # gained 5% and lost 24% for 30-50% promised)
                 queued = (k.memory_throughput_pct - t.memory_queue_pct) / (t.memory_full_pct - t.memory_queue_pct)
                 g *= min(1.0, max(0.0, queued))
+        if r is not None and r.peak_bandwidth and k.mean_ms:
+            # coalesced, the kernel still moves the bytes its accesses use: no faster than those at DRAM's ceiling (a
+            # pool whose window reads L1/L2 served, its DRAM bytes within 1% of the used ones, gained 5% where the
+            # waste alone promised 86%)
+            used = (total - wasted) * v.sector_bytes
+            floor_ms = used / (r.peak_bandwidth * t.dram_ceil_pct / 100) * 1e3
+            g = min(g, max(0.0, 1 - floor_ms / k.mean_ms))
         gain += share * g
         hits.append(k.name)
         evidence += [
