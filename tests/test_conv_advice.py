@@ -498,6 +498,22 @@ def test_coalescing_promises_no_more_than_streaming_the_bytes_used_at_drams_ceil
     assert coalesce.expected_gain < 0.12
 
 
+def test_an_element_wise_kernel_busy_issuing_is_not_told_to_become_an_implicit_gemm():
+    """79_Conv3d_Multiply_InstanceNorm_Clamp_Multiply_Max on an H200: its normalizing kernel (normalize, clamp,
+    multiply, the max over 16 channels) issues 80% of cycles with its FMA pipe 34% busy. The advice cuts its
+    instructions an element, not a GEMM's products, and promises no more than streaming its bytes at DRAM's ceiling
+    allows."""
+    report = _recorded("conv3d-instancenorm-max-stats-in-epilogue-h200.json")
+    a = agent.analyze(report)
+    issue = next(r for r in [*a.recommendations, *a.no_gain] if r.rule == "issue_bound")
+    assert issue.kernels == ["norm_clamp_mul_max_kernel"]
+    assert "implicit GEMM" not in issue.action and "instructions an element" in issue.action
+    norm = next(k for k in report.kernels if k.name == "norm_clamp_mul_max_kernel")
+    share = norm.device_ms / sum(k.device_ms for k in report.device_kernels())
+    floor_ms = (norm.dram_bytes_read + norm.dram_bytes_write) / (report.roofline.peak_bandwidth * 0.85) * 1e3
+    assert issue.expected_gain <= share * (1 - floor_ms / norm.mean_ms) + 1e-3
+
+
 def test_a_deep_or_wide_convolution_stays_on_the_tensor_cores():
     """The same kernel with 64 input channels (1728 multiply-adds a pixel) or 64 output channels (on an H200, 23's
     problem with 64 output channels: the rule does not fire, bench/results/direct-conv/h200-held-out.md): no

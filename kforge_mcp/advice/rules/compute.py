@@ -136,6 +136,7 @@ def _issue_bound(report: ProfileReport, t: ComputeThresholds) -> list[Recommenda
     channel per program with a scalar weight load per tap. The lever is more outputs per loaded value."""
     v = vocabulary.of(report)
     hits, gain, evidence = [], 0.0, []
+    products = False  # a GEMM or convolution among the kernels: more outputs per loaded value is the lever
     for k, share in hot_kernels(report):
         issue = k.issue_active_pct
         if (
@@ -148,7 +149,15 @@ def _issue_bound(report: ProfileReport, t: ComputeThresholds) -> list[Recommenda
         math = max(k.fma_pipe_pct or 0.0, tensor)
         if math / issue >= t.math_share_max:
             continue
-        gain += share * (1 - math / issue)
+        g = 1 - math / issue
+        r = report.roofline
+        if k.category not in ("gemm", "conv") and r is not None and r.peak_bandwidth and k.mean_ms:
+            # an element-wise or reducing kernel: fewer instructions take it no further than streaming its bytes
+            moved = (k.dram_bytes_read or 0.0) + (k.dram_bytes_write or 0.0)
+            g = min(g, max(0.0, 1 - moved / (r.peak_bandwidth * MEMORY.dram_ceil_pct / 100) * 1e3 / k.mean_ms))
+        else:
+            products = True
+        gain += share * g
         hits.append(k.name)
         evidence += [
             ev("issue slots busy", pct(issue), f"< {t.issue_bound_pct:g}% or mostly math", k.name),
@@ -163,10 +172,12 @@ def _issue_bound(report: ProfileReport, t: ComputeThresholds) -> list[Recommenda
             rule="issue_bound",
             title="Spend the issue slots on math: more outputs per loaded value",
             evidence=evidence,
-            action=ISSUE_WORDING.say(report.target),
+            action=(ISSUE_WORDING if products else ELEMENT_ISSUE_WORDING).say(report.target),
             expected_gain=gain,
             gain_basis="time share x (1 - math pipe busy / issue slots busy): the non-math instructions go away "
-            "(measured on an H200: a direct conv turned implicit GEMM realized 0.88 where this gave 0.61)",
+            "(measured on an H200: a direct conv turned implicit GEMM realized 0.88 where this gave 0.61); for a "
+            "kernel that is no GEMM or convolution, no more than its time over streaming its DRAM bytes at "
+            f"{MEMORY.dram_ceil_pct:g}% of peak bandwidth",
             kernels=hits,
         )
     ]
@@ -182,6 +193,19 @@ ISSUE_WORDING = Wording(
         "program from the same loads: a block of output pixels x all output channels as one tl.dot over the "
         "input-channel x tap axis (implicit GEMM), weights loaded as a tile rather than a scalar per tap, and index "
         "arithmetic hoisted out of the inner loop.",
+    },
+)
+ELEMENT_ISSUE_WORDING = Wording(
+    "The warps issue every cycle, but mostly index math, comparisons and loads, not the arithmetic the kernel is "
+    "for. Spend fewer instructions an element: compute each row's or tile's indices once, not per element (shapes "
+    "as compile-time constants turn divisions and modulos into shifts, a loop nest replaces them), load contiguous "
+    "16-byte vectors, and give each thread more elements of the same row.",
+    {
+        "triton": "The warps issue every cycle, but mostly index math, comparisons and loads, not the arithmetic the "
+        "kernel is for. Spend fewer instructions an element: compute each row's or tile's offsets once as a "
+        "tl.arange block, not per element (sizes as tl.constexpr turn // and % into shifts; a 2-D block [rows, "
+        "contiguous axis] replaces them), load along the contiguous axis so the compiler emits 16-byte vector "
+        "loads, and give each program more elements of the same rows.",
     },
 )
 issue_bound = Rule("issue_bound", _issue_bound, COMPUTE, (DEVICE_KERNELS, ISSUE_SLOTS))
