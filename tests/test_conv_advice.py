@@ -514,6 +514,16 @@ def test_an_element_wise_kernel_busy_issuing_is_not_told_to_become_an_implicit_g
     assert issue.expected_gain <= share * (1 - floor_ms / norm.mean_ms) + 1e-3
 
 
+def test_a_latency_bound_pass_with_enough_warps_is_told_to_put_bytes_in_flight_not_to_shed_registers():
+    """21's GroupNorm pass on an H200: 35% achieved occupancy, registers capping it at 37.5%. Told that registers
+    cap occupancy, its next step halved them and doubled the occupancy, and gained 2.5%: with a third of the SM's
+    warps resident the lever is bytes in flight per thread."""
+    a = agent.analyze(_recorded("conv2d-groupnorm-pass-registers-h200.json"))
+    latency = next(r for r in a.recommendations if r.rule == "latency_bound")
+    assert latency.kernels == ["groupnorm_apply_kernel"]
+    assert "bytes in flight per thread" in latency.action and "Registers cap occupancy" not in latency.action
+
+
 def test_a_deep_or_wide_convolution_stays_on_the_tensor_cores():
     """The same kernel with 64 input channels (1728 multiply-adds a pixel) or 64 output channels (on an H200, 23's
     problem with 64 output channels: the rule does not fire, bench/results/direct-conv/h200-held-out.md): no
