@@ -22,7 +22,7 @@ from kforge_mcp.advice.rules.base import (
     pct,
     recommendation,
 )
-from kforge_mcp.advice.rules.memory import MEMORY, wasted_fraction
+from kforge_mcp.advice.rules.memory import MEMORY, streaming_headroom, wasted_fraction
 from kforge_mcp.platforms.base import Vocabulary
 from kforge_mcp.profiling.report import ProfileReport, Recommendation
 
@@ -150,11 +150,9 @@ def _issue_bound(report: ProfileReport, t: ComputeThresholds) -> list[Recommenda
         if math / issue >= t.math_share_max:
             continue
         g = 1 - math / issue
-        r = report.roofline
-        if k.category not in ("gemm", "conv") and r is not None and r.peak_bandwidth and k.mean_ms:
+        if k.category not in ("gemm", "conv"):
             # an element-wise or reducing kernel: fewer instructions take it no further than streaming its bytes
-            moved = (k.dram_bytes_read or 0.0) + (k.dram_bytes_write or 0.0)
-            g = min(g, max(0.0, 1 - moved / (r.peak_bandwidth * MEMORY.dram_ceil_pct / 100) * 1e3 / k.mean_ms))
+            g = min(g, streaming_headroom((k.dram_bytes_read or 0.0) + (k.dram_bytes_write or 0.0), k, report))
         else:
             products = True
         gain += share * g

@@ -100,6 +100,15 @@ def shifted_runs(per_sector: float, per_request: float | None, v: Vocabulary, t:
     )
 
 
+def streaming_headroom(moved: float, k: KernelProfile, report: ProfileReport, t: MemoryThresholds = MEMORY) -> float:
+    """The share of the kernel's time left over streaming ``moved`` bytes at DRAM's ceiling (dram_ceil_pct of peak
+    bandwidth): what any change that still moves them can save at most (1 where the bandwidth or time is unknown)."""
+    r = report.roofline
+    if r is None or not r.peak_bandwidth or not k.mean_ms:
+        return 1.0
+    return max(0.0, 1 - moved / (r.peak_bandwidth * t.dram_ceil_pct / 100) * 1e3 / k.mean_ms)
+
+
 def wasted_fraction(k: KernelProfile, v: Vocabulary) -> float:
     total, wasted = wasted_sectors(k, v)
     return wasted / total if total > 0 else 0.0
@@ -192,13 +201,10 @@ def _uncoalesced_access(report: ProfileReport, t: MemoryThresholds) -> list[Reco
                 # gained 5% and lost 24% for 30-50% promised)
                 queued = (k.memory_throughput_pct - t.memory_queue_pct) / (t.memory_full_pct - t.memory_queue_pct)
                 g *= min(1.0, max(0.0, queued))
-        if r is not None and r.peak_bandwidth and k.mean_ms:
-            # coalesced, the kernel still moves the bytes its accesses use: no faster than those at DRAM's ceiling (a
-            # pool whose window reads L1/L2 served, its DRAM bytes within 1% of the used ones, gained 5% where the
-            # waste alone promised 86%)
-            used = (total - wasted) * v.sector_bytes
-            floor_ms = used / (r.peak_bandwidth * t.dram_ceil_pct / 100) * 1e3
-            g = min(g, max(0.0, 1 - floor_ms / k.mean_ms))
+        # coalesced, the kernel still moves the bytes its accesses use: no faster than those at DRAM's ceiling (a
+        # pool whose window reads L1/L2 served, its DRAM bytes within 1% of the used ones, gained 5% where the waste
+        # alone promised 86%)
+        g = min(g, streaming_headroom((total - wasted) * v.sector_bytes, k, report, t))
         gain += share * g
         hits.append(k.name)
         evidence += [
