@@ -142,9 +142,11 @@ def table(cal: Calibration, skipped: dict[str, str], env: dict) -> str:
     return "\n".join(lines)
 
 
-def trajectory_pairs(folder: Path) -> list[Pair]:
+def trajectory_pairs(folder: Path) -> tuple[list[Pair], str]:
+    """The record's pairs and the device its steps ran on, from its steps loose or packed."""
     with unpacked(folder) as records:  # a finished record's steps may be packed
-        return steps_as_pairs(records)
+        device = json.loads(next(records.glob("step*.json")).read_text())["device"]
+        return steps_as_pairs(records), device
 
 
 def steps_as_pairs(folder: Path) -> list[Pair]:
@@ -211,13 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     data, pages, skipped = read_capture(args.captures)
     pairs = [pair(name, data["pairs"][name], pages[name]) for name in data["order"] if name in pages]
+    devices = {}
     for folder in args.trajectories:
-        pairs += trajectory_pairs(folder)
+        more, devices[folder] = trajectory_pairs(folder)
+        pairs += more
     cal = calibrate(pairs, data["env"]["device"])
     text = table(cal, skipped, data["env"])
-    for folder in args.trajectories:
-        with unpacked(folder) as records:
-            device = json.loads(next(records.glob("step*.json")).read_text())["device"]
+    for folder, device in devices.items():
         text = (
             f"With the consecutive steps of the trajectories in {folder} as pairs "
             f"(profiled and timed on the {device}; the rule each next step followed, its gain as the rules price "

@@ -25,7 +25,8 @@ from kforge_mcp.advice.rules.base import DEVICE_KERNELS, Rule, Wording, ev, hot_
 from kforge_mcp.core.schemas import Convolution
 from kforge_mcp.judge.roofline import lookup_peaks
 from kforge_mcp.judge.roofline.conv import depth
-from kforge_mcp.profiling.report import ProfileReport, Recommendation
+from kforge_mcp.platforms.base import Vocabulary
+from kforge_mcp.profiling.report import KernelProfile, ProfileReport, Recommendation
 
 
 @dataclass(frozen=True)
@@ -59,29 +60,30 @@ DIRECT_WORDING = Wording(
     "{situation} Compute it directly on the FMA units in exact fp32: each thread holds a few output pixels x every "
     "output channel in registers; per tap, load the input at the pixels' offsets plus the tap's constant offset (the "
     "input as it lies, no re-layout) and the tap's weights of every channel (laid out [taps, channels] once per "
-    "weight version), and accumulate their outer product.{phases} Loop over the taps with only the innermost axis unrolled "
-    "(unrolling every tap overflows the instruction cache), and size the block so the accumulators stay under ~170 "
-    "registers. Keep what the kernel does with the accumulators after the taps (its epilogue) as it is.",
+    "weight version), and accumulate their outer product.{phases} Loop over the taps with only the innermost axis "
+    "unrolled (unrolling every tap overflows the instruction cache), and size the block so the accumulators stay under "
+    "~170 registers. Keep what the kernel does with the accumulators after the taps (its epilogue) as it is.",
     {
         "triton": "{situation} Compute it directly on the FMA units in exact fp32: acc = tl.zeros((CHANNELS, BLOCK_P), "
         "tl.float32) for BLOCK_P output pixels of one sample; per tap, xv = tl.load(x + pixel_offsets + tap_offset, "
         "mask=...) (the input as it lies, no re-layout) and w = tl.load(w_taps + tap * CHANNELS + tl.arange(0, "
-        "CHANNELS)) (the weight laid out [taps, channels] once per weight version), acc += w[:, None] * xv[None, :].{phases} "
-        "Loop over {loop} with range() and unroll only {inner} with tl.static_range (unrolling every tap "
+        "CHANNELS)) (the weight laid out [taps, channels] once per weight version), acc += w[:, None] * xv[None, :]."
+        "{phases} Loop over {loop} with range() and unroll only {inner} with tl.static_range (unrolling every tap "
         "overflows the instruction cache); BLOCK_P = 128 with num_warps=1 (4 pixels x every channel a thread, under "
         "~170 registers). Keep what the kernel does with acc after the taps (its epilogue) as it is.",
     },
 )
 
 
-def stages_operands(kernels: list, conv_flops: float, v, t: DirectConvThresholds = DIRECT_CONV) -> bool:
+def stages_operands(
+    kernels: list[tuple[KernelProfile, float]], conv_flops: float, v: Vocabulary, t: DirectConvThresholds = DIRECT_CONV
+) -> bool:
     """The FMA kernels read their operands from shared memory as an implicit GEMM's tl.dot does (unknown: taken as
     so); a direct convolution reads its input and weights from global memory into registers."""
-    wavefronts = [k.shared_wavefronts for k, _ in kernels]
-    if any(w is None for w in wavefronts) or not v.warp_size or conv_flops <= 0:
+    if any(k.shared_wavefronts is None for k, _ in kernels) or not v.warp_size or conv_flops <= 0:
         return True
     warp_madds = conv_flops / 2 / v.warp_size
-    return sum(wavefronts) / warp_madds >= t.staged_wavefronts
+    return sum(k.shared_wavefronts or 0.0 for k, _ in kernels) / warp_madds >= t.staged_wavefronts
 
 
 def tap_loops(c: Convolution) -> dict[str, str]:
